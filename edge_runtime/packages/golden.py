@@ -1,0 +1,77 @@
+"""golden.npz: recorded inputs and outputs of one graph variant, for the self-check at start.
+
+Arrays are named ``"{i}/in/{input}"`` and ``"{i}/out/{output}"``; each case is one row (batch 1).
+Files are written byte-for-byte deterministically (fixed zip timestamps, sorted names) so that the
+same model gives the same package digest, and read with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+_KEY = re.compile(r"^(\d+)/(in|out)/([A-Za-z0-9_.:\-]+)$")
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    """One recorded case: the graph feeds and the outputs the variant produced for them."""
+
+    feeds: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+
+
+def golden_bytes(cases: Iterable[tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]]) -> bytes:
+    """Serialise cases into the bytes of a golden npz file (uncompressed, deterministic)."""
+    arrays: dict[str, np.ndarray] = {}
+    for i, (feeds, outputs) in enumerate(cases):
+        if not feeds or not outputs:
+            raise ValueError(f"golden case {i} needs at least one input and one output")
+        for kind, group in (("in", feeds), ("out", outputs)):
+            for name, value in group.items():
+                arr = np.ascontiguousarray(np.asarray(value))
+                if arr.dtype.hasobject:
+                    raise ValueError(f"golden case {i} {kind} {name!r} has dtype object")
+                if arr.ndim == 0 or arr.shape[0] != 1:
+                    raise ValueError(f"golden case {i} {kind} {name!r} must be one row (batch 1), shape {arr.shape}")
+                key = f"{i}/{kind}/{name}"
+                if not _KEY.match(key):
+                    raise ValueError(f"golden array name {key!r} is not allowed")
+                arrays[key] = arr
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for key in sorted(arrays):
+            info = zipfile.ZipInfo(key + ".npy", date_time=_ZIP_EPOCH)
+            info.external_attr = 0o644 << 16
+            member = io.BytesIO()
+            np.lib.format.write_array(member, arrays[key], allow_pickle=False)
+            zf.writestr(info, member.getvalue())
+    return buf.getvalue()
+
+
+def read_golden(path: Path) -> list[GoldenCase]:
+    """Read a golden npz file; raises ValueError on a malformed file (never unpickles)."""
+    cases: dict[int, GoldenCase] = {}
+    with np.load(path, allow_pickle=False) as npz:
+        for key in npz.files:
+            m = _KEY.match(key)
+            if not m:
+                raise ValueError(f"unexpected array {key!r}")
+            i, kind, name = int(m.group(1)), m.group(2), m.group(3)
+            case = cases.setdefault(i, GoldenCase({}, {}))
+            (case.feeds if kind == "in" else case.outputs)[name] = npz[key]
+    if not cases:
+        raise ValueError("no cases")
+    if sorted(cases) != list(range(len(cases))):
+        raise ValueError(f"case numbers are not 0..{len(cases) - 1}")
+    for i, case in cases.items():
+        if not case.feeds or not case.outputs:
+            raise ValueError(f"case {i} lacks inputs or outputs")
+    return [cases[i] for i in range(len(cases))]
