@@ -1,0 +1,171 @@
+"""The Sanic application: routes, body reading, errors and headers. HTTP concerns only."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any, Awaitable, Callable
+
+from sanic import Request, Sanic
+from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, SanicException
+from sanic.response import HTTPResponse
+
+from edge_runtime import API_VERSION
+from edge_runtime.api.body import parse_json, read_body
+from edge_runtime.api.responses import error_response, json_response, surface_response
+from edge_runtime.api.schema import openapi_bytes
+from edge_runtime.config import ServeConfig
+from edge_runtime.errors import ApiError
+from edge_runtime.metrics import Metrics
+from edge_runtime.runtime import Runtime
+from edge_runtime.service import serve, serve_bundle
+from edge_runtime.timing import Timing
+
+_app_ids = itertools.count()
+
+
+def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
+    """Build the app for one process; models load in the background once the server listens."""
+    metrics = Metrics()
+    runtime = runtime or Runtime(config, metrics)
+    runtime.metrics = metrics
+    app = Sanic(f"edge_runtime_{next(_app_ids)}")
+    app.config.MOTD = False
+    app.config.ACCESS_LOG = False
+    # Sanic refuses larger streamed bodies itself; read_body refuses them earlier and in our shape.
+    app.config.REQUEST_MAX_SIZE = config.max_request_bytes + 1
+    app.ctx.runtime = runtime
+    app.ctx.metrics = metrics
+
+    @app.after_server_start
+    async def start_loading(app: Sanic) -> None:
+        loop = asyncio.get_running_loop()
+        app.ctx.loading = loop.run_in_executor(None, runtime.load_all)
+
+    async def read_request_json(request: Request) -> Any:
+        raw = await read_body(
+            _stream_chunks(request),
+            _content_length(request),
+            request.headers.get("content-encoding"),
+            config.max_request_bytes,
+        )
+        return parse_json(raw)
+
+    def surface_route(
+        endpoint: str, handler: Callable[[Any, Timing], Awaitable[dict[str, Any]]]
+    ) -> Callable[[Request], Awaitable[HTTPResponse]]:
+        async def route(request: Request) -> HTTPResponse:
+            timing = Timing()
+            started = time.perf_counter()
+            status = 500
+            try:
+                with timing.phase("parse"):
+                    body = await read_request_json(request)
+                answer = await handler(body, timing)
+                status = 200
+                return surface_response(answer, 200, timing)
+            except ApiError as exc:
+                status = exc.status
+                return error_response(exc, timing)
+            except asyncio.CancelledError:
+                status = 499  # the client went away; its queued rows were dropped
+                raise
+            finally:
+                metrics.observe_request(endpoint, status, time.perf_counter() - started)
+
+        route.__name__ = endpoint.strip("/").replace("/", "_")
+        return route
+
+    for surface in ("classify", "embeddings", "rerank"):
+        app.add_route(
+            surface_route(f"/v1/{surface}", lambda body, timing, s=surface: serve(runtime, s, body, timing)),
+            f"/v1/{surface}", methods=["POST"], stream=True,
+        )
+    app.add_route(
+        surface_route("/v1/bundle", lambda body, timing: serve_bundle(runtime, body, timing)),
+        "/v1/bundle", methods=["POST"], stream=True,
+    )
+
+    @app.get("/health")
+    async def health(request: Request) -> HTTPResponse:
+        status, body = runtime.health()
+        metrics.set_ready(status == 200)
+        return json_response(body, status, {"Retry-After": "5"} if status != 200 else None)
+
+    @app.get("/health/live")
+    async def live(request: Request) -> HTTPResponse:
+        reason = runtime.stalled()
+        if reason:
+            return json_response({"api_version": API_VERSION, "status": "stalled", "reason": reason}, 503)
+        return json_response({"api_version": API_VERSION, "status": "alive"})
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> HTTPResponse:
+        return json_response(list_models(runtime))
+
+    @app.get("/metrics")
+    async def metrics_route(request: Request) -> HTTPResponse:
+        return HTTPResponse(metrics.render(), content_type=metrics.content_type)
+
+    @app.get("/openapi.yaml")
+    async def openapi(request: Request) -> HTTPResponse:
+        return HTTPResponse(openapi_bytes(), content_type="application/yaml")
+
+    @app.exception(PayloadTooLarge)
+    async def too_large(request: Request, exc: Exception) -> HTTPResponse:
+        limit = config.max_request_bytes
+        return error_response(ApiError(413, "request_too_large", f"the body exceeds {limit} bytes", limit=limit))
+
+    @app.exception(NotFound, MethodNotAllowed)
+    async def no_route(request: Request, exc: SanicException) -> HTTPResponse:
+        status = getattr(exc, "status_code", 404)
+        return error_response(ApiError(status, "invalid_request", f"no route {request.method} {request.path}"))
+
+    @app.exception(Exception)
+    async def internal(request: Request, exc: Exception) -> HTTPResponse:
+        if isinstance(exc, SanicException) and getattr(exc, "status_code", 500) < 500:
+            return error_response(ApiError(exc.status_code, "invalid_request", str(exc)))
+        return error_response(ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}"))
+
+    return app
+
+
+def list_models(runtime: Runtime) -> dict[str, Any]:
+    """GET /v1/models: each model's card and state, the decision models in the SDK's shape, the limits."""
+    data = [m.info() for m in runtime.models.values()]
+    decision = [
+        {"name": m.name, "description": m.package.card.description, "release_date": m.package.card.release_date}
+        for m in runtime.models.values()
+        if m.package is not None and "decisions" in m.package.card.surfaces
+    ]
+    return {
+        "object": "list",
+        "api_version": API_VERSION,
+        "data": data,
+        "models": decision,
+        "limits": {
+            "max_bundle_tasks": runtime.config.max_bundle_tasks,
+            "max_request_bytes": runtime.config.max_request_bytes,
+            "max_inputs": runtime.config.max_inputs,
+        },
+    }
+
+
+async def _stream_chunks(request: Request) -> Any:
+    """The request body as it arrives (routes are declared with stream=True)."""
+    while True:
+        chunk = await request.stream.read()
+        if chunk is None:
+            return
+        yield chunk
+
+
+def _content_length(request: Request) -> int | None:
+    value = request.headers.get("content-length")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError(400, "invalid_request", "Content-Length is not a number") from None

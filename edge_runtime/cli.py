@@ -1,0 +1,87 @@
+"""`python -m edge_runtime serve | models | check`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from edge_runtime import config as cfg
+from edge_runtime.config import ConfigError, ServeConfig, load_models_file
+
+
+def _serve_config(args: argparse.Namespace) -> ServeConfig:
+    return ServeConfig(
+        models_file=args.models,
+        models=load_models_file(args.models),
+        host=args.host,
+        port=args.port,
+        max_request_bytes=args.max_request_bytes,
+        forward_timeout_seconds=args.forward_timeout_seconds,
+        systemone_schema=args.systemone_schema,
+        max_bundle_tasks=args.max_bundle_tasks,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m edge_runtime", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("serve", "serve the models of a models file over HTTP"),
+        ("models", "list what a models file would serve"),
+        ("check", "load and self-check every model, then exit 0 (all ready) or 1"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--models", type=Path, default=Path("models.yaml"), help="models file (models.yaml)")
+        p.add_argument("--host", default=cfg.DEFAULT_HOST)
+        p.add_argument("--port", type=int, default=cfg.DEFAULT_PORT)
+        p.add_argument("--max-request-bytes", type=int, default=cfg.DEFAULT_MAX_REQUEST_BYTES)
+        p.add_argument("--forward-timeout-seconds", type=float, default=cfg.DEFAULT_FORWARD_TIMEOUT_SECONDS)
+        p.add_argument("--systemone-schema", choices=cfg.SYSTEMONE_SCHEMAS, default="vllm-sr/5.0")
+        p.add_argument("--max-bundle-tasks", type=int, default=cfg.DEFAULT_MAX_BUNDLE_TASKS)
+    return parser
+
+
+def _models(config: ServeConfig) -> int:
+    from edge_runtime.packages import PackageError, read_package
+
+    for m in config.models:
+        try:
+            card = read_package(m.package).card
+            what = f"{card.family}/{card.kind} serves {','.join(card.surfaces)}"
+        except PackageError as exc:
+            what = f"unreadable package: {exc}"
+        print(f"{m.name}\t{m.package}\tvariant={m.variant}\tdevice={m.device}\t{what}")
+    return 0
+
+
+def _check(config: ServeConfig) -> int:
+    from edge_runtime.runtime import Runtime
+
+    runtime = Runtime(config)
+    runtime.load_all()
+    for m in runtime.models.values():
+        detail = m.reason or m.self_check.get("status", "")
+        print(f"{m.name}\t{m.status}\t{detail}")
+    return 0 if runtime.status() == "ready" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = _serve_config(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "models":
+        return _models(config)
+    if args.command == "check":
+        return _check(config)
+    from edge_runtime.api.app import create_app
+
+    app = create_app(config)
+    app.run(host=config.host, port=config.port, single_process=True, access_log=False, motd=False)
+    return 0

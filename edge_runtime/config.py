@@ -1,0 +1,127 @@
+"""Typed settings: the process flags (ServeConfig) and each served model (ModelConfig), defaults in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8100
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BUNDLE_TASKS = 64
+DEFAULT_MAX_INPUTS = 2048
+DEFAULT_MAX_QUEUE = 256
+DEFAULT_FORWARD_TIMEOUT_SECONDS = 60.0
+SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
+DEVICES = ("cpu", "cuda", "auto")
+BATCHING = ("exact", "padded")
+
+
+class ConfigError(ValueError):
+    """A models file or flag that cannot be served; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One entry of models.yaml."""
+
+    name: str
+    package: Path
+    variant: str = "fp32"
+    device: str = "auto"
+    threads: int | None = None
+    max_queue: int = DEFAULT_MAX_QUEUE
+    # exact: batch only what the load-time probe proved invariant; padded: opt-in approximate batching.
+    batching: str = "exact"
+    max_input_tokens: int | None = None
+    max_scan_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Process-wide settings from the command line."""
+
+    models_file: Path
+    models: tuple[ModelConfig, ...]
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    forward_timeout_seconds: float = DEFAULT_FORWARD_TIMEOUT_SECONDS
+    systemone_schema: str = "vllm-sr/5.0"
+    max_bundle_tasks: int = DEFAULT_MAX_BUNDLE_TASKS
+    max_inputs: int = DEFAULT_MAX_INPUTS
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_MODEL_KEYS = {
+    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits",
+}
+_LIMIT_KEYS = {"max_input_tokens", "max_scan_tokens"}
+
+
+def _positive_int(value: Any, where: str, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be a positive integer, not {value!r}")
+    return value
+
+
+def _model(entry: Any, index: int, base: Path) -> ModelConfig:
+    where = f"models[{index}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be a mapping")
+    unknown = sorted(set(entry) - _MODEL_KEYS)
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where}.name must be a non-empty string")
+    package = entry.get("package")
+    if not isinstance(package, str) or not package:
+        raise ConfigError(f"{where}.package must be a path")
+    device = entry.get("device", "auto")
+    if device not in DEVICES:
+        raise ConfigError(f"{where}.device must be one of {list(DEVICES)}, not {device!r}")
+    batching = entry.get("batching", "exact")
+    if batching not in BATCHING:
+        raise ConfigError(f"{where}.batching must be one of {list(BATCHING)}, not {batching!r}")
+    variant = entry.get("variant", "fp32")
+    if not isinstance(variant, str):
+        raise ConfigError(f"{where}.variant must be a string")
+    limits = entry.get("limits") or {}
+    if not isinstance(limits, dict) or set(limits) - _LIMIT_KEYS:
+        raise ConfigError(f"{where}.limits takes only {sorted(_LIMIT_KEYS)}")
+    path = Path(package)
+    return ModelConfig(
+        name=name,
+        package=path if path.is_absolute() else (base / path),
+        variant=variant,
+        device=device,
+        threads=_positive_int(entry.get("threads"), f"{where}.threads"),
+        max_queue=_positive_int(entry.get("max_queue", DEFAULT_MAX_QUEUE), f"{where}.max_queue", False) or 1,
+        batching=batching,
+        max_input_tokens=_positive_int(limits.get("max_input_tokens"), f"{where}.limits.max_input_tokens"),
+        max_scan_tokens=_positive_int(limits.get("max_scan_tokens"), f"{where}.limits.max_scan_tokens"),
+    )
+
+
+def load_models_file(path: Path) -> tuple[ModelConfig, ...]:
+    """Read and validate models.yaml; package paths are relative to the file's directory."""
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read models file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("models"), list) or not doc["models"]:
+        raise ConfigError(f"{path} must hold a non-empty list under 'models'")
+    models = tuple(_model(e, i, path.parent) for i, e in enumerate(doc["models"]))
+    names = [m.name for m in models]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{path}: model names must be unique, repeated: {duplicates}")
+    return models

@@ -1,0 +1,45 @@
+"""What every model family gives the runtime: plans of rows for the engine, and answers from outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from edge_runtime.engine.executor import Forward
+
+
+@dataclass
+class Plan:
+    """Rows for one request on one model, and how to turn their outputs into the response body.
+
+    ``finish`` receives one output per row, in row order, and returns the body without ``meta``.
+    A plan without rows (every item failed validation) is finished with an empty list.
+    """
+
+    rows: list[Any]
+    finish: Callable[[list[Any]], dict[str, Any]]
+    input_tokens: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelFamily(Protocol):
+    """A loaded model of some family: knows its surfaces, plans requests and reads outputs."""
+
+    surfaces: frozenset[str]
+    forward: Forward
+
+    def plan(self, surface: str, request: Any) -> Plan:
+        """Validate against the model and tokenize; raises ApiError for request-level failures."""
+        ...
+
+    def probe_row(self, length: int) -> Any:
+        """A synthetic row of ``length`` tokens for the load-time batch-invariance probe."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Surface-specific members of the model's /v1/models entry (labels, dimensions, ...)."""
+        ...
+
+    def row_length(self, row: Any) -> int:
+        ...
+

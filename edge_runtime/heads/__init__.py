@@ -1,0 +1,1 @@
+"""Pure numpy readouts: no onnxruntime, no sanic, no I/O."""

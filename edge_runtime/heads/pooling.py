@@ -1,0 +1,37 @@
+"""Sentence embeddings from token states: pooling, Matryoshka truncation, L2 normalisation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+POOLINGS = ("mean", "cls", "last")
+
+
+def pool(hidden: np.ndarray, mode: str) -> np.ndarray:
+    """Pool one row's token states [n, d] (real tokens only, specials included) into [d] float32.
+
+    Mean pooling sums in float64: the row is the whole of what is averaged, so no mask is needed.
+    """
+    if mode == "mean":
+        return hidden.astype(np.float64).mean(axis=0).astype(np.float32)
+    if mode == "cls":
+        return hidden[0].astype(np.float32)
+    if mode == "last":
+        return hidden[-1].astype(np.float32)
+    raise ValueError(f"unknown pooling {mode!r}")
+
+
+def normalize(vector: np.ndarray) -> np.ndarray:
+    """L2-normalise, leaving an all-zero vector as it is."""
+    norm = float(np.linalg.norm(vector.astype(np.float64)))
+    if norm == 0.0:
+        return vector
+    return (vector.astype(np.float64) / norm).astype(np.float32)
+
+
+def embed(hidden: np.ndarray, mode: str, normalized: bool, dimensions: int | None) -> np.ndarray:
+    """Pool, truncate to ``dimensions`` (Matryoshka), then normalise when the model does."""
+    vector = pool(hidden, mode)
+    if dimensions is not None:
+        vector = vector[:dimensions]
+    return normalize(vector) if normalized else vector

@@ -1,0 +1,76 @@
+"""Prometheus metrics (prometheus-client), one registry per process so tests can build several apps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "edge_runtime"
+# 1 ms to about 8 s, doubling.
+LATENCY_BUCKETS = tuple(0.001 * 2**i for i in range(14))
+ROW_BUCKETS = tuple(2**i for i in range(9))
+TOKEN_BUCKETS = tuple(64 * 2**i for i in range(13))
+
+
+class Metrics:
+    """Every series the server exports; the engine calls the observe_* hooks from its worker threads."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(f"{PREFIX}_requests", "Requests by endpoint and status.",
+                                ["endpoint", "status"], registry=r)
+        self.request_duration = Histogram(f"{PREFIX}_request_duration_seconds", "Handler time by endpoint.",
+                                          ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_duration = Histogram(f"{PREFIX}_queue_duration_seconds", "Wait before a job's forwards.",
+                                        ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.forward_duration = Histogram(f"{PREFIX}_forward_duration_seconds", "One batch forward.",
+                                          ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_rows = Histogram(f"{PREFIX}_batch_rows", "Rows in one forward.", ["model"],
+                                    buckets=ROW_BUCKETS, registry=r)
+        self.batch_tokens = Histogram(f"{PREFIX}_batch_tokens", "Unpadded tokens in one forward.", ["model"],
+                                      buckets=TOKEN_BUCKETS, registry=r)
+        self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Jobs waiting for the model.", ["model"], registry=r)
+        self.dropped_rows = Counter(f"{PREFIX}_dropped_rows", "Rows never run because their client left.",
+                                    ["model"], registry=r)
+        self.input_tokens = Counter(f"{PREFIX}_input_tokens", "Input tokens read.", ["model"], registry=r)
+        self.ready = Gauge(f"{PREFIX}_ready", "1 when every model is ready.", registry=r)
+        self.info = Gauge(f"{PREFIX}_model_info", "Served models (value 1).",
+                          ["model", "family", "kind", "variant", "dtype", "device", "numerics", "revision"],
+                          registry=r)
+
+    # engine hooks -------------------------------------------------------------------------------
+
+    def observe_queue(self, model: str, seconds: float) -> None:
+        self.queue_duration.labels(model).observe(seconds)
+
+    def observe_forward(self, model: str, seconds: float, rows: int, tokens: int) -> None:
+        self.forward_duration.labels(model).observe(seconds)
+        self.batch_rows.labels(model).observe(rows)
+        self.batch_tokens.labels(model).observe(tokens)
+
+    def set_queue_depth(self, model: str, depth: int) -> None:
+        self.queue_depth.labels(model).set(depth)
+
+    def on_dropped(self, model: str, rows: int) -> None:
+        self.dropped_rows.labels(model).inc(rows)
+
+    # runtime hooks ------------------------------------------------------------------------------
+
+    def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+        self.request_duration.labels(endpoint).observe(seconds)
+
+    def set_ready(self, ready: bool) -> None:
+        self.ready.set(1.0 if ready else 0.0)
+
+    def model_info(self, model: Any) -> None:
+        card = model.package.card
+        self.info.labels(model.name, card.family, card.kind, model.config.variant, model.dtype(),
+                         model.device(), model.numerics, card.revision).set(1.0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""Surface request validation into plain typed objects; no I/O, no model access."""

@@ -1,0 +1,167 @@
+"""Validation of the encoder surfaces: /v1/classify, /v1/embeddings and /v1/rerank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edge_runtime.errors import invalid_request
+from edge_runtime.requests.common import (
+    Options,
+    check_count,
+    model_name,
+    parse_options,
+    reject_unknown,
+    require_object,
+    text_list,
+)
+
+
+@dataclass(frozen=True)
+class TextItem:
+    """One classify input: a text, an optional pair, and whether it is a grounded answer.
+
+    A grounded item {context, question, answer} reads as the pair (context + question, answer), so
+    its spans fall on the answer and their offsets count from the answer's start.
+    """
+
+    text: str
+    pair: str | None = None
+    grounded: bool = False
+
+
+@dataclass(frozen=True)
+class ClassifyRequest:
+    model: str | None
+    items: tuple[TextItem, ...]
+    options: Options
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    model: str | None
+    inputs: tuple[str, ...]
+    encoding_format: str
+    dimensions: int | None
+    layer: int | None
+    options: Options
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    model: str | None
+    query: str
+    documents: tuple[str, ...]
+    top_n: int | None
+    return_documents: bool
+    options: Options
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise invalid_request(f"{where} must be a string")
+    return value
+
+
+def _classify_item(value: Any, where: str) -> TextItem:
+    if isinstance(value, str):
+        return TextItem(value)
+    obj = require_object(value, where)
+    if "context" in obj or "answer" in obj:
+        reject_unknown(obj, {"context", "question", "answer"}, where)
+        context = _string(obj.get("context"), f"{where}.context")
+        question = _string(obj.get("question", ""), f"{where}.question")
+        answer = _string(obj.get("answer"), f"{where}.answer")
+        return TextItem(f"{context}\n{question}" if question else context, answer, grounded=True)
+    reject_unknown(obj, {"text", "text_pair"}, where)
+    text = _string(obj.get("text"), f"{where}.text")
+    pair = obj.get("text_pair")
+    return TextItem(text, None if pair is None else _string(pair, f"{where}.text_pair"))
+
+
+def parse_classify(body: Any, max_inputs: int) -> ClassifyRequest:
+    """Validate a /v1/classify body."""
+    body = require_object(body)
+    reject_unknown(body, {"model", "input", "options"}, "classify requests")
+    raw = body.get("input")
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw:
+        raise invalid_request("input must be a string or a non-empty list")
+    check_count(len(raw), "input", max_inputs)
+    items = tuple(_classify_item(v, f"input[{i}]") for i, v in enumerate(raw))
+    return ClassifyRequest(model_name(body), items, parse_options(body.get("options")))
+
+
+def _optional_positive(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid_request(f"{key} must be a positive integer")
+    return value
+
+
+def parse_embeddings(body: Any, max_inputs: int) -> EmbeddingsRequest:
+    """Validate an OpenAI-compatible /v1/embeddings body (text inputs)."""
+    body = require_object(body)
+    reject_unknown(
+        body,
+        {"model", "input", "encoding_format", "dimensions", "layer", "user", "options"},
+        "embeddings requests",
+    )
+    raw = body.get("input")
+    if isinstance(raw, list) and raw and all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
+        raise invalid_request("input as token ids is not supported; send text", reason="input_malformed")
+    if isinstance(raw, list) and any(isinstance(v, (dict, list)) for v in raw):
+        raise invalid_request(
+            "this runtime's embedding models read text only; image and audio parts are not supported",
+            reason="modality_unsupported",
+        )
+    inputs, _ = text_list(raw, "input", max_inputs)
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise invalid_request("encoding_format must be float or base64")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise invalid_request("user must be a string")
+    layer = body.get("layer")
+    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
+        raise invalid_request("layer must be an integer")
+    return EmbeddingsRequest(
+        model_name(body),
+        tuple(inputs),
+        encoding,
+        _optional_positive(body, "dimensions"),
+        layer,
+        parse_options(body.get("options"), overflows=("reject", "truncate")),
+    )
+
+
+def parse_rerank(body: Any, max_inputs: int) -> RerankRequest:
+    """Validate a /v1/rerank body."""
+    body = require_object(body)
+    reject_unknown(
+        body,
+        {"model", "query", "documents", "top_n", "return_documents", "options"},
+        "rerank requests",
+    )
+    query = _string(body.get("query"), "query")
+    raw = body.get("documents")
+    if isinstance(raw, list):
+        raw = [
+            require_object(d, f"documents[{i}]").get("text") if isinstance(d, dict) else d
+            for i, d in enumerate(raw)
+        ]
+    documents, _ = text_list(raw, "documents", max_inputs, allow_single=False)
+    return_documents = body.get("return_documents", False)
+    if not isinstance(return_documents, bool):
+        raise invalid_request("return_documents must be a boolean")
+    return RerankRequest(
+        model_name(body),
+        query,
+        tuple(documents),
+        _optional_positive(body, "top_n"),
+        return_documents,
+        parse_options(body.get("options"), overflows=("reject", "truncate")),
+    )
