@@ -1,0 +1,75 @@
+"""Starts the real server as a subprocess on 127.0.0.1 and waits for it; tests speak HTTP to it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_models_file(path: Path, models: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump({"models": models}), encoding="utf-8")
+    return path
+
+
+class Server:
+    """`python -m edge_runtime serve` in a subprocess; stop() ends it (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, models_file: Path, *extra: str, log: Path | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log or models_file.with_suffix(f".{self.port}.log")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge_runtime", "serve", "--models", str(models_file),
+             "--host", "127.0.0.1", "--port", str(self.port), *extra],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        self.client = httpx.Client(base_url=self.url, timeout=60.0)
+
+    def wait(self, status: tuple[str, ...] = ("ready",), timeout: float = 120.0) -> dict[str, Any]:
+        """Wait until /health reports one of `status`; raises with the server log otherwise."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                last = self.client.get("/health").json()
+                if last.get("status") in status:
+                    return last
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server not {status} after {timeout}s (last {last}):\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
