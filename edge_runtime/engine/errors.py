@@ -1,0 +1,74 @@
+"""Errors the engine raises; the API layer maps each one to an HTTP status.
+
+This module imports neither onnxruntime nor sanic, so api/ can import it freely.
+
+Mapping the contract expects (reference/http-api-reference.txt):
+    Overloaded        -> 429 overloaded (Retry-After: retry_after)
+    RequestTooLarge   -> 413 request_too_large
+    DeadlineExceeded  -> deadline_exceeded (per item) or 504
+    ForwardError      -> 500 internal_error
+    ExecutorClosed    -> 503 not_ready
+    SessionError      -> the model fails to load (status failed, reason)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Substrings of the messages onnxruntime (CPU BFC arena, CUDA allocator, cuBLAS) and the C++
+# runtime use when an allocation fails. Matched on the message because api/ must not import
+# onnxruntime, and ORT raises generic RuntimeException/Fail types for these.
+_OOM_MARKERS: tuple[str, ...] = (
+    "failed to allocate memory",
+    "bad_alloc",
+    "out of memory",
+    "cublas_status_alloc_failed",
+)
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class Overloaded(EngineError):
+    """The model's queue is full, or a shared forward ran out of memory; the client should retry."""
+
+    def __init__(self, message: str = "the model is overloaded", retry_after: float = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RequestTooLarge(EngineError):
+    """A forward that held only this request's rows ran out of memory."""
+
+
+class DeadlineExceeded(EngineError):
+    """The job's deadline passed before all of its rows ran.
+
+    `outputs` holds, per row of the job, the output of the rows that did run and None for the
+    rest, so a family can answer the finished items and mark only the others deadline_exceeded.
+    """
+
+    def __init__(self, message: str = "deadline exceeded", outputs: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.outputs: list[Any] = outputs if outputs is not None else []
+
+
+class ForwardError(EngineError):
+    """The forward failed for a reason other than memory; the original exception is __cause__."""
+
+
+class ExecutorClosed(EngineError):
+    """The executor is shut down (or shutting down) and takes no more work."""
+
+
+class SessionError(EngineError):
+    """A graph could not be loaded as asked (missing file, unavailable execution provider)."""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True when `exc` is an allocation failure (MemoryError, or an ORT error saying so)."""
+    if isinstance(exc, MemoryError):
+        return True
+    message = str(exc).lower()
+    return any(marker in message for marker in _OOM_MARKERS)

@@ -1,0 +1,359 @@
+"""One executor per model: a bounded queue of jobs, a worker thread that batches their rows, deadlines.
+
+Threading model: the event loop only enqueues jobs and awaits futures; a dedicated worker thread
+plans batches and calls the forward, so a forward never blocks the loop. A lock guards the queue
+and is never held during a forward. Between forwards the worker re-plans from every waiting row,
+so a new short request waits at most for the forward in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .batching import BatchLimits, plan_batch
+from .errors import (
+    DeadlineExceeded,
+    EngineError,
+    ExecutorClosed,
+    ForwardError,
+    Overloaded,
+    RequestTooLarge,
+    is_out_of_memory,
+)
+from .forward import GROUPINGS, Grouping, row_length
+
+log = logging.getLogger(__name__)
+
+
+class ExecutorMetrics(Protocol):
+    """Hooks the metrics module implements; called from the event loop and the worker thread."""
+
+    def observe_queue(self, model: str, seconds: float) -> None: ...
+    def observe_forward(self, model: str, seconds: float, rows: int, tokens: int) -> None: ...
+    def set_queue_depth(self, model: str, n: int) -> None: ...
+    def on_dropped(self, model: str, n: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A finished job: one output per submitted row (same order) and where its time went.
+
+    queue_s is the time waiting for the model, before its first forward and between its forwards
+    (wall time of the job minus forward_s); forward_s sums the forwards that held its rows;
+    batches counts those forwards.
+    """
+
+    outputs: list[Any]
+    queue_s: float
+    forward_s: float
+    batches: int
+
+
+@dataclass(eq=False)
+class _Job:
+    rows: list[Any]
+    lengths: list[int]
+    deadline: float | None
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[JobResult]
+    submitted: float
+    pending: list[int]  # row indices not yet handed to a forward, in order
+    outputs: list[Any]
+    remaining: int  # rows without an output yet
+    forward_s: float = 0.0
+    batches: int = 0
+    first_forward: float | None = None
+    done: bool = False
+    in_flight: set[int] = field(default_factory=set)
+
+
+class ModelExecutor:
+    """Runs one model's forwards on its own worker thread, batching concurrent jobs as `grouping` allows.
+
+    max_queue bounds the jobs waiting (jobs with rows not yet started); one more raises Overloaded.
+    max_batch_tokens caps a forward's padded tokens (rows x longest), max_batch_rows its rows.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        forward: Any,
+        grouping: Grouping,
+        max_queue: int,
+        max_batch_tokens: int = 16384,
+        max_batch_rows: int = 64,
+        metrics: ExecutorMetrics | None = None,
+    ) -> None:
+        if grouping not in GROUPINGS:
+            raise ValueError(f"grouping must be one of {', '.join(GROUPINGS)}, not {grouping!r}")
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1, not {max_queue}")
+        self.name = name
+        self.forward = forward
+        self.grouping: Grouping = grouping
+        self.max_queue = max_queue
+        self.limits = BatchLimits(max_tokens=max_batch_tokens, max_rows=max_batch_rows)
+        self.metrics = metrics
+        self.dropped_rows = 0  # rows never run: client gone or deadline passed
+        self.forward_started_at: float | None = None  # time.monotonic() of the forward in flight
+        self.forwards = 0
+        self._waiting: list[_Job] = []  # FIFO; jobs with rows not yet started
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=f"engine-{name}", daemon=True)
+        self._thread.start()
+
+    # ---- event-loop side -------------------------------------------------------------------
+
+    async def submit(self, rows: Sequence[Any], deadline: float | None = None) -> JobResult:
+        """Run `rows` (batched with other jobs' rows as allowed) and return their outputs.
+
+        deadline is a time.monotonic() instant. Raises Overloaded when the queue is full,
+        DeadlineExceeded when the deadline passes first (rows not yet run never run),
+        RequestTooLarge/Overloaded when its forward ran out of memory (alone/shared),
+        ForwardError when the forward failed, ExecutorClosed after close(). If the awaiting task
+        is cancelled, the job's rows that have not started are dropped.
+        """
+        loop = asyncio.get_running_loop()
+        rows = list(rows)
+        if not rows:
+            return JobResult([], 0.0, 0.0, 0)
+        lengths = [row_length(self.forward, row) for row in rows]
+        now = time.monotonic()
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceeded("the deadline passed before the job was queued", [None] * len(rows))
+        job = _Job(
+            rows=rows,
+            lengths=lengths,
+            deadline=deadline,
+            loop=loop,
+            future=loop.create_future(),
+            submitted=now,
+            pending=list(range(len(rows))),
+            outputs=[None] * len(rows),
+            remaining=len(rows),
+        )
+        with self._cond:
+            if self._closed:
+                raise ExecutorClosed(f"model {self.name} is shut down")
+            if len(self._waiting) >= self.max_queue:
+                raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting", retry_after=1)
+            self._waiting.append(job)
+            depth = len(self._waiting)
+            self._cond.notify()
+        self._metric("set_queue_depth", depth)
+        try:
+            if deadline is None:
+                return await job.future
+            done, _ = await asyncio.wait({job.future}, timeout=max(0.0, deadline - time.monotonic()))
+            if done:
+                return job.future.result()
+            if self._abandon(job):
+                raise DeadlineExceeded("the deadline passed before the job's rows ran", list(job.outputs))
+            # The worker answered just as the deadline passed: the result is on its way.
+            return await job.future
+        except asyncio.CancelledError:
+            self._abandon(job)
+            raise
+
+    def _abandon(self, job: _Job) -> bool:
+        """Give up on a job (deadline or cancellation): drop its unstarted rows. False if it already finished."""
+        with self._cond:
+            if job.done:
+                return False
+            dropped = self._retire(job)
+            depth = len(self._waiting)
+        self._drop(dropped)
+        self._metric("set_queue_depth", depth)
+        return True
+
+    # ---- public state ----------------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        """Jobs waiting with rows not yet started."""
+        with self._cond:
+            return len(self._waiting)
+
+    def stalled(self, timeout_s: float) -> str | None:
+        """A reason when a forward has run longer than timeout_s or the worker is gone, else None."""
+        if not self._thread.is_alive() and not self._closed:
+            return f"model {self.name}: the worker thread is not running"
+        started = self.forward_started_at
+        if started is not None:
+            running = time.monotonic() - started
+            if running > timeout_s:
+                return f"model {self.name}: a forward has run for {running:.1f} s (limit {timeout_s:g} s)"
+        return None
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop taking work: waiting jobs fail with ExecutorClosed; the forward in flight finishes."""
+        with self._cond:
+            self._closed = True
+            waiting, self._waiting = self._waiting, []
+            for job in waiting:
+                self._finish(job, error=ExecutorClosed(f"model {self.name} is shut down"))
+            self._cond.notify_all()
+        self._metric("set_queue_depth", 0)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    # ---- worker side -----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                try:
+                    batch, expired = self._next_batch(time.monotonic())
+                except Exception as exc:  # a planning bug must not kill the worker: fail what waits
+                    log.exception("model %s: batch planning failed", self.name)
+                    for job in list(self._waiting):
+                        error = ForwardError(f"model {self.name}: batch planning failed: {exc}")
+                        self._retire(job, error)
+                    batch, expired = [], 0
+                depth = len(self._waiting)
+                if batch:
+                    self.forward_started_at = time.monotonic()
+            self._drop(expired)
+            self._metric("set_queue_depth", depth)
+            if batch:
+                self._run(batch)
+
+    def _next_batch(self, now: float) -> tuple[list[tuple[_Job, int]], int]:
+        """Fail expired jobs, then take the next batch's rows off the queue. Called with the lock held."""
+        expired = 0
+        for job in list(self._waiting):
+            if job.deadline is not None and job.deadline <= now:
+                expired += self._retire(job, DeadlineExceeded("the deadline passed before the job's rows ran", list(job.outputs)))
+        candidates = [(job, i) for job in self._waiting for i in job.pending]
+        if not candidates:
+            return [], expired
+        chosen = plan_batch([job.lengths[i] for job, i in candidates], self.grouping, self.limits)
+        batch = [candidates[k] for k in chosen]
+        taken: dict[int, set[int]] = {}
+        for job, i in batch:
+            taken.setdefault(id(job), set()).add(i)
+            job.in_flight.add(i)
+        for job in {id(job): job for job, _ in batch}.values():
+            job.pending = [i for i in job.pending if i not in taken[id(job)]]
+            if job.first_forward is None:
+                job.first_forward = now
+                self._metric("observe_queue", now - job.submitted)
+        self._waiting = [job for job in self._waiting if job.pending]
+        return batch, expired
+
+    def _run(self, batch: list[tuple[_Job, int]]) -> None:
+        rows = [job.rows[i] for job, i in batch]
+        tokens = sum(job.lengths[i] for job, i in batch)
+        started = self.forward_started_at or time.monotonic()
+        failure: Exception | None = None
+        outputs: list[Any] = []
+        try:
+            outputs = list(self.forward(rows))
+            if len(outputs) != len(rows):
+                raise ValueError(f"the forward returned {len(outputs)} results for {len(rows)} rows")
+        except Exception as exc:  # any failure fails this batch only; the worker keeps serving
+            failure = exc
+        elapsed = time.monotonic() - started
+        self.forwards += 1
+        self._metric("observe_forward", elapsed, len(rows), tokens)
+        with self._cond:
+            self.forward_started_at = None
+            jobs = {id(job): job for job, _ in batch}
+            for job in jobs.values():
+                job.forward_s += elapsed
+                job.batches += 1
+            if failure is not None:
+                self._fail_batch(failure, len(rows), list(jobs.values()))
+                return
+            for (job, i), output in zip(batch, outputs):
+                job.in_flight.discard(i)
+                if job.done:
+                    continue  # abandoned while its rows ran
+                job.outputs[i] = output
+                job.remaining -= 1
+            finished = time.monotonic()
+            for job in jobs.values():
+                if not job.done and job.remaining == 0:
+                    wall = finished - job.submitted
+                    result = JobResult(job.outputs, max(0.0, wall - job.forward_s), job.forward_s, job.batches)
+                    self._finish(job, result=result)
+
+    def _fail_batch(self, exc: Exception, rows: int, jobs: list[_Job]) -> None:
+        """Fail every job of a failed forward (lock held): out of memory maps to RequestTooLarge
+        when the forward held one job's rows and to Overloaded when it was shared."""
+        oom = is_out_of_memory(exc)
+        if oom:
+            log.warning("model %s: forward of %d rows (%d jobs) ran out of memory: %s", self.name, rows, len(jobs), exc)
+        else:
+            log.error("model %s: forward of %d rows failed", self.name, rows, exc_info=exc)
+        for job in jobs:
+            if job.done:
+                continue
+            error: EngineError
+            if oom and len(jobs) == 1:
+                error = RequestTooLarge(f"model {self.name}: the request's forward ran out of memory")
+            elif oom:
+                error = Overloaded(f"model {self.name}: a shared forward ran out of memory", retry_after=1)
+            else:
+                error = ForwardError(f"model {self.name}: the forward failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._retire(job, error)
+
+    # ---- helpers (lock held unless noted) ----------------------------------------------------
+
+    def _retire(self, job: _Job, error: EngineError | None = None) -> int:
+        """Take a job off the queue, failing it with `error` if given; returns its unstarted rows."""
+        dropped = len(job.pending)
+        job.pending = []
+        if job in self._waiting:
+            self._waiting.remove(job)
+        if error is not None:
+            self._finish(job, error=error)
+        else:
+            job.done = True
+        return dropped
+
+    def _finish(self, job: _Job, result: JobResult | None = None, error: BaseException | None = None) -> None:
+        job.done = True
+        try:
+            job.loop.call_soon_threadsafe(_settle, job.future, result, error)
+        except RuntimeError:
+            pass  # the job's event loop is closed: nobody is waiting
+
+    def _drop(self, n: int) -> None:
+        """Count rows that will never run (lock not held)."""
+        if n:
+            with self._cond:
+                self.dropped_rows += n
+            self._metric("on_dropped", n)
+
+    def _metric(self, hook: str, *args: Any) -> None:
+        if self.metrics is None:
+            return
+        try:
+            getattr(self.metrics, hook)(self.name, *args)
+        except Exception:  # a metrics bug must never fail a request or kill the worker
+            log.exception("model %s: metrics hook %s failed", self.name, hook)
+
+    def __repr__(self) -> str:
+        return f"ModelExecutor({self.name!r}, grouping={self.grouping!r}, max_queue={self.max_queue})"
+
+
+def _settle(future: asyncio.Future[JobResult], result: JobResult | None, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]

@@ -1,0 +1,35 @@
+"""The Forward protocol (what a family hands the engine) and the batch grouping kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+# How rows of concurrent jobs may share a forward without changing any row's answer:
+#   "padded"        any rows together, right-padded (sorted into length buckets for speed)
+#   "equal_length"  only rows of identical length together (no padding)
+#   "alone"         every row is its own forward
+Grouping = Literal["padded", "equal_length", "alone"]
+GROUPINGS: tuple[Grouping, ...] = ("padded", "equal_length", "alone")
+
+
+@runtime_checkable
+class Forward(Protocol):
+    """Runs one batch of rows through a model; supplied by the family."""
+
+    def __call__(self, rows: Sequence[Any]) -> list[Any]:
+        """Return one result per row, in the order of `rows`."""
+        ...
+
+    def length(self, row: Any) -> int:
+        """The row's token count, used for grouping, token budgets and metrics."""
+        ...
+
+
+def row_length(forward: Any, row: Any) -> int:
+    """Token count of `row`: forward.length(row) when the forward defines it, else len(row.ids) or len(row)."""
+    length = getattr(forward, "length", None)
+    if callable(length):
+        return int(length(row))
+    ids = getattr(row, "ids", None)
+    return len(ids) if ids is not None else len(row)

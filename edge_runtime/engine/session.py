@@ -1,0 +1,209 @@
+"""ONNX Runtime sessions with the settings that fix a model's numerics and its CPU share."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnxruntime as ort
+
+from .errors import SessionError
+
+Device = Literal["cpu", "cuda", "auto"]
+DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+# The optimisation level is part of the numerics: BASIC and DISABLE_ALL differ from ALL by up to
+# ~2e-6 (feasibility-notes A.1), so every session of every model uses this one level.
+GRAPH_OPTIMIZATION_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+GRAPH_OPTIMIZATION_LEVEL_NAME = "ORT_ENABLE_ALL"
+INTER_OP_THREADS = 1
+
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PROC_CGROUP = Path("/proc/self/cgroup")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output: name, ORT type string (e.g. 'tensor(int64)') and shape.
+
+    Shape entries are ints for fixed dimensions, strings for named symbolic ones, None for unnamed.
+    """
+
+    name: str
+    type: str
+    shape: tuple[int | str | None, ...]
+
+
+def cgroup_cpu_limit(cgroup_root: Path = _CGROUP_ROOT, proc_cgroup: Path = _PROC_CGROUP) -> float | None:
+    """The CPU quota (in CPUs) of this process's cgroup and its ancestors, or None when unlimited.
+
+    Reads cgroup v2 `cpu.max` ("quota period" or "max period") and cgroup v1
+    `cpu.cfs_quota_us`/`cpu.cfs_period_us`; the tightest limit on the path wins.
+    """
+    limits: list[float] = []
+    for directory in _cgroup_dirs(cgroup_root, proc_cgroup):
+        limit = _read_cpu_max(directory / "cpu.max")
+        if limit is None:
+            limit = _read_cfs(directory / "cpu.cfs_quota_us", directory / "cpu.cfs_period_us")
+        if limit is not None:
+            limits.append(limit)
+    return min(limits) if limits else None
+
+
+def _cgroup_dirs(cgroup_root: Path, proc_cgroup: Path) -> list[Path]:
+    """Candidate cgroup directories: the process's own, each ancestor, and the mount roots."""
+    relative: list[str] = []
+    try:
+        for line in proc_cgroup.read_text().splitlines():
+            # "0::/path" (v2) or "4:cpu,cpuacct:/path" (v1)
+            parts = line.split(":", 2)
+            if len(parts) == 3 and (parts[1] == "" or "cpu" in parts[1].split(",")):
+                relative.append(parts[2])
+    except OSError:
+        pass
+    mounts = [cgroup_root, cgroup_root / "cpu", cgroup_root / "cpu,cpuacct"]
+    found: list[Path] = []
+    for mount in mounts:
+        for rel in relative or ["/"]:
+            path = Path(rel.lstrip("/"))
+            while True:
+                candidate = mount / path
+                if candidate not in found and candidate.is_dir():
+                    found.append(candidate)
+                if path == path.parent:
+                    break
+                path = path.parent
+    return found
+
+
+def _read_cpu_max(path: Path) -> float | None:
+    try:
+        fields = path.read_text().split()
+    except OSError:
+        return None
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _read_cfs(quota_path: Path, period_path: Path) -> float | None:
+    try:
+        quota = int(quota_path.read_text().strip())
+        period = int(period_path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def default_threads() -> int:
+    """Intra-op threads for a model when none are configured: the CPUs this process may use.
+
+    That is the affinity mask (not the host's count), capped by a cgroup CPU quota rounded down,
+    because threads beyond the quota are throttled and spin (peer-servers.md section 4). At least 1.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpu_limit()
+    if quota is not None:
+        cpus = min(cpus, math.floor(quota))
+    return max(1, cpus)
+
+
+class GraphSession:
+    """One ONNX Runtime session and the settings it was built with. Safe to run from any thread."""
+
+    def __init__(self, session: ort.InferenceSession, path: Path, device: str, threads: int) -> None:
+        self.session = session
+        self.path = path
+        self.device = device
+        self.threads = threads
+        self.inputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_inputs()}
+        self.outputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_outputs()}
+        self.input_names: list[str] = list(self.inputs)
+        self.output_names: list[str] = list(self.outputs)
+        self.providers: list[str] = list(session.get_providers())
+
+    @property
+    def engine_args(self) -> dict[str, Any]:
+        """The settings that identify this session's numerics and CPU share (for /v1/models)."""
+        return {
+            "threads": self.threads,
+            "inter_op_threads": INTER_OP_THREADS,
+            "graph_optimization_level": GRAPH_OPTIMIZATION_LEVEL_NAME,
+            "providers": list(self.providers),
+        }
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Run the graph on `feeds`; return the requested outputs (all when None) by name."""
+        names = list(outputs) if outputs is not None else self.output_names
+        values = self.session.run(names, dict(feeds))
+        return dict(zip(names, values))
+
+    def __repr__(self) -> str:
+        return f"GraphSession({str(self.path)!r}, device={self.device!r}, threads={self.threads})"
+
+
+def _spec(arg: Any) -> TensorSpec:
+    shape = tuple(d if isinstance(d, int | str) else None for d in (arg.shape or ()))
+    return TensorSpec(arg.name, arg.type, shape)
+
+
+def create_session(path: Path | str, device: str = "cpu", threads: int | None = None) -> GraphSession:
+    """Load the graph at `path` on `device` ("cpu", "cuda" or "auto") with `threads` intra-op threads.
+
+    threads None means default_threads(). Execution is sequential with one inter-op thread and the
+    optimisation level pinned to ORT_ENABLE_ALL. "cuda" raises SessionError when the CUDA provider is
+    missing or does not load; "auto" uses CUDA when it loads and the CPU otherwise.
+    """
+    path = Path(path)
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, not {device!r}")
+    if threads is None:
+        threads = default_threads()
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, not {threads}")
+    if not path.is_file():
+        raise SessionError(f"graph file not found: {path}")
+
+    available = ort.get_available_providers()
+    want_cuda = device == "cuda" or (device == "auto" and CUDA_PROVIDER in available)
+    if device == "cuda" and CUDA_PROVIDER not in available:
+        raise SessionError(
+            f"device 'cuda' asked for {path.name}, but this onnxruntime build has no {CUDA_PROVIDER} "
+            f"(available: {', '.join(available)}); install onnxruntime-gpu or use device 'cpu'"
+        )
+    providers = [CUDA_PROVIDER, CPU_PROVIDER] if want_cuda else [CPU_PROVIDER]
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = INTER_OP_THREADS
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = GRAPH_OPTIMIZATION_LEVEL
+    try:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
+        raise SessionError(f"cannot load {path}: {exc}") from exc
+
+    active = session.get_providers()
+    on_cuda = CUDA_PROVIDER in active
+    if device == "cuda" and not on_cuda:
+        # ORT falls back to the CPU silently when the CUDA libraries fail to load.
+        raise SessionError(
+            f"{CUDA_PROVIDER} did not load for {path.name} (active: {', '.join(active)}); "
+            "check the CUDA and cuDNN libraries onnxruntime-gpu needs"
+        )
+    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads)
