@@ -26,7 +26,9 @@ from .errors import (
     RequestTooLarge,
     is_out_of_memory,
 )
-from .forward import GROUPINGS, Grouping, row_length
+from .forward import GROUPINGS, Forward, Grouping, row_length
+
+__all__ = ["ExecutorMetrics", "Forward", "JobResult", "ModelExecutor"]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ class ModelExecutor:
     def __init__(
         self,
         name: str,
-        forward: Any,
+        forward: Forward,
         grouping: Grouping,
         max_queue: int,
         max_batch_tokens: int = 16384,
