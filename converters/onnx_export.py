@@ -1,0 +1,99 @@
+"""ONNX export through Optimum, with earlier encoder layers as extra graph outputs when asked.
+
+The graph keeps Optimum's inputs (input_ids, attention_mask, token_type_ids when the model has
+them) and its dynamic batch and sequence axes; the opset is pinned to 18.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Sequence
+
+from optimum.exporters.onnx import onnx_export_from_model
+from optimum.exporters.onnx.model_patcher import ModelPatcher, override_arguments
+from optimum.exporters.tasks import TasksManager
+
+OPSET = 18
+
+#: converter kind -> Optimum task
+TASKS: dict[str, str] = {
+    "embedding": "feature-extraction",
+    "sequence-classification": "text-classification",
+    "multi-label": "text-classification",
+    "token-classification": "token-classification",
+    "rerank": "text-classification",
+}
+
+
+def hidden_state_output(layer: int) -> str:
+    """The graph output name of encoder layer ``layer`` (1-based)."""
+    return f"hidden_states.{layer}"
+
+
+class _HiddenStatesPatcher(ModelPatcher):
+    """Returns last_hidden_state plus the requested hidden_states[k] as separate named outputs."""
+
+    def __init__(self, config: Any, model: Any, model_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__(config, model, model_kwargs)
+        layers = tuple(config.EXTRA_LAYERS)
+
+        @functools.wraps(self.orig_forward)
+        def patched_forward(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            signature = inspect.signature(self.orig_forward)
+            args, kwargs = override_arguments(args, kwargs, signature, model_kwargs=self.model_kwargs)
+            index = list(signature.parameters).index("output_hidden_states")
+            if index < len(args):
+                args = list(args)
+                args[index] = True
+            else:
+                kwargs["output_hidden_states"] = True
+            out = self.orig_forward(*args, **kwargs)
+            # hidden_states[0] is the embedding output, hidden_states[k] the output of layer k
+            result = OrderedDict(last_hidden_state=out.last_hidden_state)
+            for k in layers:
+                result[hidden_state_output(k)] = out.hidden_states[k]
+            return result
+
+        self.patched_forward = patched_forward
+
+
+def _hidden_states_config(model: Any, task: str, layers: Sequence[int]) -> Any:
+    ctor = TasksManager.get_exporter_config_constructor(
+        exporter="onnx", model=model, task=task, library_name="transformers")
+    base = ctor(model.config, int_dtype="int64", float_dtype="fp32")
+    base_cls = type(base)
+
+    def outputs(self: Any) -> dict[str, dict[int, str]]:
+        common = OrderedDict(base_cls.outputs.fget(self))
+        for k in self.EXTRA_LAYERS:
+            common[hidden_state_output(k)] = {0: "batch_size", 1: "sequence_length"}
+        return common
+
+    sub = type(f"{base_cls.__name__}WithHiddenStates", (base_cls,),
+               {"outputs": property(outputs), "_MODEL_PATCHER": _HiddenStatesPatcher,
+                "EXTRA_LAYERS": tuple(layers)})
+    return sub(model.config, task=base.task, int_dtype="int64", float_dtype="fp32")
+
+
+def export_onnx(model: Any, kind: str, work: Path, layers: Sequence[int] = ()) -> Path:
+    """Export ``model`` (a loaded PreTrainedModel, eval mode) for ``kind`` into ``work``; returns model.onnx.
+
+    ``layers`` are 1-based encoder layers below the last one to expose as ``hidden_states.<k>``.
+    Optimum's own validation is skipped: the caller verifies the graph against PyTorch itself.
+    """
+    task = TASKS[kind]
+    custom = {"model": _hidden_states_config(model, task, layers)} if layers else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarnings and deprecations: noise, not information
+        onnx_export_from_model(
+            model, output=work, task=task, opset=OPSET, do_validation=False,
+            custom_onnx_configs=custom, preprocessors=[],
+        )
+    path = work / "model.onnx"
+    if not path.is_file():
+        raise RuntimeError(f"Optimum wrote no model.onnx into {work}")
+    return path

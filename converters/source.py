@@ -1,0 +1,127 @@
+"""Where a model comes from: a local Hugging Face directory or a hub id, and what it declares.
+
+Reads the sentence-transformers configuration (modules.json, 1_Pooling, sentence_bert_config.json)
+as data; nothing from the source directory is imported or executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from converters.errors import ConversionError
+from converters.progress import log
+from edge_runtime.packages.manifest import compute_digest, file_sha256
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*)?$")
+_STAMPED = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+            "modules.json", "sentence_bert_config.json", "1_Pooling/config.json")
+_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+_ST_TRANSFORMER = "sentence_transformers.models.Transformer"
+_ST_POOLING = "sentence_transformers.models.Pooling"
+_ST_NORMALIZE = "sentence_transformers.models.Normalize"
+
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def resolve_source(src: str) -> Path:
+    """A local model directory for ``src``: the directory itself, or a hub snapshot when online.
+
+    Raises ConversionError with a one-line message for a missing path or an unreachable hub id.
+    """
+    path = Path(src).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.exists():
+        raise ConversionError(f"{src}: not a directory (SRC must be a Hugging Face model directory or hub id)")
+    if not _HUB_ID.match(src) or src.startswith("."):
+        raise ConversionError(f"{src}: no such directory")
+    if _offline():
+        raise ConversionError(f"{src}: no such directory, and the hub is not reachable (HF_HUB_OFFLINE is set)")
+    try:
+        from huggingface_hub import snapshot_download  # only needed for hub ids
+        log(f"downloading {src} from the Hugging Face hub")
+        return Path(snapshot_download(repo_id=src))
+    except Exception as e:  # noqa: BLE001 - network, auth and missing-repo errors all end the same way
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConversionError(f"{src}: no such directory, and the hub download failed: {first}") from None
+
+
+@dataclass(frozen=True)
+class SentenceTransformerInfo:
+    """What a sentence-transformers directory declares about its embedding."""
+
+    transformer_dir: Path
+    pooling: str | None       # mean | cls | last
+    normalize: bool
+    max_seq_length: int | None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConversionError(f"{path}: unreadable JSON ({e})") from None
+    if not isinstance(obj, (dict, list)):
+        raise ConversionError(f"{path}: unexpected JSON")
+    return obj
+
+
+def _pooling_mode(cfg: dict, where: Path) -> str:
+    modes = {k: bool(v) for k, v in cfg.items() if k.startswith("pooling_mode_")}
+    chosen = [k for k, v in modes.items() if v]
+    table = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_lasttoken": "last"}
+    if len(chosen) != 1 or chosen[0] not in table:
+        raise ConversionError(f"{where}: pooling {chosen or 'none'} is not supported (one of mean, CLS or last)")
+    if cfg.get("include_prompt") is False:
+        raise ConversionError(f"{where}: include_prompt=false is not supported")
+    return table[chosen[0]]
+
+
+def read_sentence_transformer(src: Path) -> SentenceTransformerInfo | None:
+    """The sentence-transformers declaration of ``src`` (None when it has no modules.json)."""
+    modules_path = src / "modules.json"
+    if not modules_path.is_file():
+        return None
+    modules = _read_json(modules_path)
+    if not isinstance(modules, list):
+        raise ConversionError(f"{modules_path}: expected a list of modules")
+    transformer_dir, pooling, normalize = None, None, False
+    for m in sorted(modules, key=lambda m: m.get("idx", 0)):
+        kind, rel = m.get("type", ""), m.get("path", "")
+        if kind == _ST_TRANSFORMER:
+            transformer_dir = (src / rel).resolve()
+        elif kind == _ST_POOLING:
+            cfg_path = src / rel / "config.json"
+            pooling = _pooling_mode(_read_json(cfg_path), cfg_path)
+        elif kind == _ST_NORMALIZE:
+            normalize = True
+        else:
+            raise ConversionError(f"{modules_path}: module {kind!r} is not supported by this converter")
+    if transformer_dir is None:
+        raise ConversionError(f"{modules_path}: no {_ST_TRANSFORMER} module")
+    max_len = None
+    for cfg_path in (src / "sentence_bert_config.json", transformer_dir / "sentence_bert_config.json"):
+        if cfg_path.is_file():
+            max_len = _read_json(cfg_path).get("max_seq_length")
+            break
+    return SentenceTransformerInfo(transformer_dir, pooling, normalize, int(max_len) if max_len else None)
+
+
+def source_stamp(src: Path, model_dir: Path) -> str:
+    """A sha256 over the source's weights and configuration files, to tell whether a package is current."""
+    files: dict[str, str] = {}
+    for base in {src, model_dir}:
+        for rel in _STAMPED + _WEIGHTS:
+            p = base / rel
+            if p.is_file():
+                files[f"{base.relative_to(src) if base != src else '.'}/{rel}"] = file_sha256(p)
+    if not any(name.endswith(_WEIGHTS) for name in files):
+        raise ConversionError(f"{model_dir}: no model.safetensors or pytorch_model.bin")
+    return compute_digest(files)
