@@ -105,7 +105,10 @@ def encoder_graph(path: Path, *, mix: str | None = None, type_ids: bool = True) 
     if type_ids:
         inputs.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["batch", "sequence"]))
         inits.append(numpy_helper.from_array(w["temb"], "temb"))
-        nodes += [helper.make_node("Gather", ["temb", "token_type_ids"], ["t"]), helper.make_node("Add", ["e", "t"], ["x"])]
+        nodes += [
+            helper.make_node("Gather", ["temb", "token_type_ids"], ["t"]),
+            helper.make_node("Add", ["e", "t"], ["x"]),
+        ]
     else:
         nodes.append(helper.make_node("Identity", ["e"], ["x"]))
     nodes += [
@@ -116,7 +119,10 @@ def encoder_graph(path: Path, *, mix: str | None = None, type_ids: bool = True) 
         helper.make_node("Mul", ["h", "m"], ["z"]),
     ]
     if mix == "batch":
-        nodes += [helper.make_node("ReduceMean", ["z"], ["bm"], axes=[0], keepdims=1), helper.make_node("Add", ["z", "bm"], ["out"])]
+        nodes += [
+            helper.make_node("ReduceMean", ["z"], ["bm"], axes=[0], keepdims=1),
+            helper.make_node("Add", ["z", "bm"], ["out"]),
+        ]
     elif mix == "padding":
         # adds 0.01 x the padded width: the same for rows of equal length, shifted by any padding
         inits.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "one"))
@@ -300,7 +306,11 @@ def test_create_session_pins_settings(graphs: dict[str, Path]) -> None:
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
 
     row = make_row(4)
-    feeds = {"input_ids": row.ids[None], "attention_mask": np.ones((1, 4), np.int64), "token_type_ids": row.type_ids[None]}
+    feeds = {
+        "input_ids": row.ids[None],
+        "attention_mask": np.ones((1, 4), np.int64),
+        "token_type_ids": row.type_ids[None],
+    }
     out = session.run(feeds, ["pooler_output"])
     assert list(out) == ["pooler_output"] and out["pooler_output"].shape == (1, HIDDEN)
     assert set(session.run(feeds)) == {"last_hidden_state", "pooler_output"}
@@ -557,7 +567,8 @@ def test_cancelled_job_drops_rows_before_they_run() -> None:
 
 def test_concurrent_jobs_batch_and_match_rows_run_alone(graphs: dict[str, Path]) -> None:
     forward = EncoderForward(create_session(graphs["invariant"], "cpu", threads=1))
-    jobs = [[make_row(n, seed=j) for n in lengths] for j, lengths in enumerate([(3, 9), (9,), (17, 4, 40), (5,), (9, 9)])]
+    job_lengths = [(3, 9), (9,), (17, 4, 40), (5,), (9, 9)]
+    jobs = [[make_row(n, seed=j) for n in lengths] for j, lengths in enumerate(job_lengths)]
     alone = [[forward([row])[0] for row in job] for job in jobs]
 
     class Gated:
@@ -596,7 +607,9 @@ def test_concurrent_jobs_batch_and_match_rows_run_alone(graphs: dict[str, Path])
 
 def _oom(rows: Sequence[Row]) -> Exception | None:
     if any(int(r.ids[0]) == 0 for r in rows):  # rows marked to "need too much memory"
-        return RuntimeException("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate memory for requested buffer of size 1234")
+        return RuntimeException(
+            "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate memory for requested buffer of size 1234"
+        )
     return None
 
 
@@ -618,7 +631,10 @@ def test_out_of_memory_shared_is_overloaded_for_every_job() -> None:
         fake = FakeForward(fail=_oom)
         ex = ModelExecutor("m", fake, "padded", max_queue=4)
         blocker = await hold(ex, fake)
-        tasks = [asyncio.create_task(ex.submit([make_row(4, seed=5, first=0)])), asyncio.create_task(ex.submit([make_row(4, seed=6)]))]
+        tasks = [
+            asyncio.create_task(ex.submit([make_row(4, seed=5, first=0)])),
+            asyncio.create_task(ex.submit([make_row(4, seed=6)])),
+        ]
         await until(lambda: ex.queue_depth == 2)
         fake.gate.set()
         await blocker
@@ -634,7 +650,8 @@ def test_out_of_memory_shared_is_overloaded_for_every_job() -> None:
 
 def test_forward_error_fails_only_its_batch(graphs: dict[str, Path]) -> None:
     async def main() -> None:
-        ex = ModelExecutor("bad", EncoderForward(create_session(graphs["failing"], "cpu", threads=1)), "alone", max_queue=4)
+        failing = EncoderForward(create_session(graphs["failing"], "cpu", threads=1))
+        ex = ModelExecutor("bad", failing, "alone", max_queue=4)
         ok = await ex.submit([make_row(3)])
         assert ok.outputs[0]["logits"].shape == (3,)
         with pytest.raises(ForwardError) as info:

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .batching import BatchLimits, plan_batch
@@ -72,7 +72,6 @@ class _Job:
     batches: int = 0
     first_forward: float | None = None
     done: bool = False
-    in_flight: set[int] = field(default_factory=set)
 
 
 class ModelExecutor:
@@ -236,7 +235,8 @@ class ModelExecutor:
         expired = 0
         for job in list(self._waiting):
             if job.deadline is not None and job.deadline <= now:
-                expired += self._retire(job, DeadlineExceeded("the deadline passed before the job's rows ran", list(job.outputs)))
+                error = DeadlineExceeded("the deadline passed before the job's rows ran", list(job.outputs))
+                expired += self._retire(job, error)
         candidates = [(job, i) for job in self._waiting for i in job.pending]
         if not candidates:
             return [], expired
@@ -245,7 +245,6 @@ class ModelExecutor:
         taken: dict[int, set[int]] = {}
         for job, i in batch:
             taken.setdefault(id(job), set()).add(i)
-            job.in_flight.add(i)
         for job in {id(job): job for job, _ in batch}.values():
             job.pending = [i for i in job.pending if i not in taken[id(job)]]
             if job.first_forward is None:
@@ -279,7 +278,6 @@ class ModelExecutor:
                 self._fail_batch(failure, len(rows), list(jobs.values()))
                 return
             for (job, i), output in zip(batch, outputs):
-                job.in_flight.discard(i)
                 if job.done:
                     continue  # abandoned while its rows ran
                 job.outputs[i] = output

@@ -73,7 +73,9 @@ def _single(outputs: list[Any]) -> Any:
     return outputs[0]
 
 
-def _batch_matches(forward: Callable[[Sequence[Any]], list[Any]], rows: list[Any], alone: list[Any], order: list[int]) -> bool:
+def _batch_matches(
+    forward: Callable[[Sequence[Any]], list[Any]], rows: list[Any], alone: list[Any], order: list[int]
+) -> bool:
     try:
         batched = forward([rows[i] for i in order])
     except Exception as exc:  # a graph that cannot batch is simply not batch-invariant
