@@ -46,6 +46,8 @@ class ExportOptions:
     revision: str | None = None
     license: str | None = None
     source_name: str | None = None
+    #: more files for the package (license notices, ...), by package path
+    extra_files: dict[str, Path | bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -322,6 +324,7 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         for fname in _LICENSE_FILES:
             if (src_dir / fname).is_file():
                 files[f"LICENSES/{fname}"] = src_dir / fname
+        files.update(opts.extra_files)
 
         card = {
             "format": "edge-runtime-package/1",

@@ -92,15 +92,15 @@ def write_package(
         (tmp / MANIFEST_FILE).write_bytes(
             (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode("utf-8"))
         read_package(tmp)  # the server's reader is the judge of a well-formed package
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest["digest"]
 
 
-def _replace_dir(new: Path, target: Path) -> None:
-    """Move ``new`` to ``target``; an existing target is moved aside first and removed after."""
+def replace_dir(new: Path, target: Path) -> None:
+    """Move directory ``new`` to ``target``; an existing target is moved aside first and removed after."""
     if not target.exists() and not target.is_symlink():
         os.rename(new, target)
         return

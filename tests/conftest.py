@@ -1,0 +1,1 @@
+from tests.conftest_fixtures import *  # noqa
