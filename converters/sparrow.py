@@ -1,0 +1,386 @@
+"""Build the ``sparrow-nano`` package from the sparrow-decider wheel's bundled nano-general model.
+
+The ``.sparrow`` file is a zip of config.json, tokenizer.json (a WordPiece vocabulary) and
+model.npz (int8 weights, one fp32 scale per row). Nothing in it is executed: the zip is read as
+data, the graph is written with ``onnx.helper`` at opset 18, and the tokenizer is rebuilt as a
+Hugging Face ``tokenizers`` file. The graph keeps the int8 embedding table (Gather -> Cast -> Mul by
+the row's scale), and dequantises the small MLP once, as the package's own loader does.
+
+Graph (batch axis 1; one question per run):
+    state_ids int64[1,S], question_ids int64[1,Q], option_ids int64[1,K,L] (0-padded),
+    option_mask f32[1,K,L], kind int64[1] (0 noul, 1 choice, 2 score)
+    -> logits f32[1,K], probs f32[1,K] = softmax(logits / T[kind])
+
+Golden cases record the package's own numpy ``Decider`` (the reference), and the build checks the
+graph against it through ONNX Runtime before the package is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import zipfile
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from converters import CONVERTER_VERSION
+from converters.package_writer import write_package
+from converters.progress import log
+from edge_runtime.families.sparrow import INPUTS, KINDS, OUTPUTS, SparrowText, content
+from edge_runtime.packages.card import CARD_FORMAT
+from edge_runtime.requests.decisions import Question, parse_decisions_request
+
+PACKAGE_NAME = "sparrow-nano"
+SOURCE_MODEL = "sparrow-nano-general-v1.1"
+SOURCE_DIST = "sparrow-decider"
+OPSET = 18
+MAX_SEGMENT_TOKENS = 512
+#: ORT vs the package's numpy path (which uses an approximate erf, error 1.5e-7): probabilities,
+#: and logits, whose scale is a few units.
+TOLERANCE = {"probs": 2e-6, "logits": 1e-5}
+
+CARD_DESCRIPTION = (
+    "sparrow-nano-general v1.1 from sparrow-decider: a 2.2M-parameter bag-of-words decision model "
+    "(WordPiece static embeddings and a small MLP) for Choice, Noul and Score questions. Fast and "
+    "weak: it cannot see word order or negation; the embedded default and a parity reference."
+)
+
+# (state, question) pairs for golden.npz: the published examples plus unicode and structure.
+_GOLDEN: list[tuple[Any, dict[str, Any]]] = [
+    ("User: I was charged twice for order 1182, I want my money back",
+     {"type": "choice", "instructions": "Which tool fits this request?",
+      "criteria": {"flights": "search and book flights", "refunds": "refund a payment",
+                   "weather": "forecasts for a city", "calendar": "create or move meetings"}}),
+    ("Write a Python function that merges two sorted lists",
+     {"type": "noul", "instructions": "Is this about programming?"}),
+    ("Write a Python function that merges two sorted lists",
+     {"type": "score", "instructions": "How difficult is this task?",
+      "criteria": ["trivial", "easy", "moderate", "hard", "very hard"]}),
+    ({"user": "Où est ma commande ? Ça fait déjà 10 jours.", "order": {"id": 1182, "status": "shipped"}},
+     {"type": "choice", "instructions": None,
+      "criteria": {"shipping": "delivery and parcels", "billing": None, "other": "anything else"}}),
+    ("", {"type": "noul", "instructions": "Is the state empty?",
+          "criteria": {"true": "nothing was said"}}),
+]
+
+
+# The MIT licence of the weights sparrow-nano is fine-tuned from; the copyright line is the one
+# sparrow-decider's NOTICE gives for potion-base-8M / Model2Vec.
+_MIT_POTION = """MIT License
+
+Copyright (c) 2024 Thomas van Dongen
+
+Permission is hereby granted, free of charge, to any person obtaining a copy
+of this software and associated documentation files (the "Software"), to deal
+in the Software without restriction, including without limitation the rights
+to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+"""
+
+
+def _source_file() -> Path:
+    path = resources.files("sparrow_decider").joinpath("models", f"{SOURCE_MODEL}.sparrow")
+    return Path(str(path))
+
+
+def _read_source(path: Path) -> tuple[dict[str, Any], dict[str, int], dict[str, np.ndarray]]:
+    with zipfile.ZipFile(path) as zf:
+        cfg = json.loads(zf.read("config.json"))
+        vocab = json.loads(zf.read("tokenizer.json"))["vocab"]
+        with np.load(io.BytesIO(zf.read("model.npz")), allow_pickle=False) as z:
+            weights = {k: z[k] for k in z.files}
+    if cfg.get("arch") != "static" or cfg.get("kv"):
+        raise ValueError(f"{path.name}: only the kv-free static tier converts (arch={cfg.get('arch')}, kv={cfg.get('kv')})")
+    return cfg, vocab, weights
+
+
+def _dequant(weights: dict[str, np.ndarray], name: str) -> np.ndarray:
+    # Same float32 operations as sparrow_decider._dequant, so the weights are bit-identical.
+    f = weights[f"{name}.q8"].astype(np.float32)
+    f *= weights[f"{name}.scale"][:, None]
+    return f
+
+
+# ---- tokenizer ---------------------------------------------------------------------------
+
+
+def build_tokenizer(vocab: dict[str, int]) -> "Any":
+    """BERT-uncased WordPiece as the package's pure-Python one: no specials, no truncation."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+# ---- graph -------------------------------------------------------------------------------
+
+
+def _const(name: str, value: Any, dtype: Any = np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+
+
+def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """The static tier as an ONNX graph (see the module docstring for its signature)."""
+    temps = cfg["temperature_by_kind"]
+    t_by_kind = [0.0] * len(KINDS)
+    for kind, index in KINDS.items():
+        t_by_kind[index] = float(temps.get(kind, 1.0))
+    init = [
+        numpy_helper.from_array(np.ascontiguousarray(weights["emb.weight.q8"]), "emb_q8"),
+        _const("emb_scale", weights["emb.weight.scale"][:, None]),
+        _const("kind_emb", _dequant(weights, "kind.weight")),
+        _const("w0", _dequant(weights, "mlp.0.weight").T.copy()),
+        _const("b0", weights["mlp.0.bias"]),
+        _const("w1", _dequant(weights, "mlp.2.weight").T.copy()),
+        _const("b1", weights["mlp.2.bias"]),
+        _const("w2", _dequant(weights, "mlp.4.weight").T.copy()),
+        _const("b2", weights["mlp.4.bias"]),
+        _const("temperature", t_by_kind),
+        _const("eps", 1e-12),
+        _const("half", 0.5),
+        _const("one", 1.0),
+        _const("sqrt2", math.sqrt(2.0)),
+        _const("ax1", [1], np.int64),
+        _const("ax2", [2], np.int64),
+        _const("ax_last", [-1], np.int64),
+    ]
+    nodes: list[onnx.NodeProto] = []
+
+    def node(op: str, inputs: list[str], output: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+        return output
+
+    def lookup(ids: str, prefix: str) -> str:
+        # int8 rows dequantised on lookup: Gather -> Cast -> Mul by the gathered row scale.
+        q = node("Gather", ["emb_q8", ids], f"{prefix}_q8")
+        f = node("Cast", [q], f"{prefix}_f", to=TensorProto.FLOAT)
+        s = node("Gather", ["emb_scale", ids], f"{prefix}_scale")
+        return node("Mul", [f, s], f"{prefix}_emb")
+
+    def l2norm(x: str, prefix: str) -> str:
+        n = node("ReduceL2", [x, "ax_last"], f"{prefix}_norm", keepdims=1)
+        n = node("Max", [n, "eps"], f"{prefix}_norm_eps")
+        return node("Div", [x, n], f"{prefix}_unit")
+
+    def gelu(x: str, prefix: str) -> str:
+        # exact GELU: 0.5 * x * (1 + erf(x / sqrt 2))
+        e = node("Erf", [node("Div", [x, "sqrt2"], f"{prefix}_scaled")], f"{prefix}_erf")
+        return node("Mul", [node("Mul", [x, "half"], f"{prefix}_half"),
+                            node("Add", [e, "one"], f"{prefix}_erf1")], f"{prefix}_gelu")
+
+    s = node("ReduceMean", [lookup("state_ids", "state"), "ax1"], "state_mean", keepdims=0)       # [1,D]
+    q = node("ReduceMean", [lookup("question_ids", "question"), "ax1"], "question_mean", keepdims=0)
+    q = node("Add", [q, node("Gather", ["kind_emb", "kind"], "kind_vec")], "question_vec")      # [1,D]
+    mask = node("Unsqueeze", ["option_mask", "ax_last"], "option_mask_3")                          # [1,K,L,1]
+    o_sum = node("ReduceSum", [node("Mul", [lookup("option_ids", "option"), mask], "option_masked"), "ax2"],
+                 "option_sum", keepdims=0)                                                         # [1,K,D]
+    o_cnt = node("ReduceSum", ["option_mask", "ax_last"], "option_count", keepdims=1)             # [1,K,1]
+    o = node("Div", [o_sum, o_cnt], "option_mean")
+    s = node("Unsqueeze", [l2norm(s, "s"), "ax1"], "s3")                                          # [1,1,D]
+    q = node("Unsqueeze", [l2norm(q, "q"), "ax1"], "q3")
+    o = l2norm(o, "o")                                                                             # [1,K,D]
+    om = node("ReduceMean", [o, "ax1"], "om", keepdims=1)                                         # [1,1,D]
+    sq = node("Mul", [s, q], "sq")
+    feats = node("Concat", [
+        o,
+        node("Mul", [s, o], "f_so"),
+        node("Mul", [q, o], "f_qo"),
+        node("Mul", [sq, o], "f_sqo"),
+        node("Sub", [o, om], "f_o_om"),
+        node("Mul", [node("Sub", [s, om], "s_om"), o], "f_s_om_o"),
+    ], "features", axis=-1)                                                                         # [1,K,6D]
+    h = gelu(node("Add", [node("MatMul", [feats, "w0"], "mm0"), "b0"], "h0"), "g0")
+    h = gelu(node("Add", [node("MatMul", [h, "w1"], "mm1"), "b1"], "h1"), "g1")
+    z = node("Add", [node("MatMul", [h, "w2"], "mm2"), "b2"], "logit3")                           # [1,K,1]
+    node("Squeeze", [z, "ax_last"], "logits")                                                      # [1,K]
+    t = node("Gather", ["temperature", "kind"], "kind_temperature")                               # [1]
+    node("Softmax", [node("Div", ["logits", t], "scaled_logits")], "probs", axis=-1)
+
+    i64, f32 = TensorProto.INT64, TensorProto.FLOAT
+    inputs = [
+        helper.make_tensor_value_info("state_ids", i64, [1, "S"]),
+        helper.make_tensor_value_info("question_ids", i64, [1, "Q"]),
+        helper.make_tensor_value_info("option_ids", i64, [1, "K", "L"]),
+        helper.make_tensor_value_info("option_mask", f32, [1, "K", "L"]),
+        helper.make_tensor_value_info("kind", i64, [1]),
+    ]
+    outputs = [helper.make_tensor_value_info(name, f32, [1, "K"]) for name in OUTPUTS]
+    assert [i.name for i in inputs] == list(INPUTS)
+    graph = helper.make_graph(nodes, "sparrow_static", inputs, outputs, initializer=init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="edge-runtime converters.sparrow", producer_version=CONVERTER_VERSION)
+    model.ir_version = 8  # opset 18's IR; keeps the file readable by older runtimes
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+# ---- reference and goldens ---------------------------------------------------------------
+
+
+def _question(state: Any, raw: dict[str, Any]) -> Question:
+    """A golden question in the validated form the family plans from, through the server's parser."""
+    return parse_decisions_request({"state": state, "questions": {"golden": raw}}).single.valid[0]
+
+
+def _reference(decider: Any, state: Any, raw: dict[str, Any]) -> dict[str, np.ndarray]:
+    from sparrow_decider import _options  # the package's own option rendering
+
+    kind, opts = _options(raw)
+    logits = decider.static.logits(state, raw.get("instructions"), kind, opts)
+    probs = decider.static.probs(state, raw.get("instructions"), kind, opts)
+    return {"logits": np.asarray(logits, np.float32)[None], "probs": np.asarray(probs, np.float32)[None]}
+
+
+def _verify(model_bytes: bytes, cases: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> float:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for i, (feeds, want) in enumerate(cases):
+        got = dict(zip(OUTPUTS, sess.run(list(OUTPUTS), feeds)))
+        for name in OUTPUTS:
+            diff = float(np.max(np.abs(got[name].astype(np.float64) - want[name])))
+            if diff > TOLERANCE[name]:
+                raise ValueError(f"golden case {i}: {name} differs from the reference by {diff:.3g}")
+            worst = max(worst, diff)
+        if int(np.argmax(got["probs"])) != int(np.argmax(want["probs"])):
+            raise ValueError(f"golden case {i}: the graph's argmax differs from the reference")
+    return worst
+
+
+# ---- package -----------------------------------------------------------------------------
+
+
+def _licenses() -> dict[str, bytes]:
+    dist = metadata.distribution(SOURCE_DIST)
+    out = {}
+    for name in ("LICENSE", "NOTICE"):
+        f = next((p for p in dist.files or () if p.name == name and "licenses" in p.parts), None)
+        if f is None:
+            raise FileNotFoundError(f"{SOURCE_DIST} ships no {name}; its notices must travel with the weights")
+        out[f"LICENSES/sparrow-decider-{name}"] = Path(str(f.locate())).read_bytes()
+    out["LICENSES/potion-base-8M-MIT"] = _MIT_POTION.encode("utf-8")
+    out["LICENSES/README"] = (
+        f"Weights and vocabulary of {SOURCE_MODEL} from {SOURCE_DIST} {dist.version}.\n"
+        "Code: Apache-2.0 (sparrow-decider-LICENSE), with its NOTICE (sparrow-decider-NOTICE).\n"
+        "The sparrow-nano weights are fine-tuned from potion-base-8M (Model2Vec, MinishLab), whose\n"
+        "MIT licence applies to them (potion-base-8M-MIT): https://github.com/MinishLab/model2vec\n"
+    ).encode("utf-8")
+    return out
+
+
+def build_sparrow_package(out_dir: Path) -> Path:
+    """Write the ``sparrow-nano`` package into ``out_dir/sparrow-nano`` and return that path."""
+    src = _source_file()
+    source_bytes = src.read_bytes()
+    cfg, vocab, weights = _read_source(src)
+    version = metadata.version(SOURCE_DIST)
+    log(f"sparrow: converting {src.name} from {SOURCE_DIST} {version}")
+
+    model = build_graph(cfg, weights)
+    model_bytes = model.SerializeToString()
+    tokenizer = build_tokenizer(vocab)
+    config = {
+        "format": "sparrow-decision-config/1",
+        "source_model": cfg["name"],
+        "kinds": dict(KINDS),
+        "temperatures": {k: float(v) for k, v in cfg["temperature_by_kind"].items()},
+        "noul_defaults": _noul_defaults(),
+        "option_text": "{name} {description}",
+        "max_segment_tokens": int(cfg.get("max_len", MAX_SEGMENT_TOKENS)),
+        "empty_segment_id": 0,
+    }
+    text = SparrowText(tokenizer, config)
+
+    from sparrow_decider import Decider
+
+    decider = Decider.load(str(src))
+    cases = []
+    for state, raw in _GOLDEN:
+        q = _question(state, raw)
+        row = text.row(text.ids(content(state), text.max_tokens), q)
+        cases.append((row.feeds, _reference(decider, state, raw)))
+    worst = _verify(model_bytes, cases)
+
+    source_stamp = hashlib.sha256(source_bytes).hexdigest()
+    card = {
+        "format": CARD_FORMAT,
+        "name": PACKAGE_NAME,
+        "family": "sparrow",
+        "kind": "sparrow",
+        "surfaces": ["decisions"],
+        "description": CARD_DESCRIPTION,
+        "version": "1.1.0",
+        "release_date": _release_date(src),
+        "revision": f"{SOURCE_DIST}-{version}/{cfg['name']}@{source_stamp[:12]}",
+        "source": {
+            "name": f"{SOURCE_DIST}=={version}:{cfg['name']}",
+            "architecture": "static WordPiece embeddings (int8 table, potion-base-8M) + 768-128-128-1 GELU MLP",
+            "license": "Apache-2.0 (code); MIT (potion-base-8M weights)",
+        },
+        "modalities": ["text"],
+        "labels": [],
+        "head": {"output": "probs", "activation": "softmax", "temperature": "per question kind"},
+        "limits": {"max_input_tokens": MAX_SEGMENT_TOKENS},
+        "graph": {"inputs": list(INPUTS), "outputs": list(OUTPUTS), "opset": OPSET},
+        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "verification": {
+            "reference": f"{SOURCE_DIST} {version} Decider.probs (numpy)",
+            "max_abs_diff": worst,
+            "tolerance": max(TOLERANCE.values()),
+            "cases": len(cases),
+        },
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source_stamp},
+        "question_types": ["choice", "noul", "score"],
+        "usage": "per_question",
+    }
+    files: dict[str, Path | bytes] = {
+        "model.onnx": model_bytes,
+        "tokenizer.json": tokenizer.to_str().encode("utf-8"),
+        "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+        **_licenses(),
+    }
+    out = Path(out_dir) / PACKAGE_NAME
+    digest = write_package(out, card, files, {"fp32": cases})
+    log(f"sparrow: wrote {out} (digest {digest[:12]}, max |diff| vs reference {worst:.2g})")
+    return out
+
+
+def _noul_defaults() -> dict[str, str]:
+    from sparrow_decider import NOUL_DEFAULT
+
+    return {"false": NOUL_DEFAULT["false"], "true": NOUL_DEFAULT["true"]}
+
+
+def _release_date(src: Path) -> str:
+    """The model file's own build date (its zip members' timestamp)."""
+    with zipfile.ZipFile(src) as zf:
+        y, m, d = zf.getinfo("model.npz").date_time[:3]
+    return f"{y:04d}-{m:02d}-{d:02d}"

@@ -1,0 +1,389 @@
+"""Sparrow family: the sparrow-decider static tier (bag-of-words pooling + MLP) served on /v1/decisions.
+
+Each Choice, Noul or Score question is one row and one forward: the state, the question's
+instructions and each option (``"{name} {description}"``) are tokenized separately with the
+package's WordPiece, every segment cut at the model's 512 tokens as the model was trained, and the
+graph pools, scores and applies the per-kind temperature. Rows are never batched (their shapes
+differ), so numerics are exact. A Noul is a two-option choice, false then true, whose descriptions
+default to the package's ``noul_defaults``. Set, Span, Box and track questions, and images or
+videos, are refused: the card lists only choice, noul and score, and text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from edge_runtime.errors import ApiError, ItemError, invalid_request
+from edge_runtime.families.base import Plan
+from edge_runtime.heads.decisions import (
+    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, noul_from_pair, score_answer,
+)
+from edge_runtime.packages import Package
+from edge_runtime.requests.decisions import (
+    DecisionsRequest, DecisionState, InvalidQuestion, NoValidQuestion, Question,
+)
+
+SURFACE = "decisions"
+KINDS: dict[str, int] = {"noul": 0, "choice": 1, "score": 2}
+INPUTS: tuple[str, ...] = ("state_ids", "question_ids", "option_ids", "option_mask", "kind")
+OUTPUTS: tuple[str, ...] = ("logits", "probs")
+EMPTY_ID = 0  # an empty segment is read as this one id, as the model was trained
+
+# Cutting a long text only at these characters keeps the prefix's WordPiece tokens a prefix of the
+# whole text's: the normaliser maps them to a space and the pre-tokenizer splits there. Other
+# Unicode whitespace is not safe: control separators (\x1c, \x85, ...) are deleted, not split at.
+_SAFE_CUT = re.compile(r"[ \t\n\r]")
+_FIRST_CUT_CHARS_PER_TOKEN = 8
+
+
+_CAPITAL_SIGMA = "\u03a3"
+
+
+def _final_sigmas(text: str) -> str:
+    """Write each capital sigma that Python's str.lower() would make final (ς) as ς.
+
+    The package's own tokenizer lowercases with str.lower(), which applies Unicode's Final_Sigma
+    context rule; the tokenizers library lowercases characters alone (always σ). The context is
+    read on the text as the normaliser cleans it (control and unassigned characters removed).
+    """
+    kept = [ch for ch in text if ch in "\t\n\r"
+            or not (ord(ch) in (0, 0xFFFD) or unicodedata.category(ch).startswith("C"))]
+    lowered = "".join(kept).lower()
+    out, shift = [], 0
+    for i, ch in enumerate(kept):
+        out.append("\u03c2" if ch == _CAPITAL_SIGMA and lowered[i + shift] == "\u03c2" else ch)
+        if ch == "\u0130":  # the one character whose lowercase is two characters long
+            shift += 1
+    return "".join(out)
+
+
+def content(value: Any) -> str:
+    """A segment's text as the model reads it: strings stripped, structures as indented JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.strip()
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def legend_text(value: Any) -> str:
+    """A score level as the legend shows it: the request's string, or canonical JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class SparrowRow:
+    """One question's graph feeds (batch axis 1) and the tokens it reads."""
+
+    feeds: dict[str, np.ndarray]
+    tokens: int
+
+
+class SparrowText:
+    """Tokenizes and renders questions into graph feeds, exactly as the sparrow package reads them."""
+
+    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any]) -> None:
+        self.tokenizer = tokenizer
+        self.max_tokens = int(config["max_segment_tokens"])
+        self.noul_defaults: dict[str, str] = dict(config["noul_defaults"])
+        self.kinds: dict[str, int] = dict(config["kinds"])
+        if self.kinds != KINDS:
+            raise ValueError(f"decision_config kinds {self.kinds} differ from the graph's {KINDS}")
+        # Question texts and options repeat across requests (the Router asks the same questions).
+        self._short = lru_cache(maxsize=8192)(self._encode_short)
+
+    @classmethod
+    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> "SparrowText":
+        return cls(Tokenizer.from_file(str(tokenizer_path)), config)
+
+    def _encode(self, text: str) -> list[int]:
+        if _CAPITAL_SIGMA in text:
+            text = _final_sigmas(text)
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def _encode_short(self, text: str) -> tuple[int, ...]:
+        return tuple(self._encode(text)[: self.max_tokens])
+
+    def segment_ids(self, text: str) -> list[int]:
+        """The ids of an instructions or option text, at most the model's segment length."""
+        if len(text) <= 256:
+            return list(self._short(text))
+        return self.ids(text, self.max_tokens)
+
+    def ids(self, text: str, budget: int) -> list[int]:
+        """The first ``budget`` WordPiece ids of ``text`` (no specials).
+
+        A long text is tokenized only as far as needed: a prefix cut at a space, tab or newline has
+        the whole text's first tokens, so its cost follows the budget, not the text's length.
+        """
+        reach = budget * _FIRST_CUT_CHARS_PER_TOKEN
+        while reach < len(text):
+            m = _SAFE_CUT.search(text, reach)
+            if m is None:
+                break
+            ids = self._encode(text[: m.start()])
+            if len(ids) >= budget:
+                return ids[:budget]
+            reach *= 4
+        return self._encode(text)[:budget]
+
+    def options(self, question: Question) -> list[str]:
+        """Each option as the model reads it: ``"{name} {description}"``."""
+        if question.type == "noul":
+            return [f"{o.key} {content(o.description if o.description is not None else self.noul_defaults[o.key])}"
+                    for o in question.options]
+        return [f"{o.key} {content(o.description)}" for o in question.options]
+
+    def row(self, state_ids: Sequence[int], question: Question) -> SparrowRow:
+        """The feeds of one question about a state already tokenized."""
+        q_ids = self.segment_ids(content(question.instructions))
+        opt_ids = [self.segment_ids(text) for text in self.options(question)]
+        return self.feeds(state_ids, q_ids, opt_ids, KINDS[question.type])
+
+    @staticmethod
+    def feeds(state_ids: Sequence[int], question_ids: Sequence[int], option_ids: Sequence[Sequence[int]],
+              kind: int) -> SparrowRow:
+        """Graph feeds from token ids; an empty segment is one EMPTY_ID (weight 1), as in training."""
+        tokens = len(state_ids) + len(question_ids) + sum(len(o) for o in option_ids)
+        width = max(1, max(len(o) for o in option_ids))
+        ids = np.zeros((1, len(option_ids), width), dtype=np.int64)
+        mask = np.zeros((1, len(option_ids), width), dtype=np.float32)
+        for k, o in enumerate(option_ids):
+            n = max(1, len(o))
+            ids[0, k, : len(o)] = o
+            mask[0, k, :n] = 1.0
+        feeds = {
+            "state_ids": np.asarray([list(state_ids) or [EMPTY_ID]], dtype=np.int64),
+            "question_ids": np.asarray([list(question_ids) or [EMPTY_ID]], dtype=np.int64),
+            "option_ids": ids,
+            "option_mask": mask,
+            "kind": np.asarray([kind], dtype=np.int64),
+        }
+        return SparrowRow(feeds, tokens)
+
+
+class SparrowForward:
+    """The engine's Forward: every row alone, one graph run each; results are ``{output: [K]}``."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def __call__(self, rows: Sequence[SparrowRow]) -> list[dict[str, np.ndarray]]:
+        out = []
+        for row in rows:
+            result = self.session.run(row.feeds)
+            out.append({name: np.asarray(result[name])[0] for name in OUTPUTS})
+        return out
+
+    def length(self, row: SparrowRow) -> int:
+        return row.tokens
+
+
+@dataclass
+class _Slot:
+    """One question of one entry: either a row to run or an answer already decided."""
+
+    question: Question | InvalidQuestion
+    row: int | None = None
+    answer: dict[str, Any] | None = None
+
+
+@dataclass
+class _Entry:
+    name: str | None
+    slots: list[_Slot]
+    tokens: int = 0
+
+
+@dataclass
+class SparrowPlan:
+    """What a request became: rows for the engine, and per entry its questions in request order."""
+
+    request: DecisionsRequest
+    rows: list[SparrowRow]
+    entries: list[_Entry] = field(default_factory=list)
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(e.tokens for e in self.entries)
+
+
+def _failed_answer(qtype: str | None, error: str, reason: str, message: str) -> dict[str, Any]:
+    return {"type": qtype, "error": error, "reason": reason, "message": message}
+
+
+class SparrowFamily:
+    """A loaded sparrow package: plans decisions requests into rows and answers from their outputs."""
+
+    batchable = False  # every question has its own shapes; rows always run alone
+    surfaces = frozenset({SURFACE})
+
+    def __init__(self, package: Package, session: Any = None, name: str | None = None) -> None:
+        card = package.card
+        config = package.decision_config()
+        if config is None:
+            raise ValueError(f"package {card.name} has no decision_config.json")
+        self.name = name or card.name
+        self.max_input_tokens = int(card.limits["max_input_tokens"])
+        self.question_types = tuple(card.raw.get("question_types", ()))
+        self.text = SparrowText.from_files(package.file("tokenizer.json"), config)
+        self.modalities = frozenset(card.modalities)
+        self.forward = SparrowForward(session) if session is not None else None
+        self._vocab_size = self.text.tokenizer.get_vocab_size()
+
+    # -- engine hooks -----------------------------------------------------------------------
+
+    def row_length(self, row: SparrowRow) -> int:
+        return row.tokens
+
+    def probe_row(self, length: int) -> SparrowRow:
+        """A question about ``length`` random state tokens (seeded by the length)."""
+        rng = np.random.default_rng(length)
+        state = rng.integers(5, self._vocab_size, size=length).tolist()
+        return self.text.feeds(state, rng.integers(5, self._vocab_size, size=4).tolist(),
+                               [[7, 8], [9]], KINDS["choice"])
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
+        """The runtime's entry point: the rows and a finish step (see plan_request and finish)."""
+        if surface != SURFACE:
+            raise ValueError(surface)
+        planned = self.plan_request(request)
+        return Plan(planned.rows, lambda outputs: self.finish(planned, outputs), planned.input_tokens)
+
+    def plan_request(self, request: DecisionsRequest) -> SparrowPlan:
+        """Tokenize every answerable question into a row; decide the others' errors now.
+
+        Raises ApiError: a standard request with images or videos (text only), a batch all of whose
+        entries are refused, or a request none of whose questions this model can answer.
+        """
+        budget = self._budget(request)
+        plan = SparrowPlan(request, rows=[])
+        refusals: list[ApiError] = []
+        for name, entry in request.entries():
+            refusal = self._refusal(entry, request)
+            if refusal is not None:
+                if not request.is_batch:
+                    raise refusal
+                refusals.append(refusal)
+                plan.entries.append(_Entry(name, [
+                    _Slot(q, answer=_failed_answer(q.type, "invalid_input", "input_malformed", refusal.message))
+                    for q in entry.questions]))
+                continue
+            plan.entries.append(self._plan_entry(name, entry, budget, plan.rows))
+        if refusals and len(refusals) == len(plan.entries):
+            raise refusals[0]
+        if not plan.rows:
+            failed = [(e.name, s.question) for e in plan.entries for s in e.slots
+                      if isinstance(s.question, InvalidQuestion)]
+            raise NoValidQuestion(failed)
+        return plan
+
+    def _budget(self, request: DecisionsRequest) -> int:
+        max_tokens = request.options.max_tokens
+        if max_tokens is None:
+            return self.max_input_tokens
+        if max_tokens > self.max_input_tokens:
+            raise invalid_request(f"options.max_tokens {max_tokens} exceeds the model's max_input_tokens "
+                                  f"{self.max_input_tokens}")
+        return max_tokens
+
+    def _refusal(self, entry: DecisionState, request: DecisionsRequest) -> ApiError | None:
+        if (entry.images or request.assets) and "image" not in self.modalities:
+            return ApiError(400, "invalid_request", f"model {self.name!r} reads text only, not images",
+                            reason="image_unsupported")
+        if entry.videos and "video" not in self.modalities:
+            return ApiError(400, "invalid_request", f"model {self.name!r} reads text only, not videos",
+                            reason="video_unsupported")
+        return None
+
+    def _plan_entry(self, name: str | None, entry: DecisionState, budget: int, rows: list[SparrowRow]) -> _Entry:
+        planned = _Entry(name, [])
+        state_ids: list[int] | None = None  # tokenized once per entry, only if a question needs it
+        for q in entry.questions:
+            if isinstance(q, InvalidQuestion):
+                planned.slots.append(_Slot(q))
+                continue
+            refused = self._unsupported(q)
+            if refused is not None:
+                planned.slots.append(_Slot(refused))
+                continue
+            if state_ids is None:
+                state_ids = self.text.ids(content(entry.state), budget)
+            row = self.text.row(state_ids, q)
+            planned.slots.append(_Slot(q, row=len(rows)))
+            planned.tokens += row.tokens
+            rows.append(row)
+        return planned
+
+    def _unsupported(self, q: Question) -> InvalidQuestion | None:
+        if q.type in KINDS and q.type in self.question_types:
+            return None
+        if q.type in ("box", "track"):
+            return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported",
+                                   f"model {self.name!r} does not answer {q.type} questions")
+        answered = ", ".join(self.question_types)
+        return InvalidQuestion(q.id, q.type, "question_type_unsupported",
+                               f"model {self.name!r} answers {answered} questions, not {q.type}")
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def finish(self, plan: SparrowPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
+        """The response body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
+
+        ``outputs`` holds one ``{"probs": [K], ...}`` per row in row order, or one ItemError for the
+        whole job (a deadline), which every planned question then carries.
+        """
+        bodies = []
+        for entry in plan.entries:
+            answers = DecisionAnswers()
+            for slot in entry.slots:
+                q = slot.question
+                if isinstance(q, InvalidQuestion):
+                    answers.add(q.id, q.answer())
+                elif slot.answer is not None:
+                    answers.add(q.id, slot.answer)
+                elif isinstance(outputs, ItemError):
+                    answers.add(q.id, _failed_answer(q.type, outputs.code, outputs.code, outputs.message))
+                else:
+                    answers.add(q.id, self._answer(q, outputs[slot.row]["probs"]))
+            body = {"model": self.name, **answers.body(),
+                    "usage": {"input_tokens": entry.tokens, "output_tokens": 0}}
+            bodies.append(body)
+        usage = {"input_tokens": plan.input_tokens, "output_tokens": 0}
+        if not plan.request.is_batch:
+            return bodies[0]
+        return {"model": self.name, "states": {e.name: b for e, b in zip(plan.entries, bodies)}, "usage": usage}
+
+    @staticmethod
+    def _answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
+        try:
+            if q.type == "choice":
+                return choice_answer([o.key for o in q.options], probs)
+            if q.type == "noul":
+                return noul_from_pair(probs)
+            return score_answer([legend_text(o.description) for o in q.options], probs)
+        except InvalidModelOutput as e:
+            return _failed_answer(q.type, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+
+
+#: The name the runtime loads the family by.
+SparrowModel = SparrowFamily
+
+__all__ = ["SparrowFamily", "SparrowModel", "SparrowForward", "SparrowPlan", "SparrowRow", "SparrowText",
+           "content", "legend_text"]

@@ -1,0 +1,402 @@
+"""sparrow-nano: the converted package through ONNX Runtime and the family, against sparrow-decider's numpy Decider."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from sparrow_decider import Decider
+from sparrow_decider.wordpiece import WordPiece
+
+from converters.sparrow import build_sparrow_package
+from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.sparrow import KINDS, SparrowFamily, SparrowForward, SparrowText, content
+from edge_runtime.packages import read_package
+from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
+
+PARITY_TOLERANCE = 2e-6
+
+
+class _Session:
+    """GraphSession's run(feeds) -> {name: array} over a plain InferenceSession."""
+
+    def __init__(self, path: Path) -> None:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        self.inner = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.output_names = [o.name for o in self.inner.get_outputs()]
+        self.calls = 0
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        self.calls += 1
+        names = outputs or self.output_names
+        return dict(zip(names, self.inner.run(names, feeds)))
+
+
+@pytest.fixture(scope="session")
+def package(tmp_path_factory: pytest.TempPathFactory):
+    return read_package(build_sparrow_package(tmp_path_factory.mktemp("sparrow")))
+
+
+@pytest.fixture(scope="session")
+def session(package) -> _Session:
+    return _Session(package.graph("fp32"))
+
+
+@pytest.fixture(scope="session")
+def family(package, session) -> SparrowFamily:
+    return SparrowFamily(package, session)
+
+
+@pytest.fixture(scope="session")
+def decider() -> Decider:
+    return Decider.load()
+
+
+def answer(family: SparrowFamily, body: dict[str, Any]) -> dict[str, Any]:
+    """The family's response body for a request, forwards run through the family's own Forward."""
+    plan = family.plan_request(parse_decisions_request(body))
+    outputs = family.forward(plan.rows) if plan.rows else []
+    return family.finish(plan, outputs)
+
+
+# ---- the package -------------------------------------------------------------------------
+
+
+def test_package_card_config_and_licences(package) -> None:
+    card = package.card
+    assert (card.name, card.family, card.kind, card.surfaces) == ("sparrow-nano", "sparrow", "sparrow", ("decisions",))
+    assert card.limits == {"max_input_tokens": 512}
+    assert card.raw["question_types"] == ["choice", "noul", "score"]
+    assert card.raw["usage"] == "per_question"
+    assert card.raw["graph"] == {"inputs": ["state_ids", "question_ids", "option_ids", "option_mask", "kind"],
+                                 "outputs": ["logits", "probs"], "opset": 18}
+    assert 0 <= card.raw["verification"]["max_abs_diff"] <= card.raw["verification"]["tolerance"] == 1e-5
+    config = package.decision_config()
+    assert config["kinds"] == KINDS
+    assert config["temperatures"] == {"choice": 1.395, "noul": 0.939, "score": 0.555}
+    assert config["noul_defaults"] == {"false": "the statement does not hold for this state",
+                                       "true": "the statement holds for this state"}
+    notice = package.file("LICENSES/sparrow-decider-NOTICE").read_text()
+    assert "potion-base-8M" in notice and "MIT" in notice
+    assert "Apache License" in package.file("LICENSES/sparrow-decider-LICENSE").read_text()
+    assert "Thomas van Dongen" in package.file("LICENSES/potion-base-8M-MIT").read_text()
+
+
+def test_graph_keeps_the_int8_table_and_exact_gelu(package) -> None:
+    import onnx
+
+    model = onnx.load(str(package.graph("fp32")))
+    table = next(t for t in model.graph.initializer if t.name == "emb_q8")
+    assert table.data_type == onnx.TensorProto.INT8 and list(table.dims) == [16384, 128]
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Erf") == 2 and "Gelu" not in ops
+    assert model.opset_import[0].version == 18
+
+
+def test_golden_cases_self_check(package, session) -> None:
+    """What the server does at start: every case twice, bitwise equal, within 1e-3 of the recording."""
+    cases = package.golden("fp32")
+    assert len(cases) >= 3
+    for case in cases:
+        first, second = session.run(case.feeds), session.run(case.feeds)
+        for name, want in case.outputs.items():
+            assert np.array_equal(first[name], second[name])
+            assert first[name].shape == want.shape
+            assert np.max(np.abs(first[name] - want)) <= (PARITY_TOLERANCE if name == "probs" else 1e-5)
+
+
+# ---- tokenizer ---------------------------------------------------------------------------
+
+_WORDS = [
+    "refund", "charged", "twice", "order", "1182", "money", "back", "python", "function", "merges",
+    "sorted", "lists", "robot", "battery", "obstacle", "dock", "café", "naïve", "résumé", "Zürich",
+    "straße", "ÉCOLE", "東京", "北京大学", "日本語テキスト", "한국어", "Привет", "мир", "ΟΔΥΣΣΕΥΣ", "λόγος",
+    "emoji🙂", "🚀🚀", "don't", "e-mail", "x=34", "battery: 6%", "(parens)", "[brackets]", "a/b",
+    "e\u0301", "zero\u200bwidth", "tab\tsep", "new\nline", "\u00a0nbsp", "ﬁ", "Ⅻ", "½", "x\x00y",
+    "\ufffd", "line\u2028sep", "ctl\x1cx", "supercalifragilisticexpialidocious" * 4, "İstanbul", "ǅ",
+]
+
+
+def _text(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n_words))
+
+
+def test_tokenizer_matches_the_package_wordpiece(package, decider) -> None:
+    vocab = decider.static.tok.vocab
+    reference = WordPiece(vocab)
+    text = SparrowText.from_files(package.file("tokenizer.json"), package.decision_config())
+    rng = random.Random(7)
+    texts = list(_WORDS) + [_text(rng, rng.randint(1, 60)) for _ in range(400)]
+    texts += [_text(rng, 900), "é" * 300, "x" * 5000, "東京" * 700, ""]
+    for t in texts:
+        assert text.ids(t, 512) == reference.encode(t, 512), repr(t[:80])
+
+
+def test_long_text_prefix_cut_equals_whole_text(package) -> None:
+    """Tokenizing only a prefix of a long text gives the whole text's first tokens."""
+    text = SparrowText.from_files(package.file("tokenizer.json"), package.decision_config())
+    rng = random.Random(11)
+    for budget in (1, 7, 100, 512):
+        for _ in range(20):
+            t = _text(rng, rng.randint(1000, 3000))  # past budget * 8 characters: the cut path
+            whole = text.ids(t, len(t) + 1)  # a budget past the text's length reads it whole
+            assert len(whole) > budget and text.ids(t, budget) == whole[:budget]
+
+
+# ---- parity against the package's own numpy path ----------------------------------------
+
+
+def _description(rng: random.Random) -> Any:
+    r = rng.random()
+    if r < 0.1:
+        return None
+    if r < 0.2:
+        return {"hint": _text(rng, 3), "weight": rng.randint(1, 9)}
+    return _text(rng, rng.randint(1, 8))
+
+
+def _state(rng: random.Random, i: int) -> Any:
+    r = i % 10
+    if r == 0:
+        return _text(rng, rng.randint(600, 2500))  # longer than 512 tokens: cut at 512 by both
+    if r == 1:
+        return {"user": _text(rng, 12), "context": {"order": rng.randint(1, 9999), "items": [_text(rng, 2)]}}
+    if r == 2:
+        return [_text(rng, 5), {"k": _text(rng, 3)}, rng.randint(0, 99)]
+    if r == 3:
+        return "   " + _text(rng, 4) + "\n\t "  # stripped by both
+    return _text(rng, rng.randint(1, 80))
+
+
+def _question(rng: random.Random, i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(internal-form question, the same question as Decider.probs takes it)."""
+    kind = ("choice", "noul", "score")[i % 3]
+    instructions = _text(rng, rng.randint(2, 12)) if rng.random() > 0.1 or kind == "noul" else None
+    if rng.random() < 0.05 and instructions is not None:
+        instructions = {"question": instructions, "fields": ["a", "b"]}
+    if kind == "choice":
+        keys = rng.sample(["billing", "bug", "refunds", "flights", "weather", "calendar", "code", "math", "other",
+                           "naïve", "東京", "x y", "🙂", "opt-1", "opt_2", "A", "b", "sales", "legal", "ops"],
+                          rng.randint(2, 12))
+        criteria = {k: _description(rng) for k in keys}
+        ours: dict[str, Any] = {"type": kind, "criteria": criteria}
+        if rng.random() < 0.5:  # the Router's list form of the same question
+            ours = {"type": kind, "choices": [{"key": k, "description": v} if v is not None else {"key": k}
+                                              for k, v in criteria.items()]}
+        theirs = {"type": kind, "criteria": criteria}
+    elif kind == "noul":
+        criteria = {k: _text(rng, 5) for k in ("false", "true") if rng.random() < 0.3}
+        ours = {"type": kind}
+        theirs = {"type": kind}
+        if criteria:
+            ours["criteria"] = theirs["criteria"] = criteria
+    else:
+        levels = [_description(rng) or _text(rng, 2) for _ in range(rng.randint(2, 10))]
+        ours = {"type": kind, ("levels" if rng.random() < 0.5 else "criteria"): levels}
+        theirs = {"type": kind, "criteria": levels}
+    if instructions is not None:
+        ours["instructions"] = theirs["instructions"] = instructions
+    return ours, theirs
+
+
+def _probabilities(a: dict[str, Any], keys: list[str]) -> np.ndarray:
+    if a["type"] == "noul":
+        return np.array([1.0 - a["noul"], a["noul"]])
+    return np.array([a["probabilities"][k] for k in keys])
+
+
+def test_parity_with_the_numpy_decider(family, decider) -> None:
+    rng = random.Random(20261202)
+    worst, count = 0.0, 0
+    for i in range(120):  # 120 requests x 3 questions = 360 questions
+        state = _state(rng, i)
+        pairs = {f"q{j}": _question(rng, i + j) for j in range(3)}
+        body = answer(family, {"state": state, "questions": {k: ours for k, (ours, _) in pairs.items()}})
+        assert set(body) == {"model", "answers", "usage"}
+        for qid, (_, theirs) in pairs.items():
+            kind, names, _, p_ref = decider.probs(state, theirs)
+            got = body["answers"][qid]
+            assert got["type"] == kind
+            p = _probabilities(got, names)
+            worst = max(worst, float(np.max(np.abs(p - p_ref))))
+            if kind == "choice":
+                assert got["choice"] == names[int(np.argmax(p_ref))]
+            elif kind == "score":
+                assert int(np.argmax(p)) == int(np.argmax(p_ref))
+            else:
+                assert (got["noul"] > 0.5) == (p_ref[1] > 0.5)
+            count += 1
+    assert count >= 300
+    assert worst <= PARITY_TOLERANCE, worst
+
+
+def test_published_golden_values(family) -> None:
+    state = "Write a Python function that merges two sorted lists"
+    body = answer(family, {
+        "state": "User: I was charged twice for order 1182, I want my money back",
+        "questions": {"tool": {"type": "choice", "instructions": "Which tool fits this request?",
+                               "criteria": {"flights": "search and book flights", "refunds": "refund a payment",
+                                            "weather": "forecasts for a city",
+                                            "calendar": "create or move meetings"}}},
+    })
+    tool = body["answers"]["tool"]
+    assert tool["choice"] == "refunds"
+    assert round(tool["probabilities"]["refunds"], 4) == 0.9795
+    assert list(tool["probabilities"]) == ["flights", "refunds", "weather", "calendar"]
+    assert tool["confidence"] == pytest.approx((tool["probabilities"]["refunds"] - 0.25) / 0.75)
+
+    body = answer(family, {"state": state, "questions": {
+        "programming": {"type": "noul", "instructions": "Is this about programming?"},
+        "difficulty": {"type": "score", "instructions": "How difficult is this task?",
+                       "levels": ["trivial", "easy", "moderate", "hard", "very hard"]},
+    }})
+    assert round(body["answers"]["programming"]["noul"], 4) == 0.3944
+    assert "confidence" not in body["answers"]["programming"]
+    score = body["answers"]["difficulty"]
+    assert round(score["score"], 4) == 2.4015
+    assert [round(score["probabilities"][str(i)], 4) for i in range(5)] == [0.0003, 0.2322, 0.3027, 0.2953, 0.1695]
+    assert score["legend"] == {"0": "trivial", "1": "easy", "2": "moderate", "3": "hard", "4": "very hard"}
+
+
+# ---- the family's surface behaviour ------------------------------------------------------
+
+
+def test_one_forward_per_question_and_usage(family, session) -> None:
+    text = family.text
+    state = "Is the parcel late? It was due on Monday."
+    body_req = {"state": state, "questions": {
+        "late": {"type": "noul", "instructions": "Is the parcel late?"},
+        "topic": {"type": "choice", "choices": [{"key": "shipping", "description": "parcels"}, {"key": "other"}]},
+    }}
+    before = session.calls
+    body = answer(family, body_req)
+    assert session.calls - before == 2
+    n_state = len(text.ids(state, 512))
+    expected = (n_state + len(text.ids("Is the parcel late?", 512))
+                + len(text.ids("false the statement does not hold for this state", 512))
+                + len(text.ids("true the statement holds for this state", 512))
+                + n_state + 0 + len(text.ids("shipping parcels", 512)) + len(text.ids("other ", 512)))
+    assert body["usage"] == {"input_tokens": expected, "output_tokens": 0}
+    assert list(body["answers"]) == ["late", "topic"]
+
+
+def test_answers_do_not_depend_on_neighbours_or_ids(family) -> None:
+    q = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": "bugs"}}
+    alone = answer(family, {"state": "the app crashes", "questions": {"a": q}})["answers"]["a"]
+    together = answer(family, {"state": "the app crashes", "questions": {
+        "x": {"type": "noul", "instructions": "Is it a bug?"}, "other id": q}})["answers"]["other id"]
+    assert alone == together
+
+
+def test_unsupported_questions_fail_in_place(family) -> None:
+    body = answer(family, {"state": "my card was charged twice", "questions": {
+        "ok": {"type": "noul", "instructions": "Is this about money?"},
+        "problems": {"type": "set", "labels": [{"key": "billing"}]},
+        "where": {"type": "box", "instructions": "the card"},
+        "follow": {"type": "track", "instructions": "the card"},
+        "bad": {"type": "noul", "instructions": "x", "colour": "red"},
+    }})
+    a = body["answers"]
+    assert a["ok"]["type"] == "noul"
+    assert a["problems"] == {"type": "set", "error": "invalid_question", "reason": "question_type_unsupported",
+                             "message": a["problems"]["message"]}
+    assert a["where"]["reason"] == "box_unsupported" and a["follow"]["reason"] == "track_unsupported"
+    assert a["bad"]["reason"] == "question_malformed" and "['colour']" in a["bad"]["message"]
+
+
+def test_no_answerable_question_is_400(family) -> None:
+    req = parse_decisions_request({"state": "s", "questions": {
+        "p": {"type": "span", "labels": [{"key": "EMAIL"}]}, "b": {"type": "box", "instructions": "x"}}})
+    with pytest.raises(NoValidQuestion) as e:
+        family.plan_request(req)
+    assert e.value.status == 400 and e.value.reason == "question_type_unsupported"
+    assert e.value.body()["error"]["question"] == "p" and "box_unsupported" in e.value.message
+
+
+def test_images_are_refused(family) -> None:
+    q = {"q": {"type": "noul", "instructions": "Is it red?"}}
+    with pytest.raises(ApiError) as e:
+        family.plan_request(parse_decisions_request({"state": "s", "images": ["data:image/png;base64,AAAA"],
+                                                     "questions": q}))
+    assert (e.value.status, e.value.code, e.value.reason) == (400, "invalid_request", "image_unsupported")
+    body = answer(family, {"states": {
+        "a": {"state": "s", "images": ["data:image/png;base64,AAAA"], "questions": q},
+        "b": {"state": "the sky is red", "questions": q},
+    }})
+    assert body["states"]["a"]["answers"]["q"]["error"] == "invalid_input"
+    assert body["states"]["a"]["answers"]["q"]["reason"] == "input_malformed"
+    assert body["states"]["b"]["answers"]["q"]["type"] == "noul"
+    with pytest.raises(ApiError) as e:
+        family.plan_request(parse_decisions_request({"states": {
+            "a": {"state": "s", "videos": ["data:video/mp4;base64,AAAA"], "questions": q}}}))
+    assert e.value.reason == "video_unsupported"
+
+
+def test_batch_answers_each_entry_as_alone(family) -> None:
+    q = {"relevance": {"type": "noul", "instructions": "Does the candidate help answer the request?"}}
+    s1 = {"request": "How long is the refund window?", "candidate": "Refunds are accepted within 30 days."}
+    s2 = {"request": "How long is the refund window?", "candidate": "Our offices close on public holidays."}
+    body = answer(family, {"states": {"doc_1": {"state": s1, "questions": q}, "doc_2": {"state": s2, "questions": q}}})
+    assert set(body) == {"model", "states", "usage"}
+    alone = [answer(family, {"state": s, "questions": q}) for s in (s1, s2)]
+    assert body["states"]["doc_1"] == alone[0] and body["states"]["doc_2"] == alone[1]
+    assert body["usage"]["input_tokens"] == sum(a["usage"]["input_tokens"] for a in alone)
+
+
+def test_max_tokens_budget_cuts_the_state(family) -> None:
+    state = " ".join(["refund"] * 50)
+    req = parse_decisions_request({"state": state, "options": {"max_tokens": 10},
+                                   "questions": {"q": {"type": "noul", "instructions": "Refund?"}}})
+    plan = family.plan_request(req)
+    assert plan.rows[0].feeds["state_ids"].shape == (1, 10)
+    with pytest.raises(ApiError) as e:
+        family.plan_request(parse_decisions_request({"state": state, "options": {"max_tokens": 513},
+                                                     "questions": {"q": {"type": "noul", "instructions": "x"}}}))
+    assert e.value.status == 400
+
+
+def test_deadline_fails_every_planned_question(family) -> None:
+    req = parse_decisions_request({"state": "s", "questions": {
+        "a": {"type": "noul", "instructions": "x"}, "b": {"type": "set", "labels": [{"key": "l"}]}}})
+    plan = family.plan_request(req)
+    body = family.finish(plan, ItemError("deadline_exceeded", "options.deadline_ms passed"))
+    assert body["answers"]["a"]["error"] == "deadline_exceeded"
+    assert body["answers"]["b"]["reason"] == "question_type_unsupported"
+
+
+def test_non_finite_output_is_invalid_model_output(family) -> None:
+    req = parse_decisions_request({"state": "s", "questions": {"a": {"type": "choice", "criteria": {"x": None, "y": None}}}})
+    plan = family.plan_request(req)
+    body = family.finish(plan, [{"probs": np.array([np.nan, 0.5], np.float32)}])
+    assert body["answers"]["a"]["error"] == "invalid_model_output"
+
+
+def test_empty_segments_read_one_pad_id(family) -> None:
+    row = family.text.row([], parse_decisions_request(
+        {"state": "", "questions": {"a": {"type": "choice", "criteria": {"\u200b": None, "b": "x"}}}}).single.valid[0])
+    assert row.feeds["state_ids"].tolist() == [[0]] and row.feeds["question_ids"].tolist() == [[0]]
+    assert row.feeds["option_mask"][0, 0].tolist()[0] == 1.0
+
+
+def test_forward_adapter_and_probe_row(family, session) -> None:
+    fwd = SparrowForward(session)
+    row = family.probe_row(40)
+    (out,) = fwd([row])
+    assert out["probs"].shape == (2,) and fwd.length(row) == row.tokens == 40 + 4 + 3
+    assert family.batchable is False and family.row_length(row) == row.tokens
+
+
+def test_structured_state_reads_as_indented_json(family, decider) -> None:
+    state = {"user": "Où est ma commande ?", "order": {"id": 7}}
+    assert content(state) == json.dumps(state, indent=2, ensure_ascii=False)
+    q = {"type": "noul", "instructions": "Is the user asking about an order?"}
+    got = answer(family, {"state": state, "questions": {"q": q}})["answers"]["q"]["noul"]
+    assert abs(got - decider.probs(state, q)[3][1]) <= PARITY_TOLERANCE
