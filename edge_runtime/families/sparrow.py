@@ -5,8 +5,10 @@ instructions and each option (``"{name} {description}"``) are tokenized separate
 package's WordPiece, every segment cut at the model's 512 tokens as the model was trained, and the
 graph pools, scores and applies the per-kind temperature. Rows are never batched (their shapes
 differ), so numerics are exact. A Noul is a two-option choice, false then true, whose descriptions
-default to the package's ``noul_defaults``. Set, Span, Box and track questions, and images or
-videos, are refused: the card lists only choice, noul and score, and text.
+default to the package's ``noul_defaults`` (an absent or null description takes the default). An
+object or array state is read as its indented JSON, whatever its roles: the model has no parts.
+Set, Span, Box and track questions, and images or videos, are refused: the card lists only
+choice, noul and score, and text.
 """
 
 from __future__ import annotations
@@ -43,8 +45,6 @@ EMPTY_ID = 0  # an empty segment is read as this one id, as the model was traine
 # Unicode whitespace is not safe: control separators (\x1c, \x85, ...) are deleted, not split at.
 _SAFE_CUT = re.compile(r"[ \t\n\r]")
 _FIRST_CUT_CHARS_PER_TOKEN = 8
-
-
 _CAPITAL_SIGMA = "\u03a3"
 
 
