@@ -130,7 +130,7 @@ def _build_family(package: Package, session: Any, config: ModelConfig) -> Any:
     if family == "sparrow":
         from edge_runtime.families.sparrow import SparrowModel
 
-        return SparrowModel(package, session)
+        return SparrowModel(package, session, name=config.name)
     raise PackageError("card.json", f"family {family!r} is not served by this runtime")
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from edge_runtime.errors import ApiError, invalid_request
 from edge_runtime.requests.common import check_count, reject_unknown, require_object
+from edge_runtime.requests.decisions import parse_decisions_request
 from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
 from edge_runtime.runtime import Runtime
 from edge_runtime.timing import Timing
@@ -21,12 +22,8 @@ PARSERS: dict[str, Parser] = {
     "classify": parse_classify,
     "embeddings": parse_embeddings,
     "rerank": parse_rerank,
+    "decisions": parse_decisions_request,
 }
-
-
-def register_surface(surface: str, parser: Parser) -> None:
-    """Families that bring their own surface (decisions) register its request parser here."""
-    PARSERS[surface] = parser
 
 
 def _deadline(deadline_ms: float | None, started: float) -> float | None:
@@ -84,9 +81,8 @@ async def serve_bundle(runtime: Runtime, body: Any, timing: Timing) -> dict[str,
             raise invalid_request(f"tasks[{i}].id {task_id!r} is repeated")
         seen.add(task_id)
         surfaces = [k for k in task if k != "id"]
-        if len(surfaces) != 1 or surfaces[0] not in BUNDLE_SURFACES or surfaces[0] not in PARSERS:
-            offered = [s for s in BUNDLE_SURFACES if s in PARSERS]
-            raise invalid_request(f"tasks[{i}] must hold its id and exactly one of {offered}")
+        if len(surfaces) != 1 or surfaces[0] not in BUNDLE_SURFACES:
+            raise invalid_request(f"tasks[{i}] must hold its id and exactly one of {list(BUNDLE_SURFACES)}")
         parsed.append((task_id, surfaces[0], task[surfaces[0]]))
 
     timings = [Timing() for _ in parsed]

@@ -77,7 +77,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         route.__name__ = endpoint.strip("/").replace("/", "_")
         return route
 
-    for surface in ("classify", "embeddings", "rerank"):
+    for surface in ("decisions", "classify", "embeddings", "rerank"):
         app.add_route(
             surface_route(f"/v1/{surface}", lambda body, timing, s=surface: serve(runtime, s, body, timing)),
             f"/v1/{surface}", methods=["POST"], stream=True,

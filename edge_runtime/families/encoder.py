@@ -60,6 +60,7 @@ class EncoderModel:
             outputs = ["last_hidden_state"]
         self.forward = EncoderForward(session, outputs=outputs)
         self._vocab_size = self.text.tokenizer.get_vocab_size()
+        self._probe_rng = np.random.default_rng(0)
 
     # -- engine hooks -------------------------------------------------------------------------
 
@@ -67,8 +68,8 @@ class EncoderModel:
         return len(row.ids)
 
     def probe_row(self, length: int) -> Any:
-        """A row of random token ids (seeded by its length), for the batch-invariance probe."""
-        ids = np.random.default_rng(length).integers(1, self._vocab_size, size=length, dtype=np.int64)
+        """A fresh row of random token ids for the batch-invariance probe (equal rows would prove nothing)."""
+        ids = self._probe_rng.integers(1, self._vocab_size, size=length, dtype=np.int64)
         return ProbeRow(ids, np.zeros_like(ids))
 
     def describe(self) -> dict[str, Any]:
