@@ -259,6 +259,12 @@ def _pad_id(tok: Any, config: Any) -> int:
 def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResult:
     """Export ``src`` as a package at ``out``; ConversionError (one line) when it cannot or must not."""
     _check_options(opts)
+    from converters.package_writer import check_replaceable
+
+    try:
+        check_replaceable(Path(out))
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
     timings: dict[str, float] = {}
     src_dir = resolve_source(str(src))
     st = read_sentence_transformer(src_dir) if opts.kind == "embedding" else None

@@ -30,6 +30,16 @@ def golden_name(variant: str, file: str) -> str:
     return "golden.npz" if file == "model.onnx" else f"golden.{variant}.npz"
 
 
+def check_replaceable(out: Path) -> None:
+    """Refuse to write over anything but a package or an empty directory (``--out ~`` must not wipe a home)."""
+    out = Path(out)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ValueError(f"{out} exists and is not a directory; refusing to replace it")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_FILE).is_file():
+        raise ValueError(f"{out} is a non-empty directory without {MANIFEST_FILE}, not a package; "
+                         "refusing to replace it")
+
+
 def card_json_bytes(card: Mapping) -> bytes:
     """card.json as written: sorted keys, indented, UTF-8, trailing newline."""
     return (json.dumps(card, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
@@ -56,7 +66,8 @@ def write_package(
     head.npz, LICENSES/..., ...). ``goldens`` maps each variant of ``card["variants"]`` to its cases
     (one-row feeds and outputs); the writer fills each variant's ``golden`` field. The card is
     validated against the schema before anything is written, and the whole package is verified
-    with ``read_package`` before it replaces ``out``.
+    with ``read_package`` before it replaces ``out``. An existing ``out`` must be a package (it has
+    MANIFEST.json) or an empty directory.
     """
     out = Path(out)
     card = copy.deepcopy(dict(card))
@@ -73,6 +84,7 @@ def write_package(
             raise ValueError(f"variant {name!r} needs at least one golden case")
     validate_card(card)
     entries = {_check_rel(rel): src for rel, src in files.items()}
+    check_replaceable(out)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
