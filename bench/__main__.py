@@ -1,0 +1,71 @@
+"""`python -m bench all | embeddings | overhead | longinput [--threads 2] [--rounds 7] [--record]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import embeddings, longinput, overhead
+from bench.lab import Lab, Settings
+from bench.report import BENCHMARKS_DOC, ROOT, Table, conditions, record, render_run
+
+COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
+    "embeddings": embeddings.run,
+    "overhead": overhead.run,
+    "longinput": longinput.run,
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("comparison", choices=["all", *COMPARISONS])
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads for every contestant (2)")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (7)")
+    parser.add_argument("--packages", type=Path, default=ROOT / "models",
+                        help="where `python -m converters default --out DIR` wrote the packages (models/)")
+    parser.add_argument("--record", action="store_true", help=f"append the results to {BENCHMARKS_DOC.relative_to(ROOT)}")
+    parser.add_argument("--doc", type=Path, default=BENCHMARKS_DOC, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.threads < 1 or args.rounds < 1:
+        print("error: --threads and --rounds must be at least 1", file=sys.stderr)
+        return 2
+    settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages)
+    if not (settings.package / "card.json").is_file():
+        print(f"error: no package at {settings.package}; build it with "
+              f"`python -m converters default --out {args.packages}`", file=sys.stderr)
+        return 2
+    names = list(COMPARISONS) if args.comparison == "all" else [args.comparison]
+    conds = conditions(args.threads, args.rounds, {"packages": str(settings.packages.resolve())})
+    print("\n".join(f"{k}: {v}" for k, v in conds.items()), flush=True)
+    lab = Lab(settings)
+    tables: list[Table] = []
+    started = time.perf_counter()
+    try:
+        for name in names:
+            t0 = time.perf_counter()
+            for table in COMPARISONS[name](lab):
+                tables.append(table)
+                print("\n" + table.markdown(), flush=True)
+            print(f"\n[{name}: {time.perf_counter() - t0:.0f} s]", flush=True)
+    except Exception:
+        print(f"\nserver and worker logs: {lab.log_dir}", file=sys.stderr)
+        raise
+    finally:
+        lab.stop_all()
+    elapsed = time.perf_counter() - started
+    conds["wall time"] = f"{elapsed:.0f} s"
+    if args.record:
+        record(render_run(f"python -m bench {args.comparison}", conds, tables), args.doc)
+        print(f"\nrecorded in {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""An in-process contestant in its own process: `python -m bench.contestant KIND --threads N ...`.
+
+KIND is `sentence-transformers` (PyTorch) or `optimum` (ORTModelForFeatureExtraction on the package's
+model.onnx). It prints one JSON line when loaded, then answers one JSON line per command line on stdin:
+
+    {"op": "embed", "texts": [...]}            -> {"embeddings": [[float]]}   (L2-normalised, fp32)
+    {"op": "time", "texts": [...], "n": 20}    -> {"seconds": [float]}        (n timed calls, in-process)
+    {"op": "quit"}                             -> exits
+
+Timing happens here, around the library call, so the pipe costs nothing. This module imports torch:
+never import it into the harness's own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2, and the package's limit
+
+
+def _pin_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+
+
+def load_sentence_transformers(source: Path, threads: int) -> Callable[[list[str]], Any]:
+    """sentence-transformers on PyTorch, as its documentation uses it: encode(..., normalize)."""
+    _pin_threads(threads)
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(source), device="cpu")
+    model.max_seq_length = MAX_SEQ_LENGTH
+
+    def embed(texts: list[str]) -> Any:
+        return model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
+                            normalize_embeddings=True, show_progress_bar=False)
+
+    return embed
+
+
+def load_optimum(source: Path, onnx_file: Path, threads: int, workdir: Path) -> Callable[[list[str]], Any]:
+    """Optimum's ORTModelForFeatureExtraction on the package's graph, mean pooling and L2 in torch."""
+    _pin_threads(threads)
+    import onnxruntime as ort
+    import torch
+    from optimum.onnxruntime import ORTModelForFeatureExtraction
+    from transformers import AutoTokenizer
+
+    # Optimum wants config.json beside model.onnx; link the package's graph next to the source's config.
+    model_dir = workdir / "optimum-model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source / "config.json", model_dir / "config.json")
+    link = model_dir / "model.onnx"
+    if not link.exists():
+        link.symlink_to(onnx_file.resolve())
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    model = ORTModelForFeatureExtraction.from_pretrained(
+        model_dir, file_name="model.onnx", provider="CPUExecutionProvider", session_options=options,
+        local_files_only=True,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(source))
+
+    def embed(texts: list[str]) -> Any:
+        with torch.inference_mode():
+            enc = tokenizer(texts, padding=True, truncation=True, max_length=MAX_SEQ_LENGTH, return_tensors="pt")
+            hidden = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
+
+    return embed
+
+
+def serve(embed: Callable[[list[str]], Any], stdin: Any, stdout: Any) -> None:
+    """Answer commands until quit or end of input."""
+    for line in stdin:
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        if op == "quit":
+            return
+        if op == "embed":
+            reply: dict[str, Any] = {"embeddings": [[float(x) for x in row] for row in embed(cmd["texts"])]}
+        elif op == "time":
+            seconds = []
+            for _ in range(int(cmd["n"])):
+                started = time.perf_counter()
+                embed(cmd["texts"])
+                seconds.append(time.perf_counter() - started)
+            reply = {"seconds": seconds}
+        else:
+            reply = {"error": f"unknown op {op!r}"}
+        stdout.write(json.dumps(reply) + "\n")
+        stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.contestant")
+    parser.add_argument("kind", choices=["sentence-transformers", "optimum"])
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--source", type=Path, required=True, help="the Hugging Face model directory")
+    parser.add_argument("--onnx", type=Path, help="optimum: the graph to load (the package's model.onnx)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # The protocol gets a private copy of stdout; fd 1 itself now points at stderr, so whatever a library
+    # prints (Python or C) cannot corrupt the reply lines.
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-contestant-") as tmp:
+        if args.kind == "sentence-transformers":
+            embed = load_sentence_transformers(args.source, args.threads)
+        else:
+            if args.onnx is None:
+                parser.error("optimum needs --onnx")
+            embed = load_optimum(args.source, args.onnx, args.threads, Path(tmp))
+        protocol.write(json.dumps({"ready": True, "load_s": time.perf_counter() - started}) + "\n")
+        protocol.flush()
+        serve(embed, sys.stdin, protocol)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch and Optimum in-process.
+
+Every contestant has the same intra-op thread count. Rounds are interleaved in a rotating order so
+that drift on a shared machine spreads over every contestant alike.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.lab import Lab
+from bench.report import Table, fmt_ms, fmt_ratio
+from bench.runners import Contestant, HttpContestant, cosines
+from bench.stats import Summary, ratio, summarize
+from bench.texts import sentences
+
+BATCH = 32
+CALLS_BATCH1 = 30   # timed calls per round at batch 1
+CALLS_BATCH32 = 6   # timed calls per round at batch 32
+WARMUP_BATCH1 = 5
+WARMUP_BATCH32 = 2
+SETTLE_S = 0.3      # idle gap between contestants, so spinning pools of the previous one go quiet
+REFERENCE = "torch"
+
+
+@dataclass
+class Result:
+    key: str
+    contestant: Contestant
+    batch1: Summary
+    batch32: Summary
+
+
+def _contestants(lab: Lab) -> dict[str, Contestant]:
+    """Start everything in parallel (loading dominates), then wait for each."""
+    servers = {v: lab.start_server(v) for v in ("fp32", "int8")}
+    workers = {k: lab.start_worker(k) for k in ("sentence-transformers", "optimum")}
+    for server in servers.values():
+        server.wait_ready()
+    for worker in workers.values():
+        worker.wait_ready()
+    return {
+        "ours-fp32": HttpContestant("edge-runtime fp32 (HTTP, float JSON)", servers["fp32"]),
+        "ours-fp32-b64": HttpContestant("edge-runtime fp32 (HTTP, base64)", servers["fp32"], "base64"),
+        "ours-int8": HttpContestant("edge-runtime int8 (HTTP, float JSON)", servers["int8"]),
+        REFERENCE: workers["sentence-transformers"],
+        "optimum": workers["optimum"],
+    }
+
+
+def run(lab: Lab) -> list[Table]:
+    """Measure, then return the latency, throughput and agreement tables."""
+    rounds = lab.settings.rounds
+    contestants = _contestants(lab)
+    one = sentences(1, seed=7)
+    batch = sentences(BATCH, seed=11)
+    for c in contestants.values():
+        c.time(one, WARMUP_BATCH1)
+        c.time(batch, WARMUP_BATCH32)
+    keys = list(contestants)
+    b1: dict[str, list[list[float]]] = {k: [] for k in keys}
+    b32: dict[str, list[list[float]]] = {k: [] for k in keys}
+    for r in range(rounds):
+        order = keys[r % len(keys):] + keys[: r % len(keys)]
+        for key in order:
+            time.sleep(SETTLE_S)
+            b1[key].append(contestants[key].time(one, CALLS_BATCH1))
+            b32[key].append(contestants[key].time(batch, CALLS_BATCH32))
+    results = {k: Result(k, contestants[k], summarize(b1[k]), summarize(b32[k])) for k in keys}
+    vectors = {k: contestants[k].embed(batch) for k in keys}
+    return [latency_table(results, lab.settings.threads, rounds), throughput_table(results),
+            agreement_table(results, vectors)]
+
+
+def latency_table(results: dict[str, Result], threads: int, rounds: int) -> Table:
+    ref = results[REFERENCE].batch1.median
+    ours = results["ours-fp32"].batch1.median
+    rows = [[
+        r.contestant.label, fmt_ms(r.batch1.median), fmt_ms(r.batch1.p90),
+        f"{fmt_ms(r.batch1.round_low)}–{fmt_ms(r.batch1.round_high)}",
+        fmt_ratio(ratio(ref, r.batch1.median)), fmt_ratio(ratio(ours, r.batch1.median)),
+    ] for r in results.values()]
+    return Table(
+        f"Embeddings, batch 1: latency (all-MiniLM-L6-v2, {threads} threads, {rounds} rounds × {CALLS_BATCH1} calls)",
+        ["contestant", "median ms", "p90 ms", "round medians ms", "speed vs torch", "speed vs ours fp32"],
+        rows,
+        ["speed vs X = X's median / this median (above 1: faster than X).",
+         "One ~20-word text (about 25 tokens) per call; HTTP times include the request, JSON and decoding."],
+    )
+
+
+def throughput_table(results: dict[str, Result]) -> Table:
+    def tput(r: Result) -> float:
+        return BATCH / r.batch32.median
+
+    ref = tput(results[REFERENCE])
+    ours = tput(results["ours-fp32"])
+    rows = [[
+        r.contestant.label, fmt_ms(r.batch32.median, 1),
+        f"{fmt_ms(r.batch32.round_low, 1)}–{fmt_ms(r.batch32.round_high, 1)}",
+        f"{tput(r):.0f}", fmt_ratio(ratio(tput(r), ref)), fmt_ratio(ratio(tput(r), ours)),
+    ] for r in results.values()]
+    return Table(
+        f"Embeddings, batch {BATCH}: throughput",
+        ["contestant", "median ms / batch", "round medians ms", "texts/s", "vs torch", "vs ours fp32"],
+        rows,
+        [f"{BATCH} distinct ~20-word texts per call; texts/s = {BATCH} / median batch time."],
+    )
+
+
+def agreement_table(results: dict[str, Result], vectors: dict[str, np.ndarray]) -> Table:
+    rows = []
+    for key, r in results.items():
+        vs_torch = cosines(vectors[key], vectors[REFERENCE])
+        vs_ours = cosines(vectors[key], vectors["ours-fp32"])
+        rows.append([r.contestant.label, f"{vs_torch.min():.6f}", f"{vs_torch.mean():.6f}",
+                     f"{vs_ours.min():.6f}", f"{vs_ours.mean():.6f}"])
+    return Table(
+        f"Embeddings: agreement on the same {BATCH} texts (cosine)",
+        ["contestant", "min vs torch", "mean vs torch", "min vs ours fp32", "mean vs ours fp32"],
+        rows,
+        ["int8 is dynamic per-channel quantization of the same graph; its cosine to fp32 is the quality cost."],
+    )

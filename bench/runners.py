@@ -1,0 +1,148 @@
+"""The harness's handles on its contestants, all with one interface: time(texts, n) and embed(texts).
+
+HttpContestant times our server from this process (client wall time, JSON included); WorkerContestant
+drives a `python -m bench.contestant` subprocess that times its library in-process.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from bench.report import ROOT
+from bench.server import ServerProcess
+
+WORKER_READY_TIMEOUT_S = 300.0
+
+
+class Contestant(Protocol):
+    label: str
+
+    def time(self, texts: list[str], n: int) -> list[float]:
+        """n timed calls on the same texts, seconds each."""
+        ...
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """L2-normalised float32 embeddings, one row per text."""
+        ...
+
+
+def decode_embeddings(body: dict[str, Any], encoding_format: str) -> np.ndarray:
+    """The vectors of an OpenAI-shaped embeddings response; raises on an item error."""
+    rows = []
+    for item in sorted(body["data"], key=lambda d: d["index"]):
+        if item.get("embedding") is None:
+            raise RuntimeError(f"item {item.get('index')} failed: {item.get('error')}")
+        if encoding_format == "base64":
+            rows.append(np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4"))
+        else:
+            rows.append(np.asarray(item["embedding"], dtype=np.float32))
+    return np.stack(rows)
+
+
+class HttpContestant:
+    """Our server over HTTP; each timed call encodes the request, sends it and decodes the vectors."""
+
+    def __init__(self, label: str, server: ServerProcess, encoding_format: str = "float") -> None:
+        self.label = label
+        self.server = server
+        self.encoding_format = encoding_format
+
+    def _call(self, texts: list[str]) -> np.ndarray:
+        resp = self.server.embeddings(texts, self.encoding_format)
+        if resp.status != 200:
+            raise RuntimeError(f"{self.label}: HTTP {resp.status}: {resp.body[:500]!r}")
+        return decode_embeddings(resp.json(), self.encoding_format)
+
+    def time(self, texts: list[str], n: int) -> list[float]:
+        seconds = []
+        for _ in range(n):
+            started = time.perf_counter()
+            self._call(texts)
+            seconds.append(time.perf_counter() - started)
+        return seconds
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._call(texts)
+
+
+class WorkerContestant:
+    """A library in its own process (bench/contestant.py), spoken to in JSON lines over pipes."""
+
+    def __init__(self, label: str, kind: str, threads: int, source: Path, onnx: Path | None,
+                 log_path: Path) -> None:
+        self.label = label
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        args = [sys.executable, "-m", "bench.contestant", kind, "--threads", str(threads), "--source", str(source)]
+        if onnx is not None:
+            args += ["--onnx", str(onnx)]
+        # The OpenMP/MKL variables cap torch's pools before torch reads them; set_num_threads repeats it.
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                   OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._log, text=True, encoding="utf-8")
+        self.load_s: float | None = None
+
+    def wait_ready(self, timeout: float = WORKER_READY_TIMEOUT_S) -> None:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"{self.label}: not loaded after {timeout:.0f}s:\n{self.log_tail()}")
+        self.load_s = float(self._reply()["load_s"])
+
+    def _reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(10)
+            raise RuntimeError(f"{self.label}: worker exited with {self.proc.returncode}:\n{self.log_tail()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"{self.label}: {reply['error']}")
+        return reply
+
+    def _ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def time(self, texts: list[str], n: int) -> list[float]:
+        return [float(s) for s in self._ask({"op": "time", "texts": texts, "n": n})["seconds"]]
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._ask({"op": "embed", "texts": texts})["embeddings"], dtype=np.float32)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity of two equally shaped batches of vectors."""
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return (a64 * b64).sum(1) / (np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1))

@@ -1,0 +1,189 @@
+"""The benchmark harness's pure helpers (nothing here times anything or starts a server)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.report import Table, cpu_flags, cpu_model, fmt_ms, fmt_ratio, format_table, record, render_run
+from bench.runners import cosines, decode_embeddings
+from bench.server import parse_proc_status
+from bench.server_timing import parse_server_timing
+from bench.stats import median, percentile, ratio, summarize
+from bench.texts import long_text, sentences
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- stats --------------------------------------------------------------------------------------------
+
+def test_median_odd_even_and_empty() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    with pytest.raises(ValueError):
+        median([])
+
+
+def test_percentile_interpolates_linearly() -> None:
+    values = [10.0, 20.0, 30.0, 40.0, 50.0]
+    assert percentile(values, 0) == 10.0
+    assert percentile(values, 50) == 30.0
+    assert percentile(values, 100) == 50.0
+    assert percentile(values, 90) == pytest.approx(46.0)
+    assert percentile([7.0], 90) == 7.0
+    with pytest.raises(ValueError):
+        percentile(values, 101)
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_ratio_guards_zero_and_non_finite() -> None:
+    assert ratio(10.0, 4.0) == 2.5
+    assert ratio(1.0, 0.0) is None
+    assert ratio(float("nan"), 1.0) is None
+    assert ratio(1.0, float("inf")) is None
+
+
+def test_summarize_pools_samples_and_keeps_the_round_range() -> None:
+    s = summarize([[1.0, 2.0, 3.0], [10.0, 11.0, 12.0], [4.0, 5.0, 6.0]])
+    assert s.samples == 9
+    assert s.median == 5.0
+    assert (s.round_low, s.round_high) == (2.0, 11.0)
+    assert s.p90 == pytest.approx(percentile([1, 2, 3, 4, 5, 6, 10, 11, 12], 90))
+
+
+# -- Server-Timing ------------------------------------------------------------------------------------
+
+def test_parse_server_timing_reads_every_phase() -> None:
+    header = ("parse;dur=0.041, tokenize;dur=0.120, queue;dur=0.010, forward;dur=1.803, post;dur=0.070, "
+              "serialize;dur=0.015, total;dur=2.210")
+    timing = parse_server_timing(header)
+    assert list(timing) == ["parse", "tokenize", "queue", "forward", "post", "serialize", "total"]
+    assert timing["forward"] == 1.803
+    assert timing["total"] - timing["forward"] == pytest.approx(0.407)
+
+
+def test_parse_server_timing_tolerates_desc_quotes_and_missing_dur() -> None:
+    timing = parse_server_timing('cache;desc="hit", db;dur="53.2";desc=x ,  app ; DUR = 7 ,,')
+    assert timing == {"db": 53.2, "app": 7.0}
+    assert parse_server_timing("") == {}
+
+
+def test_parse_server_timing_rejects_a_bad_duration() -> None:
+    with pytest.raises(ValueError, match="forward"):
+        parse_server_timing("forward;dur=fast")
+
+
+# -- tables and conditions ----------------------------------------------------------------------------
+
+def test_format_table_pads_columns_and_escapes_pipes() -> None:
+    text = format_table(["name", "ms"], [["a|b", "1.00"], ["longer name", "12.50"]])
+    lines = text.splitlines()
+    assert lines[0] == "| name        | ms    |"
+    assert lines[1] == "|-------------|-------|"
+    assert lines[2] == "| a\\|b        | 1.00  |"
+    assert lines[3] == "| longer name | 12.50 |"
+    assert len({len(line) for line in lines}) == 1
+
+
+def test_format_table_refuses_ragged_rows() -> None:
+    with pytest.raises(ValueError):
+        format_table(["a", "b"], [["only one"]])
+    with pytest.raises(ValueError):
+        format_table([], [])
+
+
+def test_number_formats() -> None:
+    assert fmt_ms(0.0031234) == "3.12"
+    assert fmt_ms(0.0790, 1) == "79.0"
+    assert fmt_ms(None) == "–"
+    assert fmt_ratio(2.4149) == "2.41x"
+    assert fmt_ratio(None) == "–"
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16
+
+processor\t: 1
+model name\t: AMD EPYC 9R14 96-Core Processor
+"""
+
+
+def test_cpu_model_and_flags_from_cpuinfo() -> None:
+    assert cpu_model(CPUINFO) == "AMD EPYC 9R14 96-Core Processor"
+    assert cpu_model("processor : 0\nHardware : BCM2835\nModel : Raspberry Pi 4\n") == "BCM2835"
+    assert cpu_model("") is None
+    assert cpu_flags(CPUINFO) == ["avx2", "avx512f", "avx512_vnni", "avx512_bf16"]
+    assert cpu_flags("") == []
+
+
+def test_parse_proc_status_converts_kb_to_bytes() -> None:
+    text = "Name:\tpython\nVmPeak:\t  500 kB\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nRssAnon:\t 10 kB\nThreads:\t5\n"
+    assert parse_proc_status(text) == {"VmPeak": 512000, "VmHWM": 2097152, "VmRSS": 1048576, "RssAnon": 10240}
+
+
+def test_render_and_record_append_dated_runs(tmp_path: Path) -> None:
+    table = Table("Latency", ["contestant", "ms"], [["ours", "1.00"]], ["a note"])
+    conds = {"date": "2026-12-02 13:00 UTC", "machine": "nproc 2", "threads": "2"}
+    text = render_run("python -m bench all", conds, [table])
+    assert text.startswith("## 2026-12-02 13:00 UTC: `python -m bench all`\n")
+    assert "- machine: nproc 2" in text and "- date:" not in text
+    assert "### Latency" in text and "| ours       | 1.00 |" in text and "- a note" in text
+    doc = tmp_path / "benchmarks.md"
+    record(text, doc)
+    record(text.replace("13:00", "14:00"), doc)
+    content = doc.read_text(encoding="utf-8")
+    assert content.startswith("# Benchmarks\n")
+    assert content.count("# Benchmarks") == 1
+    assert content.index("13:00 UTC") < content.index("14:00 UTC")
+
+
+# -- inputs and decoding ------------------------------------------------------------------------------
+
+def test_sentences_are_deterministic_distinct_and_about_twenty_words() -> None:
+    a, b = sentences(32, seed=11), sentences(32, seed=11)
+    assert a == b and len(set(a)) == 32
+    assert sentences(32, seed=12) != a
+    assert all(15 <= len(s.split()) <= 25 for s in a)
+
+
+def test_long_text_has_the_exact_size_in_bytes() -> None:
+    text = long_text(5 * 1024 * 1024)
+    assert len(text.encode("utf-8")) == 5 * 1024 * 1024 == len(text)
+    with pytest.raises(ValueError):
+        long_text(0)
+
+
+def test_decode_embeddings_float_and_base64_agree_and_keep_order() -> None:
+    rows = np.array([[0.6, 0.8], [1.0, 0.0]], dtype=np.float32)
+    as_float = {"data": [{"index": 1, "embedding": rows[1].tolist()}, {"index": 0, "embedding": rows[0].tolist()}]}
+    as_b64 = {"data": [{"index": i, "embedding": base64.b64encode(r.astype("<f4").tobytes()).decode()}
+                       for i, r in enumerate(rows)]}
+    np.testing.assert_array_equal(decode_embeddings(as_float, "float"), rows)
+    np.testing.assert_array_equal(decode_embeddings(as_b64, "base64"), rows)
+    with pytest.raises(RuntimeError, match="max_length_exceeded"):
+        decode_embeddings({"data": [{"index": 0, "embedding": None,
+                                     "error": {"code": "max_length_exceeded"}}]}, "float")
+
+
+def test_cosines_row_wise() -> None:
+    a = np.array([[1.0, 0.0], [0.0, 2.0]], dtype=np.float32)
+    b = np.array([[2.0, 0.0], [1.0, 1.0]], dtype=np.float32)
+    np.testing.assert_allclose(cosines(a, b), [1.0, np.sqrt(0.5)])
+    with pytest.raises(ValueError):
+        cosines(a, b[:1])
+
+
+def test_the_harness_process_never_imports_torch() -> None:
+    # Pitfall P6: torch's OpenMP threads in the harness would steal the cores from every contestant.
+    code = ("import sys, bench.__main__, bench.embeddings, bench.overhead, bench.longinput; "
+            "sys.exit(1 if 'torch' in sys.modules or 'onnxruntime' in sys.modules else 0)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
