@@ -7,6 +7,7 @@ optionally quantize to int8 and measure agreement, record golden cases, write th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import tempfile
@@ -18,7 +19,9 @@ from typing import Any, Sequence
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.progress import Step, log
-from converters.source import SentenceTransformerInfo, read_sentence_transformer, resolve_source, source_stamp
+from converters.source import (
+    SentenceTransformerInfo, is_hub_id, read_sentence_transformer, resolve_source, source_stamp,
+)
 from edge_runtime.packages import KIND_SURFACES, read_package
 
 KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")
@@ -266,7 +269,10 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
     except ValueError as e:
         raise ConversionError(str(e)) from None
     timings: dict[str, float] = {}
+    hub_id = str(src) if is_hub_id(str(src)) else None
     src_dir = resolve_source(str(src))
+    if hub_id and not opts.source_name:
+        opts = dataclasses.replace(opts, source_name=hub_id)
     st = read_sentence_transformer(src_dir) if opts.kind == "embedding" else None
     model_dir = st.transformer_dir if st else src_dir
     if not (model_dir / "config.json").is_file():
@@ -292,7 +298,7 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         stamp = source_stamp(src_dir, model_dir)
     timings["load"] = s.seconds
     architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
-    name = _sanitize_name(opts.name or src_dir.name)
+    name = _sanitize_name(opts.name or (hub_id.split("/")[-1] if hub_id else src_dir.name))
 
     with tempfile.TemporaryDirectory(prefix="er-export-") as tmp:
         work = Path(tmp)

@@ -20,6 +20,9 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*
 _STAMPED = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
             "modules.json", "sentence_bert_config.json", "1_Pooling/config.json")
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+#: what an export reads from a hub repository (not its ONNX, TF or Flax copies)
+_HUB_PATTERNS = ["*.json", "*.txt", "*.safetensors", "pytorch_model.bin", "*.model", "README.md", "LICENSE*",
+                 "NOTICE*"]
 _ST_TRANSFORMER = "sentence_transformers.models.Transformer"
 _ST_POOLING = "sentence_transformers.models.Pooling"
 _ST_NORMALIZE = "sentence_transformers.models.Normalize"
@@ -28,6 +31,11 @@ _ST_NORMALIZE = "sentence_transformers.models.Normalize"
 def _offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
                for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def is_hub_id(src: str) -> bool:
+    """Whether ``src`` names a hub repository rather than a local directory."""
+    return not Path(src).expanduser().exists() and bool(_HUB_ID.match(src)) and not src.startswith(".")
 
 
 def resolve_source(src: str) -> Path:
@@ -47,7 +55,7 @@ def resolve_source(src: str) -> Path:
     try:
         from huggingface_hub import snapshot_download  # only needed for hub ids
         log(f"downloading {src} from the Hugging Face hub")
-        return Path(snapshot_download(repo_id=src))
+        return Path(snapshot_download(repo_id=src, allow_patterns=_HUB_PATTERNS))
     except Exception as e:  # noqa: BLE001 - network, auth and missing-repo errors all end the same way
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConversionError(f"{src}: no such directory, and the hub download failed: {first}") from None

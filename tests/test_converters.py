@@ -207,6 +207,32 @@ def test_kind_mismatch_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def _st_dir(d: Path, modules: list[dict[str, Any]], pooling: dict[str, Any] | None = None) -> Path:
+    d.mkdir()
+    (d / "modules.json").write_text(json.dumps(modules))
+    if pooling is not None:
+        (d / "1_Pooling").mkdir()
+        (d / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return d
+
+
+def test_sentence_transformers_declarations(tmp_path: Path) -> None:
+    from converters.source import read_sentence_transformer
+
+    tr = {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"}
+    po = {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    no = {"idx": 2, "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+    dense = {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    cls = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+    info = read_sentence_transformer(_st_dir(tmp_path / "a", [tr, po, no], cls))
+    assert info is not None and (info.pooling, info.normalize, info.max_seq_length) == ("cls", True, None)
+    assert read_sentence_transformer(tmp_path) is None  # no modules.json: not a sentence-transformers dir
+    with pytest.raises(ConversionError, match="Dense"):
+        read_sentence_transformer(_st_dir(tmp_path / "b", [tr, po, dense], cls))
+    with pytest.raises(ConversionError, match="pooling_mode_max_tokens"):
+        read_sentence_transformer(_st_dir(tmp_path / "c", [tr, po], {"pooling_mode_max_tokens": True}))
+
+
 def test_export_refuses_to_overwrite_non_package(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("x")
