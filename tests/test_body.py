@@ -356,7 +356,8 @@ def test_multipart_request_and_images() -> None:
         (f"--{BOUNDARY}\r\nContent-Type: text/plain\r\n\r\n{{}}\r\n--{BOUNDARY}--".encode(), None),  # no name
         (f"--{BOUNDARY}\r\nContent-Disposition: form-data\r\n\r\n{{}}\r\n--{BOUNDARY}--".encode(), None),
         (f"--{BOUNDARY}\r\n\r\n{{}}\r\n--{BOUNDARY}--".encode(), None),  # no headers
-        (f"--{BOUNDARY}junk\r\nContent-Disposition: form-data; name=request\r\n\r\n{{}}\r\n--{BOUNDARY}--".encode(), None),
+        (f"--{BOUNDARY}junk\r\nContent-Disposition: form-data; name=request\r\n\r\n{{}}\r\n"
+         f"--{BOUNDARY}--".encode(), None),
         (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=request\r\n"
          f"Content-Transfer-Encoding: base64\r\n\r\ne30=\r\n--{BOUNDARY}--".encode(), None),
     ],

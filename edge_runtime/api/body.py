@@ -231,7 +231,7 @@ def _unzstd(raw: bytes, max_bytes: int) -> bytes:
             if len(out) + len(decoded) > max_bytes:
                 raise _too_large_decoded(max_bytes, "zstd")
             out += decoded
-        # The frame ended inside the last piece; the rest of it starts the next frame.
+        # The frame ended inside the last piece; what is left of that piece starts the next frame.
         pos -= len(frame.unused_data)
     return bytes(out)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from referencing import Registry, Resource
@@ -22,6 +22,19 @@ OPENAPI_PATH = Path(__file__).with_name("openapi.yaml")
 # The document's own URI inside the registry; a "#/..." reference resolves against it.
 DOCUMENT_URI = "urn:edge-runtime:openapi.yaml"
 _JSON = "application/json"
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    # JSON Schema counts 1.0 as an integer; the wire does not: strict clients (the System One
+    # SDK's pydantic models) refuse a token count written 1.0, so only a JSON integer is one.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+#: Draft 2020-12, with "integer" meaning an integer literal (a Python int once parsed).
+ContractValidator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
 
 
 @cache
@@ -86,7 +99,7 @@ def _response_object(path: str, method: str, status: int) -> tuple[dict[str, Any
 
 @cache
 def response_validator(path: str, method: str, status: int) -> Validator:
-    """A Draft 2020-12 validator for the JSON body of `method path` answering `status`.
+    """A validator (Draft 2020-12, strict integers) for the JSON body of `method path` answering `status`.
 
     Raises KeyError when the document has no such operation, status or JSON body.
     """
@@ -95,7 +108,7 @@ def response_validator(path: str, method: str, status: int) -> Validator:
     if _JSON not in content:
         raise KeyError(f"{method.upper()} {path} {status} has no {_JSON} body in the contract")
     schema_ref = DOCUMENT_URI + where + "/" + "/".join(("content", _JSON.replace("/", "~1"), "schema"))
-    return Draft202012Validator({"$ref": schema_ref}, registry=_registry())
+    return ContractValidator({"$ref": schema_ref}, registry=_registry())
 
 
 def validate_response(path: str, method: str, status: int, body: Any) -> None:
@@ -120,13 +133,11 @@ def request_validator(path: str, method: str = "post", media_type: str = _JSON) 
     if media_type not in body["content"]:
         raise KeyError(f"{method.upper()} {path} takes no {media_type} body")
     schema_ref = DOCUMENT_URI + where + "/content/" + media_type.replace("/", "~1") + "/schema"
-    return Draft202012Validator({"$ref": schema_ref}, registry=_registry())
+    return ContractValidator({"$ref": schema_ref}, registry=_registry())
 
 
 def schema_validator(name: str) -> Validator:
     """A validator for one of components/schemas by name."""
     resolve(pointer("components", "schemas", name))
-    return Draft202012Validator(
-        {"$ref": DOCUMENT_URI + pointer("components", "schemas", name)}, registry=_registry()
-    )
+    return ContractValidator({"$ref": DOCUMENT_URI + pointer("components", "schemas", name)}, registry=_registry())
 
