@@ -1,0 +1,238 @@
+"""Answering POST /v1/systemone and /v1/systemone/batch as System One answers them.
+
+A System One request takes the decisions path (:func:`edge_runtime.service.serve`), and its
+answer body is then judged as a whole: every answer a client receives has its question's type,
+so a request any of whose questions failed fails with ``question_failed``. The first failed
+question (in entry order, then question order) decides the status and the flat fields, and the
+message lists every failure:
+
+    invalid_question 422; max_length_exceeded, scan_budget_exceeded, invalid_input 400;
+    invalid_model_output 500; unavailable 503; deadline_exceeded 504.
+
+Errors take the process's System One schema:
+
+- vllm-sr/5.0: the standard's ``detail`` (a list of validation issues on a 422,
+  ``{"error_type", "message"}`` otherwise) with the flat ``code``, ``question_error``,
+  ``question``, ``state``, ``reason`` and ``limit`` beside it; overloaded is 529.
+- vllm-sr/4.0: the runtime's ``{"error": {...}}`` with ``detail`` and the flat fields beside it;
+  overloaded is 429.
+
+Both carry Retry-After where the runtime's error does (overloaded 1 s, not_ready 5 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from edge_runtime.errors import ApiError
+from edge_runtime.requests.decisions import NoValidQuestion
+from edge_runtime.requests.systemone import (
+    SCHEMA_5, check_schema, internal_body, long_context_header, parse_systemone_batch,
+)
+from edge_runtime.service import serve
+from edge_runtime.timing import Timing
+
+QUESTION_FAILED = "question_failed"
+
+#: The status of a request whose first failed question failed with this code.
+QUESTION_ERROR_STATUS: dict[str, int] = {
+    "invalid_question": 422,
+    "max_length_exceeded": 400,
+    "scan_budget_exceeded": 400,
+    "invalid_input": 400,
+    "invalid_model_output": 500,
+    "unavailable": 503,
+    "deadline_exceeded": 504,
+}
+#: A question error the contract does not list is the server's fault.
+_UNLISTED_STATUS = 500
+
+#: Under vllm-sr/5.0 an overloaded process answers as System One does.
+OVERLOADED_5 = 529
+
+Response = tuple[int, dict[str, Any], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class FailedQuestion:
+    """One question answered with an error: where it is, its type as sent, and its error."""
+
+    state: str | None
+    question: str
+    type: str | None
+    error: str
+    reason: str
+    message: str
+
+    @property
+    def where(self) -> str:
+        return self.question if self.state is None else f"{self.state}.{self.question}"
+
+
+class QuestionFailed(ApiError):
+    """A System One request with a failed question: ``question_failed``, decided by the first one."""
+
+    def __init__(self, failed: Sequence[FailedQuestion]) -> None:
+        if not failed:
+            raise ValueError("QuestionFailed needs at least one failed question")
+        first = failed[0]
+        parts = [f"{f.where} ({f.error}, {f.reason}): {f.message}" for f in failed]
+        noun = "question" if len(failed) == 1 else "questions"
+        super().__init__(
+            QUESTION_ERROR_STATUS.get(first.error, _UNLISTED_STATUS), QUESTION_FAILED,
+            f"{len(failed)} {noun} failed: " + "; ".join(parts), reason=first.reason,
+        )
+        self.failed = tuple(failed)
+        self.question_error = first.error
+        self.question = first.question
+        self.state = first.state
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "question_error": self.question_error,
+                                 "reason": self.reason, "question": self.question}
+        if self.state is not None:
+            error["state"] = self.state
+        error["message"] = self.message
+        return {"error": error}
+
+
+# ---- judging a decisions answer -------------------------------------------------------------
+
+
+def failed_questions(answer: Mapping[str, Any]) -> list[FailedQuestion]:
+    """Every failed question of a decisions answer body (standard or ``states``), in order."""
+    if "states" in answer:
+        entries = [(name, body.get("answers", {})) for name, body in answer["states"].items()]
+    else:
+        entries = [(None, answer.get("answers", {}))]
+    failed = []
+    for state, answers in entries:
+        for qid, a in answers.items():
+            if isinstance(a, dict) and "error" in a:
+                failed.append(FailedQuestion(state, qid, a.get("type"), str(a["error"]),
+                                             str(a.get("reason") or a["error"]), str(a.get("message", ""))))
+    return failed
+
+
+def systemone_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """The decisions answer itself when every question was answered; raises QuestionFailed otherwise."""
+    failed = failed_questions(answer)
+    if failed:
+        raise QuestionFailed(failed)
+    return answer
+
+
+def from_no_valid_question(exc: NoValidQuestion) -> QuestionFailed:
+    """A request none of whose questions is valid, as System One reports it (422, invalid_question)."""
+    return QuestionFailed([FailedQuestion(state, q.id, q.type, q.error, q.reason, q.message)
+                           for state, q in exc.failed])
+
+
+# ---- errors in the schema's shape -----------------------------------------------------------
+
+
+def _issues(exc: ApiError) -> list[dict[str, Any]]:
+    """A 422's detail list: one issue per failed question, else one for the whole request."""
+    if isinstance(exc, QuestionFailed):
+        issues = []
+        for f in exc.failed:
+            loc: list[str | int] = ["body"] if f.state is None else ["body", "states", f.state]
+            loc += ["questions", f.question]
+            if f.type is not None:
+                loc.append(f.type)  # the discriminator tag sits after the ID, as the standard writes it
+            issues.append({"loc": loc, "msg": f.message, "type": f.reason})
+        return issues
+    loc = ["body", "model"] if exc.code == "unsupported_surface" else ["body"]
+    return [{"loc": loc, "msg": exc.message, "type": exc.reason or exc.code}]
+
+
+def _flat(exc: ApiError) -> dict[str, Any]:
+    flat: dict[str, Any] = {"code": exc.code}
+    if isinstance(exc, QuestionFailed):
+        flat["question_error"] = exc.question_error
+    question = getattr(exc, "question", None)
+    state = getattr(exc, "state", None)
+    if question is not None:
+        flat["question"] = question
+    if state is not None:
+        flat["state"] = state
+    if exc.reason is not None:
+        flat["reason"] = exc.reason
+    if exc.limit is not None:
+        flat["limit"] = exc.limit
+    return flat
+
+
+def systemone_error(exc: ApiError, schema: str) -> Response:
+    """(status, body, headers) of a request-level error in the schema's shape."""
+    check_schema(schema)
+    if isinstance(exc, NoValidQuestion):
+        exc = from_no_valid_question(exc)
+    status = exc.status
+    detail: Any = _issues(exc) if status == 422 else {"error_type": exc.code, "message": exc.message}
+    if schema == SCHEMA_5:
+        if exc.code == "overloaded":
+            status = OVERLOADED_5
+        body = {"detail": detail, **_flat(exc)}
+    else:
+        body = {"error": exc.body()["error"], "detail": detail, **_flat(exc)}
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
+    return status, body, headers
+
+
+# ---- serving --------------------------------------------------------------------------------
+
+
+async def _answer_one(runtime: Any, body: Any, timing: Timing, schema: str, long_context: bool) -> Response:
+    """One System One request: decode, take the decisions path, judge the answer."""
+    try:
+        answer = await serve(runtime, "decisions", internal_body(body, schema, long_context), timing)
+        return 200, systemone_answer(answer), {}
+    except ApiError as exc:
+        return systemone_error(exc, schema)
+
+
+async def _answer_batch(runtime: Any, body: Any, timing: Timing, schema: str, long_context: bool) -> Response:
+    """Named requests, each answered (concurrently) as it would be alone, under ``responses``."""
+    named = parse_systemone_batch(body, runtime.config.max_bundle_tasks)
+    timings = [Timing() for _ in named]
+
+    async def one(i: int) -> tuple[Response, float]:
+        result = await _answer_one(runtime, named[i][1], timings[i], schema, long_context)
+        return result, time.perf_counter()
+
+    done = await asyncio.gather(*(one(i) for i in range(len(named))))
+    responses: dict[str, Any] = {}
+    for (name, _), ((status, answer, _headers), _) in zip(named, done):
+        responses[name] = answer if status == 200 else {**answer, "status": status}
+    # As a bundle does: the tokenizing of every request, the model phases of the one answered last.
+    last = max(range(len(done)), key=lambda i: done[i][1])
+    timing.add("tokenize", sum(t.seconds["tokenize"] for t in timings))
+    t = timings[last].seconds
+    timing.set_model_phases(t["queue"], t["forward"], t["post"])
+    return 200, {"responses": responses}, {}
+
+
+async def serve_systemone(
+    runtime: Any, body: Any, timing: Timing, schema: str, headers: Mapping[str, str], batch: bool
+) -> Response:
+    """Answer POST /v1/systemone (``batch`` False) or /v1/systemone/batch in the process's schema.
+
+    ``body`` is the decoded JSON; ``headers`` the request's headers (any case). Returns the status,
+    the response body and the extra response headers (Retry-After); never raises ApiError.
+    """
+    check_schema(schema)
+    try:
+        long_context = long_context_header(headers)
+        if batch:
+            return await _answer_batch(runtime, body, timing, schema, long_context)
+        return await _answer_one(runtime, body, timing, schema, long_context)
+    except ApiError as exc:
+        return systemone_error(exc, schema)
+
+
+__all__ = ["FailedQuestion", "QuestionFailed", "QUESTION_ERROR_STATUS", "QUESTION_FAILED", "failed_questions",
+           "from_no_valid_question", "serve_systemone", "systemone_answer", "systemone_error"]
