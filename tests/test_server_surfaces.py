@@ -246,7 +246,7 @@ def test_server_timing_and_meta(server: Server) -> None:
     assert tuple(t) == PHASES and t["total"] >= t["forward"] > 0
     meta = r.json()["meta"]
     assert meta["numerics"] == "exact" and meta["engine"] == "onnxruntime" and meta["device"] == "cpu"
-    assert len(meta["model_sha256"]) == 64 and meta["dtype"] == "float32"
+    assert len(meta["model_sha256"]) == 64 and meta["dtype"] == "fp32"
     err = post(server, "/v1/classify", {"model": "cls"})
     assert err.status_code == 400 and set(timing_of(err)) == set(PHASES)
 
