@@ -26,6 +26,7 @@ from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
 from edge_runtime.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.timing import Timing
+from tests.server_harness import Server, write_models_file
 
 MODEL = "sparrow-nano"
 SCHEMAS = (SCHEMA_5, SCHEMA_4)
@@ -106,8 +107,12 @@ EXAMPLES = {"golden": GOLDEN, "set_span": SET_SPAN, "states": STATES, "media": M
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    package = build_sparrow_package(tmp_path_factory.mktemp("systemone"))
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_sparrow_package(tmp_path_factory.mktemp("systemone"))
+
+
+@pytest.fixture(scope="module")
+def runtime(package: Path) -> Iterator[Runtime]:
     config = ServeConfig(models_file=package / "models.yaml",
                          models=(ModelConfig(name=MODEL, package=package, device="cpu", threads=1),),
                          max_bundle_tasks=MAX_REQUESTS)
@@ -399,3 +404,83 @@ def test_batch_body_faults_fail_the_call(runtime: Runtime) -> None:
     many = {"requests": {f"r{i}": GOLDEN for i in range(MAX_REQUESTS + 1)}}
     status, out, _ = call(runtime, many, batch=True)
     assert (status, out["code"], out["limit"]) == (413, "request_too_large", MAX_REQUESTS)
+
+
+# ---- over HTTP, with the official SDK ---------------------------------------------------------
+
+
+def _server(package: Path, tmp_path: Path, *flags: str) -> Server:
+    models = write_models_file(tmp_path / "models.yaml",
+                               [{"name": MODEL, "package": str(package), "device": "cpu", "threads": 1}])
+    srv = Server(models, *flags)
+    try:
+        srv.wait()
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
+
+
+def test_official_sdk_calls_systemone_and_lists_models(package: Path, tmp_path: Path) -> None:
+    from typesafe_sdk import (
+        Choice, Noul, RetryPolicy, Score, TypeSafeClient, TypeSafeNotFoundError, TypeSafeUnprocessableEntityError,
+    )
+
+    srv = _server(package, tmp_path)
+    try:
+        questions = {
+            "billing": Noul(instructions="Is this message about billing?"),
+            "tone": Choice(instructions="What is the tone?", criteria={"calm": None, "angry": "An upset message"}),
+            "urgency": Score(instructions="How urgent is it?", criteria=["Can wait", "This week", "Today"]),
+        }
+        state = "I was charged twice for my order. Please refund me today."
+        with TypeSafeClient(api_key="test", base_url=srv.url, retry=RetryPolicy(max_retries=0),
+                            compression=False) as client:
+            result = client.system_one(state=state, questions=questions, model=MODEL)
+            raw = result.raw_http_response
+            assert raw.status_code == 200 and "server-timing" in raw.headers
+            validate_response("/v1/systemone", "post", 200, raw.json())
+            # The same numbers /v1/decisions gives for the same request.
+            wire = {"model": MODEL, "state": state, "questions": {k: q.model_dump() for k, q in questions.items()}}
+            internal = srv.client.post("/v1/decisions", json=wire).json()["answers"]
+            assert result.nouls["billing"].noul == internal["billing"]["noul"]
+            assert result.choices["tone"].choice == internal["tone"]["choice"]
+            assert result.scores["urgency"].score == internal["urgency"]["score"]
+            assert result.scores["urgency"].legend == {0: "Can wait", 1: "This week", 2: "Today"}
+            assert result.model == MODEL and result.usage.input_tokens > 0 and result.usage.output_tokens == 0
+
+            listed = client.models.list().models
+            assert [(m.name, m.release_date) for m in listed] == [(MODEL, "2026-10-23")]
+
+            with pytest.raises(TypeSafeUnprocessableEntityError) as failed:
+                client.system_one(state=state, questions={"one": {"type": "choice", "criteria": {"only": None}}},
+                                  model=MODEL)
+            assert failed.value.status == 422 and failed.value.body["code"] == "question_failed"
+            assert "questions.one.choice: criteria must hold 2 to 255 options" in str(failed.value)
+            with pytest.raises(TypeSafeNotFoundError) as missing:
+                client.system_one(state=state, questions=questions, model="jev-latest")
+            assert MODEL in str(missing.value)
+
+        # A body that cannot be read is answered in the schema's shape too.
+        bad = srv.client.post("/v1/systemone", content=b"{not json", headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_request" and "detail" in bad.json()
+        validate_response("/v1/systemone", "post", 400, bad.json())
+    finally:
+        srv.stop()
+
+
+def test_4_0_process_answers_in_its_schema(package: Path, tmp_path: Path) -> None:
+    srv = _server(package, tmp_path, "--systemone-schema", "vllm-sr/4.0")
+    try:
+        body = {**GOLDEN, "state": {"user": "Merge two sorted lists."}, "roles": {"user": "user"}}
+        ok = srv.client.post("/v1/systemone", json=body)
+        assert ok.status_code == 200 and set(ok.json()["answers"]) == set(GOLDEN["questions"])
+        batch = srv.client.post("/v1/systemone/batch", json={"requests": {"a": body, "b": {**body, "stream": True}}})
+        assert batch.status_code == 200
+        validate_response("/v1/systemone/batch", "post", 200, batch.json())
+        assert batch.json()["responses"]["b"]["status"] == 400
+        bad = srv.client.post("/v1/systemone", content=b"[1,", headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+        validate_response("/v1/systemone", "post", 400, bad.json())
+    finally:
+        srv.stop()
