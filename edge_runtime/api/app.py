@@ -20,6 +20,7 @@ from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve, serve_bundle
+from edge_runtime.systemone import serve_systemone, systemone_error
 from edge_runtime.timing import Timing
 
 _app_ids = itertools.count()
@@ -53,8 +54,10 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         return parse_json(raw)
 
     def surface_route(
-        endpoint: str, handler: Callable[[Any, Timing], Awaitable[dict[str, Any]]]
+        endpoint: str, handler: Callable[..., Awaitable[Any]], systemone: bool = False
     ) -> Callable[[Request], Awaitable[HTTPResponse]]:
+        # systemone: the handler also gets the request headers and returns (status, body, headers),
+        # and errors (body reading included) take the process's System One schema.
         async def route(request: Request) -> HTTPResponse:
             timing = Timing()
             started = time.perf_counter()
@@ -62,11 +65,17 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
             try:
                 with timing.phase("parse"):
                     body = await read_request_json(request)
+                if systemone:
+                    status, answer, extra = await handler(body, timing, request.headers)
+                    return _with_headers(surface_response(answer, status, timing), extra)
                 answer = await handler(body, timing)
                 status = 200
                 return surface_response(answer, 200, timing)
             except ApiError as exc:
                 status = exc.status
+                if systemone:
+                    status, answer, extra = systemone_error(exc, config.systemone_schema)
+                    return _with_headers(surface_response(answer, status, timing), extra)
                 return error_response(exc, timing)
             except asyncio.CancelledError:
                 status = 499  # the client went away; its queued rows were dropped
@@ -86,6 +95,13 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         surface_route("/v1/bundle", lambda body, timing: serve_bundle(runtime, body, timing)),
         "/v1/bundle", methods=["POST"], stream=True,
     )
+    # ---- System One compatibility (edge_runtime/systemone.py) ----
+    for path, batch in (("/v1/systemone", False), ("/v1/systemone/batch", True)):
+        app.add_route(
+            surface_route(path, lambda body, timing, headers, b=batch: serve_systemone(
+                runtime, body, timing, config.systemone_schema, headers, b), systemone=True),
+            path, methods=["POST"], stream=True,
+        )
 
     @app.get("/health")
     async def health(request: Request) -> HTTPResponse:
@@ -150,6 +166,13 @@ def list_models(runtime: Runtime) -> dict[str, Any]:
             "max_inputs": runtime.config.max_inputs,
         },
     }
+
+
+def _with_headers(response: HTTPResponse, headers: dict[str, str]) -> HTTPResponse:
+    """A response with extra headers set (a System One answer's Retry-After)."""
+    for name, value in headers.items():
+        response.headers[name] = value
+    return response
 
 
 async def _stream_chunks(request: Request) -> Any:
