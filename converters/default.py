@@ -70,13 +70,11 @@ def minilm_options(model_dir: Path) -> Any:
 
 
 def _expected_build(opts: Any, model_dir: Path) -> dict[str, Any]:
+    from converters.export import build_options
     from converters.source import source_stamp
 
     return {"converter_version": CONVERTER_VERSION, "source_stamp": source_stamp(model_dir, model_dir),
-            "options": {"kind": opts.kind, "quantize": opts.quantize, "layers": sorted(set(opts.layers)),
-                        "dimensions": sorted(set(opts.dimensions), reverse=True),
-                        "thresholds": opts.thresholds or {}, "pooling": opts.pooling,
-                        "normalize": opts.normalize, "max_input_tokens": opts.max_input_tokens}}
+            "options": build_options(opts)}
 
 
 def _current(path: Path) -> Any | None:

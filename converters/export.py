@@ -259,6 +259,50 @@ def _pad_id(tok: Any, config: Any) -> int:
     return int(pad or 0)
 
 
+def build_options(opts: ExportOptions) -> dict[str, Any]:
+    """The converter options recorded in card.build.options (compared by `converters default`)."""
+    return {"kind": opts.kind, "quantize": opts.quantize, "layers": sorted(set(opts.layers)),
+            "dimensions": sorted(set(opts.dimensions), reverse=True), "thresholds": opts.thresholds or {},
+            "pooling": opts.pooling, "normalize": opts.normalize, "max_input_tokens": opts.max_input_tokens}
+
+
+def _card(opts: ExportOptions, *, name: str, src_dir: Path, architecture: str, labels: list[str],
+          head: dict[str, Any], max_tokens: int, graph: tuple[list[str], list[str], int],
+          variants: dict[str, dict[str, Any]], parity: Any, reference: str, tolerance: float,
+          stamp: str) -> dict[str, Any]:
+    source_name = opts.source_name or src_dir.name
+    inputs, outputs, opset = graph
+    return {
+        "format": "edge-runtime-package/1",
+        "name": name,
+        "family": "encoder",
+        "kind": opts.kind,
+        "surfaces": list(KIND_SURFACES[opts.kind]),
+        "description": opts.description or f"{architecture} {opts.kind} model exported from {source_name}",
+        "version": opts.version,
+        "release_date": opts.release_date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
+        "revision": opts.revision or stamp[:12],
+        "source": {"name": source_name, "architecture": architecture,
+                   "license": opts.license or _readme_license(src_dir) or "unknown"},
+        "modalities": ["text"],
+        "labels": labels,
+        "head": head,
+        "limits": {"max_input_tokens": max_tokens},
+        "graph": {"inputs": inputs, "outputs": outputs, "opset": opset},
+        "variants": variants,
+        "verification": {
+            "reference": reference,
+            "max_abs_diff": float(f"{parity.max_abs_diff:.3g}"),
+            "tolerance": tolerance,
+            "cases": parity.cases,
+            "outputs": {k: float(f"{v:.3g}") for k, v in parity.outputs.items()},
+            "lengths": parity.lengths,
+            "batch_sizes": parity.batch_sizes,
+        },
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp, "options": build_options(opts)},
+    }
+
+
 def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResult:
     """Export ``src`` as a package at ``out``; ConversionError (one line) when it cannot or must not."""
     _check_options(opts)
@@ -338,43 +382,11 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
                 files[f"LICENSES/{fname}"] = src_dir / fname
         files.update(opts.extra_files)
 
-        card = {
-            "format": "edge-runtime-package/1",
-            "name": name,
-            "family": "encoder",
-            "kind": opts.kind,
-            "surfaces": list(KIND_SURFACES[opts.kind]),
-            "description": opts.description or f"{architecture} {opts.kind} model exported from {opts.source_name or src_dir.name}",
-            "version": opts.version,
-            "release_date": opts.release_date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
-            "revision": opts.revision or stamp[:12],
-            "source": {"name": opts.source_name or src_dir.name, "architecture": architecture,
-                       "license": opts.license or _readme_license(src_dir) or "unknown"},
-            "modalities": ["text"],
-            "labels": labels,
-            "head": head,
-            "limits": {"max_input_tokens": max_tokens},
-            "graph": {"inputs": inputs, "outputs": outputs, "opset": onnx_export.OPSET},
-            "variants": variants,
-            "verification": {
-                "reference": f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
-                             f"{architecture} fp32",
-                "max_abs_diff": float(f"{parity.max_abs_diff:.3g}"),
-                "tolerance": verify.FP32_TOLERANCE,
-                "cases": parity.cases,
-                "outputs": {k: float(f"{v:.3g}") for k, v in parity.outputs.items()},
-                "lengths": parity.lengths,
-                "batch_sizes": parity.batch_sizes,
-            },
-            "build": {
-                "converter_version": CONVERTER_VERSION,
-                "source_stamp": stamp,
-                "options": {"kind": opts.kind, "quantize": opts.quantize, "layers": sorted(set(opts.layers)),
-                            "dimensions": sorted(set(opts.dimensions), reverse=True),
-                            "thresholds": opts.thresholds or {}, "pooling": opts.pooling,
-                            "normalize": opts.normalize, "max_input_tokens": opts.max_input_tokens},
-            },
-        }
+        card = _card(opts, name=name, src_dir=src_dir, architecture=architecture, labels=labels, head=head,
+                     max_tokens=max_tokens, graph=(inputs, outputs, onnx_export.OPSET), variants=variants,
+                     parity=parity, reference=f"PyTorch {torch.__version__.split('+')[0]} / transformers "
+                                           f"{transformers.__version__} {architecture} fp32",
+                     tolerance=verify.FP32_TOLERANCE, stamp=stamp)
         with Step(f"writing package {out}") as s:
             from converters.package_writer import write_package
 

@@ -137,7 +137,9 @@ def test_int8_variant(kind: str, fixture_package: Callable[..., Path]) -> None:
         assert 0.5 <= a["top_label_agreement"] <= 1.0 and 0 <= a["max_abs_dp"] < 0.5
     session = _session(pkg.graph("int8"))
     names = [o.name for o in session.get_outputs()]
-    assert any(n.op_type == "DynamicQuantizeLinear" for n in __import__("onnx").load(str(pkg.graph("int8"))).graph.node)
+    import onnx
+
+    assert any(n.op_type == "DynamicQuantizeLinear" for n in onnx.load(str(pkg.graph("int8"))).graph.node)
     for case in pkg.golden("int8"):
         for name, value in zip(names, session.run(names, case.feeds)):
             np.testing.assert_allclose(value, case.outputs[name], atol=1e-3, rtol=0)
