@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from bench import embeddings, longinput, overhead
-from bench.lab import Lab, Settings
+from bench.lab import PACKAGE_NAME, Lab, Settings
 from bench.report import BENCHMARKS_DOC, ROOT, Table, conditions, record, render_run
+
+CONVERT_TIMEOUT_S = 900
 
 COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "embeddings": embeddings.run,
@@ -25,10 +29,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads for every contestant (2)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (7)")
     parser.add_argument("--packages", type=Path, default=ROOT / "models",
-                        help="where `python -m converters default --out DIR` wrote the packages (models/)")
+                        help="where `python -m converters default --out DIR` wrote the packages (models/); "
+                             "converted there first when missing")
     parser.add_argument("--record", action="store_true", help=f"append the results to {BENCHMARKS_DOC.relative_to(ROOT)}")
     parser.add_argument("--doc", type=Path, default=BENCHMARKS_DOC, help=argparse.SUPPRESS)
     return parser
+
+
+def convert_defaults(packages: Path) -> bool:
+    """Build the default packages as `make serve` does, in a subprocess (converters import torch)."""
+    command = [sys.executable, "-m", "converters", "default", "--out", str(packages)]
+    print(f"no package at {packages}; running {' '.join(command[1:])}", flush=True)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    done = subprocess.run(command, cwd=ROOT, env=env, timeout=CONVERT_TIMEOUT_S)
+    if done.returncode != 0 or not (packages / PACKAGE_NAME / "card.json").is_file():
+        print(f"error: `python -m converters default --out {packages}` failed ({done.returncode})", file=sys.stderr)
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --threads and --rounds must be at least 1", file=sys.stderr)
         return 2
     settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages)
-    if not (settings.package / "card.json").is_file():
-        print(f"error: no package at {settings.package}; build it with "
-              f"`python -m converters default --out {args.packages}`", file=sys.stderr)
+    if not (settings.package / "card.json").is_file() and not convert_defaults(args.packages):
         return 2
     names = list(COMPARISONS) if args.comparison == "all" else [args.comparison]
     conds = conditions(args.threads, args.rounds, {"packages": str(settings.packages.resolve())})
@@ -61,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         lab.stop_all()
     elapsed = time.perf_counter() - started
     conds["wall time"] = f"{elapsed:.0f} s"
+    # Other work on a shared machine shows here: a load well above the cores means noisy numbers.
+    conds["load average at end"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     if args.record:
         record(render_run(f"python -m bench {args.comparison}", conds, tables), args.doc)
         print(f"\nrecorded in {args.doc}")

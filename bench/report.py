@@ -23,7 +23,9 @@ VERSIONED = (
 DOC_HEADER = """# Benchmarks
 
 Measured by `python -m bench all --record` (the harness is `bench/`; `make bench` installs what it
-needs and runs it without recording). Each run below is appended with the conditions it ran under.
+needs and runs it without recording; either converts the default packages into `models/` first when
+they are missing). Each run below is appended with the conditions it ran under. A full run takes
+about 1-4 minutes on 2 cores; `python -m bench embeddings|overhead|longinput` runs one comparison.
 
 How it measures:
 
@@ -39,6 +41,13 @@ How it measures:
 - Latency is client wall time from the texts to usable float vectors: for HTTP that includes JSON
   encoding, the request, and decoding the response. Throughput is 32 / median batch-32 time.
 - The machine is shared: expect 30-50 % run-to-run noise on absolute numbers; read the ratios.
+  Each run records the load average at its start and end: a load well above the core count means
+  other work shared the cores, and torch (whose OpenMP threads spin-wait) suffers from that far more
+  than ONNX Runtime, so such a run overstates the ratios against torch.
+- Server overhead is `total - forward` from the server's own `Server-Timing` header (target < 1 ms);
+  transport is the client's time minus `total`.
+- Long input: a fresh server per overflow mode, memory read from `/proc/<pid>/status` (VmRSS, and
+  VmHWM, the peak) before and after.
 """
 
 
