@@ -79,7 +79,10 @@ def validate_card(obj: Any) -> None:
 
     Raises PackageError naming card.json with the first (most relevant) problem.
     """
-    error = jsonschema.exceptions.best_match(_validator().iter_errors(obj))
+    errors = list(_validator().iter_errors(obj))
+    # identity first: a wrong family or kind explains the other mismatches that follow from it
+    first = [e for e in errors if list(e.absolute_path)[:1] in (["format"], ["family"], ["kind"])]
+    error = jsonschema.exceptions.best_match(first or errors)
     if error is not None:
         raise PackageError(CARD_FILE, f"{error.message}{_where(error)}")
     _check_consistency(obj)
