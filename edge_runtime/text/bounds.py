@@ -1,0 +1,101 @@
+"""The budget cut: read the exact first tokens of a text, tokenizing only as far as a budget needs.
+
+The first prefix tried is ``need * 6 + 1024`` characters; it doubles until the cut keeps at least
+``need`` exact tokens, or the whole text is read. The cut classes come from a probe of the
+tokenizer (edge_runtime.text.probe), run once on first use: a tokenizer whose cuts fail the probe
+reads whole texts. Only a prefix of the text is ever sliced, so a long input costs time and memory
+that follow its budget, not its length.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from edge_runtime.text.cuts import Cutter, lookback_for
+from edge_runtime.text.probe import ProbeReport, probe_cuts
+from edge_runtime.text.tokenizer import TokenizerTraits
+
+PREFIX_CHARS_PER_TOKEN = 6
+PREFIX_EXTRA_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The first tokens of a text (no specials): all of them when ``complete``, else at least the
+    number asked for, each exactly as the whole text's tokenization has it."""
+
+    ids: np.ndarray  # int64 [n]
+    offsets: np.ndarray  # int64 [n, 2], code points, end exclusive
+    complete: bool
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+def _tokens(ids: list[int], offsets: list[tuple[int, int]], n: int | None, complete: bool) -> Tokens:
+    arr = np.asarray(ids if n is None else ids[:n], dtype=np.int64)
+    off = np.asarray(offsets if n is None else offsets[:n], dtype=np.int64).reshape(-1, 2)
+    return Tokens(arr, off, complete)
+
+
+class BudgetReader:
+    """Reads texts for one tokenizer, cutting long ones where its probe allows."""
+
+    def __init__(self, tokenizer: Tokenizer, traits: TokenizerTraits) -> None:
+        self._tokenizer = tokenizer
+        self.traits = traits
+        self.lookback = lookback_for(traits.longest_added_chars)
+        self._report: ProbeReport | None = None
+        self._cutter: Cutter | None = None
+        self._lock = threading.Lock()
+
+    def report(self) -> ProbeReport:
+        """The probe's findings, probing on the first call."""
+        if self._report is None:
+            with self._lock:
+                if self._report is None:
+                    report = probe_cuts(self._tokenizer, self.traits, self.lookback)
+                    self._cutter = Cutter(report.enabled, self.lookback)
+                    self._report = report
+        return self._report
+
+    @property
+    def chars_per_token(self) -> int | None:
+        """Most characters one token covers (probed), None when the tokenizer drops or folds."""
+        return self.report().chars_per_token
+
+    def whole(self, text: str) -> Tokens:
+        """Tokenize all of ``text`` (no specials)."""
+        enc = self._tokenizer.encode(text, add_special_tokens=False)
+        return _tokens(enc.ids, enc.offsets, None, True)
+
+    def read(self, text: str, need: int) -> Tokens:
+        """At least ``need`` exact first tokens of ``text``, or all of them if it has fewer."""
+        target = max(need, 1) * PREFIX_CHARS_PER_TOKEN + PREFIX_EXTRA_CHARS
+        if target >= len(text):
+            return self.whole(text)
+        self.report()
+        cutter = self._cutter
+        assert cutter is not None
+        last_end = -1
+        while True:
+            cut = cutter.plan(text, target)
+            if cut is None:
+                return self.whole(text)
+            if cut.end > target:
+                # the cut went past a run that has to be read whole: aim beyond it instead
+                target = cut.end + need * PREFIX_CHARS_PER_TOKEN + PREFIX_EXTRA_CHARS
+                continue
+            if cut.end != last_end:  # a cut that did not move keeps no more tokens
+                last_end = cut.end
+                enc = self._tokenizer.encode(text[: cut.end], add_special_tokens=False)
+                ends = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[:, 1]
+                over = np.nonzero(ends > cut.keep)[0]
+                kept = int(over[0]) if len(over) else len(ends)
+                if kept >= need:
+                    return _tokens(enc.ids, enc.offsets, kept, False)
+            target *= 2

@@ -1,0 +1,54 @@
+"""What the text module hands to the families: token rows, or a per-item input error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Window:
+    """Read an input in rows of ``tokens`` tokens (specials included), ``overlap`` shared."""
+
+    tokens: int
+    overlap: int
+
+
+@dataclass
+class EncodedRow:
+    """One model input row.
+
+    ``content_start`` is the index, within its own sequence's tokens, of this row's first token of
+    the windowed sequence (0 when nothing is windowed); ``sequence_starts[s]`` is the same for
+    every sequence s in the row, so a head can put each token of a window back in place.
+    """
+
+    ids: np.ndarray  # int64 [n], specials included
+    type_ids: np.ndarray  # int64 [n]
+    offsets: np.ndarray  # int64 [n, 2] code-point offsets into its own text, end exclusive; specials (0, 0)
+    sequence_ids: list[int | None]  # 0 text, 1 pair, None special
+    content_start: int = 0
+    sequence_starts: tuple[int, ...] = field(default=(0,))
+
+
+@dataclass
+class Encoded:
+    """An input as rows. ``tokens`` counts the tokens read (over all rows for windows); it is a
+    lower bound, and ``tokens_lower_bound`` is True, when the text was read only in part."""
+
+    rows: list[EncodedRow]
+    tokens: int
+    tokens_lower_bound: bool
+
+
+@dataclass
+class InputError:
+    """A per-item failure: ``max_length_exceeded`` or ``scan_budget_exceeded``."""
+
+    code: str
+    message: str
+
+
+MAX_LENGTH_EXCEEDED = "max_length_exceeded"
+SCAN_BUDGET_EXCEEDED = "scan_budget_exceeded"
