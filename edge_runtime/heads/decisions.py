@@ -24,6 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from edge_runtime.heads.tokens import Span
+
 
 class InvalidModelOutput(ValueError):
     """The model's output is not a probability distribution (answered invalid_model_output)."""
@@ -106,21 +108,6 @@ def score_answer(legend: Sequence[str], probs: np.ndarray | Sequence[float]) -> 
         "legend": dict(zip(keys, legend)),
         "probabilities": {k: float(x) for k, x in zip(keys, p)},
     }
-
-
-@dataclass(frozen=True)
-class Span:
-    """A span found in a text: code-point offsets, end exclusive."""
-
-    label: str
-    start: int
-    end: int
-    text: str
-    probability: float
-
-    def body(self) -> dict[str, Any]:
-        return {"label": self.label, "start": self.start, "end": self.end, "text": self.text,
-                "probability": float(self.probability)}
 
 
 @dataclass

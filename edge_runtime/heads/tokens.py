@@ -9,6 +9,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Span:
+    """A span found in a text: code-point offsets, end exclusive."""
+
     label: str
     start: int
     end: int
@@ -17,7 +19,7 @@ class Span:
 
     def body(self) -> dict[str, object]:
         return {"label": self.label, "start": self.start, "end": self.end,
-                "text": self.text, "probability": self.probability}
+                "text": self.text, "probability": float(self.probability)}
 
 
 def _entity(label: str) -> tuple[str, str]:
