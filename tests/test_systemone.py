@@ -451,6 +451,9 @@ def test_official_sdk_calls_systemone_and_lists_models(package: Path, tmp_path: 
 
             listed = client.models.list().models
             assert [(m.name, m.release_date) for m in listed] == [(MODEL, "2026-10-23")]
+            entry = srv.client.get("/v1/models").json()["models"][0]
+            assert entry["version"] and {"choice", "noul", "score"} <= set(entry["features"])
+            assert entry["card"]["family"] == "sparrow" and len(entry["card"]["model_sha256"]) == 64
 
             with pytest.raises(TypeSafeUnprocessableEntityError) as failed:
                 client.system_one(state=state, questions={"one": {"type": "choice", "criteria": {"only": None}}},
@@ -474,6 +477,8 @@ def test_4_0_process_answers_in_its_schema(package: Path, tmp_path: Path) -> Non
     try:
         body = {**GOLDEN, "state": {"user": "Merge two sorted lists."}, "roles": {"user": "user"}}
         ok = srv.client.post("/v1/systemone", json=body)
+        listed = srv.client.get("/v1/models").json()["models"]
+        assert set(listed[0]) == {"name", "description", "release_date"}  # 5.0 adds version, features, card
         assert ok.status_code == 200 and set(ok.json()["answers"]) == set(GOLDEN["questions"])
         batch = srv.client.post("/v1/systemone/batch", json={"requests": {"a": body, "b": {**body, "stream": True}}})
         assert batch.status_code == 200

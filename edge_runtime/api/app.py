@@ -18,7 +18,7 @@ from edge_runtime.api.schema import openapi_bytes
 from edge_runtime.config import ServeConfig
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
-from edge_runtime.runtime import Runtime
+from edge_runtime.runtime import Runtime, ServedModel
 from edge_runtime.service import serve, serve_bundle
 from edge_runtime.systemone import serve_systemone, systemone_error
 from edge_runtime.timing import Timing
@@ -151,7 +151,7 @@ def list_models(runtime: Runtime) -> dict[str, Any]:
     """GET /v1/models: each model's card and state, the decision models in the SDK's shape, the limits."""
     data = [m.info() for m in runtime.models.values()]
     decision = [
-        {"name": m.name, "description": m.package.card.description, "release_date": m.package.card.release_date}
+        _decision_model(m, runtime.config.systemone_schema == "vllm-sr/5.0")
         for m in runtime.models.values()
         if m.package is not None and "decisions" in m.package.card.surfaces
     ]
@@ -173,6 +173,34 @@ def _with_headers(response: HTTPResponse, headers: dict[str, str]) -> HTTPRespon
     for name, value in headers.items():
         response.headers[name] = value
     return response
+
+
+def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:
+    """A decision model as the System One SDKs read it; vllm-sr/5.0 adds version, features and card."""
+    assert model.package is not None
+    card = model.package.card
+    entry: dict[str, Any] = {"name": model.name, "description": card.description, "release_date": card.release_date}
+    if extended:
+        question_types = list(card.raw.get("question_types", []))
+        features = question_types + [m for m in card.modalities if m != "text"]
+        if card.raw.get("usage") == "state_once":
+            features.append("state_once")
+        if "validated_input_tokens" in card.limits:
+            features.append("long_context")
+        entry.update(
+            version=card.version,
+            features=features,
+            card={
+                "family": card.family,
+                "question_types": question_types,
+                "modalities": list(card.modalities),
+                "usage": card.raw.get("usage", "per_question"),
+                "limits": dict(card.limits),
+                "revision": card.revision,
+                "model_sha256": model.package.digest,
+            },
+        )
+    return entry
 
 
 async def _stream_chunks(request: Request) -> Any:
