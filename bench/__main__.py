@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -69,11 +70,12 @@ def main(argv: list[str] | None = None) -> int:
                 tables.append(table)
                 print("\n" + table.markdown(), flush=True)
             print(f"\n[{name}: {time.perf_counter() - t0:.0f} s]", flush=True)
-    except Exception:
+    except BaseException:
+        lab.stop_all()
         print(f"\nserver and worker logs: {lab.log_dir}", file=sys.stderr)
         raise
-    finally:
-        lab.stop_all()
+    lab.stop_all()
+    shutil.rmtree(lab.log_dir, ignore_errors=True)  # kept only when something failed
     elapsed = time.perf_counter() - started
     conds["wall time"] = f"{elapsed:.0f} s"
     # Other work on a shared machine shows here: a load well above the cores means noisy numbers.
