@@ -36,10 +36,12 @@ class Tokens:
         return int(self.ids.shape[0])
 
 
-def _tokens(ids: list[int], offsets: list[tuple[int, int]], n: int | None, complete: bool) -> Tokens:
-    arr = np.asarray(ids if n is None else ids[:n], dtype=np.int64)
-    off = np.asarray(offsets if n is None else offsets[:n], dtype=np.int64).reshape(-1, 2)
-    return Tokens(arr, off, complete)
+def _tokens(ids: list[int], offsets: np.ndarray, n: int, complete: bool) -> Tokens:
+    return Tokens(np.asarray(ids[:n], dtype=np.int64), offsets[:n], complete)
+
+
+def _offsets(enc: object) -> np.ndarray:
+    return np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # type: ignore[attr-defined]
 
 
 class BudgetReader:
@@ -71,7 +73,8 @@ class BudgetReader:
     def whole(self, text: str) -> Tokens:
         """Tokenize all of ``text`` (no specials)."""
         enc = self._tokenizer.encode(text, add_special_tokens=False)
-        return _tokens(enc.ids, enc.offsets, None, True)
+        ids = enc.ids
+        return _tokens(ids, _offsets(enc), len(ids), True)
 
     def read(self, text: str, need: int) -> Tokens:
         """At least ``need`` exact first tokens of ``text``, or all of them if it has fewer."""
@@ -93,9 +96,9 @@ class BudgetReader:
             if cut.end != last_end:  # a cut that did not move keeps no more tokens
                 last_end = cut.end
                 enc = self._tokenizer.encode(text[: cut.end], add_special_tokens=False)
-                ends = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[:, 1]
-                over = np.nonzero(ends > cut.keep)[0]
-                kept = int(over[0]) if len(over) else len(ends)
+                offsets = _offsets(enc)
+                over = np.nonzero(offsets[:, 1] > cut.keep)[0]
+                kept = int(over[0]) if len(over) else len(offsets)
                 if kept >= need:
-                    return _tokens(enc.ids, enc.offsets, kept, False)
+                    return _tokens(enc.ids, offsets, kept, False)
             target *= 2

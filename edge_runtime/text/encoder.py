@@ -219,9 +219,7 @@ class TextEncoder:
             parts = [
                 (s, start, start + content) if i == moving else (s, 0, len(s)) for i, s in enumerate(seqs)
             ]
-            row = self._row(layout, parts)
-            row.content_start = start
-            rows.append(row)
+            rows.append(self._row(layout, parts))
         return Encoded(rows, sum(len(r.ids) for r in rows), False)
 
     # -- rows ---------------------------------------------------------------------------------
@@ -254,5 +252,6 @@ class TextEncoder:
             type_ids=np.concatenate(types) if types else np.zeros(0, dtype=_I64),
             offsets=np.concatenate(offsets) if offsets else np.zeros((0, 2), dtype=_I64),
             sequence_ids=seq_ids,
+            content_start=parts[-1][1],
             sequence_starts=tuple(a for _, a, _ in parts),
         )

@@ -19,9 +19,10 @@ class Window:
 class EncodedRow:
     """One model input row.
 
-    ``content_start`` is the index, within its own sequence's tokens, of this row's first token of
-    the windowed sequence (0 when nothing is windowed); ``sequence_starts[s]`` is the same for
-    every sequence s in the row, so a head can put each token of a window back in place.
+    ``sequence_starts[s]`` is the index, within sequence s's own tokens, of this row's first token
+    of it: 0 unless s is the windowed sequence. ``content_start`` is that of the row's last
+    sequence, the one a token head labels (a text, or the second of a pair such as a grounded
+    answer); other readers should use ``sequence_starts``.
     """
 
     ids: np.ndarray  # int64 [n], specials included
