@@ -11,7 +11,8 @@ from typing import Sequence
 
 from converters.errors import ConversionError
 
-KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")
+KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
+                "decision-codes")
 
 
 def _int_list(text: str) -> list[int]:
@@ -38,6 +39,8 @@ def _thresholds(text: str) -> dict[str, float]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from converters.decision_codes import add_cli_arguments
+
     p = argparse.ArgumentParser(prog="python -m converters", description="Build edge-runtime model packages.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -60,12 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--revision", help="default: the first 12 hex digits of the source stamp")
     e.add_argument("--license", help="default: the model card's license, else 'unknown'")
     e.add_argument("--source-name", help="name of the upstream model (default: the source directory's name)")
+    add_cli_arguments(e)
 
     f = sub.add_parser("fixture", help="build a tiny random-weight package for tests")
     f.add_argument("--kind", required=True, choices=KIND_CHOICES)
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--quantize", choices=("int8",))
+    add_cli_arguments(f, fixture=True)
 
     d = sub.add_parser("default", help="build the embedded default packages offline")
     d.add_argument("--out", required=True, type=Path, help="directory that receives one package per model")
@@ -87,9 +92,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        if args.command == "export":
+        if args.command in ("export", "fixture") and args.kind == "decision-codes":
+            from converters import decision_codes
+
+            run = decision_codes.export_from_args if args.command == "export" else decision_codes.fixture_from_args
+            _summary(run(args))
+        elif args.command == "export":
+            from converters.decision_codes import reject_cli_arguments
             from converters.export import ExportOptions, export_model
 
+            reject_cli_arguments(args)
             opts = ExportOptions(
                 kind=args.kind, name=args.name, quantize=args.quantize, layers=args.layers,
                 dimensions=args.dimensions, thresholds=args.thresholds, pooling=args.pooling,
@@ -98,8 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 license=args.license, source_name=args.source_name)
             _summary(export_model(args.src, args.out, opts))
         elif args.command == "fixture":
+            from converters.decision_codes import reject_cli_arguments
             from converters.fixture import build_fixture_result
 
+            reject_cli_arguments(args)
             _summary(build_fixture_result(args.kind, args.out, seed=args.seed, quantize=args.quantize == "int8"))
         else:
             from converters.default import build_defaults
