@@ -379,6 +379,7 @@ def test_unsupported_questions_media_deadline_and_bad_outputs(causal) -> None:
 
 
 def test_serving_through_the_runtime(built, causal, once) -> None:
+    from edge_runtime.api.schema import validate_response
     from edge_runtime.config import ModelConfig, ServeConfig
     from edge_runtime.runtime import Runtime
     from edge_runtime.service import serve
@@ -409,6 +410,14 @@ def test_serving_through_the_runtime(built, causal, once) -> None:
             _, alone = run(family, body)
             assert got["answers"] == alone["answers"] and got["usage"] == alone["usage"]
             assert got["model"] == name and got["meta"]["numerics"] == "exact"
+            validate_response("/v1/decisions", "post", 200, got)
+        failing = asyncio.run(serve(runtime, "decisions", {"model": "codes-once", "states": {
+            "a": {"state": "x " * 3000, "questions": {"n": body["questions"]["reasoning"]}},
+            "b": {"state": "s", "questions": {"t": {"type": "set", "labels": [{"key": "l"}]},
+                                              "n": body["questions"]["reasoning"]}}}}, Timing()))
+        assert failing["states"]["a"]["answers"]["n"]["reason"] == "question_tokens"
+        assert failing["states"]["b"]["answers"]["t"]["reason"] == "question_type_unsupported"
+        validate_response("/v1/decisions", "post", 200, failing)
         single = asyncio.run(serve(runtime, "decisions", {"model": "codes", "state": body["state"],
                                                           "questions": {"reasoning": body["questions"]["reasoning"]}},
                                    Timing()))
@@ -419,6 +428,7 @@ def test_serving_through_the_runtime(built, causal, once) -> None:
                 f"q{i}": {"type": "noul", "instructions": f"Is {i} true?"} for i in range(30)}},
                 Timing()))
         assert e.value.reason == "request_tokens"
+        validate_response("/v1/decisions", "post", 400, e.value.body())
     finally:
         for model in runtime.models.values():
             if model.executor is not None:
