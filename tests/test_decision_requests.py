@@ -11,87 +11,18 @@ from edge_runtime.errors import ApiError
 from edge_runtime.requests.decisions import (
     DecisionOption, InvalidQuestion, NoValidQuestion, Question, parse_decisions_request,
 )
+from tests.contract_examples import (
+    BUNDLE_EXAMPLE, DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS,
+    SYSTEMONE_EXAMPLE_MEDIA,
+)
 
-# ---- the contract's Decisions examples ---------------------------------------------------
-
-GENERAL = {
-    "model": "Vela-2.0-0.3B",
-    "state": "Write a Python function that merges two sorted lists and explain its running time.",
-    "questions": {
-        "domain": {
-            "type": "choice",
-            "instructions": "Which domain does this request belong to?",
-            "choices": [
-                {"key": "code", "description": "Programming"},
-                {"key": "math", "description": "Mathematics"},
-                {"key": "other"},
-            ],
-        },
-        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-        "difficulty": {"type": "score", "instructions": "How difficult is this request?",
-                       "levels": ["Trivial", "Moderate", "Hard"]},
-    },
-}
-
-SET_SPAN = {
-    "model": "Vela-2.0-0.3B",
-    "state": "My card was charged twice and the parcel never arrived. Write to me at jane.doe@example.com.",
-    "questions": {
-        "problems": {
-            "type": "set",
-            "instructions": "Which problems does the customer report?",
-            "labels": [
-                {"key": "billing", "description": "A payment or charge problem"},
-                {"key": "shipping", "description": "A delivery problem"},
-                {"key": "account", "description": "A login or account problem"},
-            ],
-        },
-        "contacts": {
-            "type": "span",
-            "instructions": "Find the personal contact details.",
-            "labels": [{"key": "EMAIL_ADDRESS", "description": "An email address"}],
-        },
-    },
-}
-
-_RELEVANCE = {"relevance": {"type": "noul", "instructions":
-                            "Does the candidate passage contain information that helps answer the request?"}}
-BATCH = {
-    "model": "Vela-2.0-0.3B",
-    "states": {
-        "doc_1": {"state": {"request": "How long is the refund window?",
-                            "candidate": "Refunds are accepted within 30 days of purchase."},
-                  "questions": _RELEVANCE},
-        "doc_2": {"state": {"request": "How long is the refund window?",
-                            "candidate": "Our offices close on public holidays."},
-                  "questions": _RELEVANCE},
-    },
-}
-
-BUNDLE_TASK = {"model": "decision-edge", "state": "What is 2 + 2?",
-               "questions": {"math": {"type": "noul", "instructions": "Is this a math question?"}}}
-
-MEDIA = {
-    "model": "d3-turbo",
-    "state": "Is the attached receipt complete, and does the clip show it being paid?",
-    "images": ["data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ..."],
-    "videos": ["data:video/mp4;base64,AAAAIGZ0eXBpc29t..."],
-    "questions": {
-        "complete": {"type": "noul", "instructions": "Does the receipt show a total, a date and a merchant?"},
-        "paid": {"type": "noul", "instructions": "Does the clip show the receipt being paid?"},
-    },
-}
-
-ASSETS = {
-    "model": "d3-lite",
-    "state": {"receipt": "<receipt>", "note": "Uploaded by the customer."},
-    "assets": {"<receipt>": {"type": "image", "data_base64": "/9j/4AAQSkZJRgABAQ..."}},
-    "questions": {"complete": {"type": "noul", "instructions": "Does <receipt> show a total, a date and a merchant?"}},
-}
+# The contract's examples are in tests/contract_examples.py. BUNDLE_TASK is the decisions task
+# of its Bundle example, a minimal valid request that the malformed cases below build on.
+BUNDLE_TASK = BUNDLE_EXAMPLE["tasks"][1]["decisions"]
 
 
 def test_general_example() -> None:
-    req = parse_decisions_request(GENERAL)
+    req = parse_decisions_request(DECISIONS_EXAMPLE_1)
     assert req.model == "Vela-2.0-0.3B" and not req.is_batch
     domain, reasoning, difficulty = req.single.questions
     assert domain == Question("domain", "choice", "Which domain does this request belong to?", (
@@ -102,14 +33,14 @@ def test_general_example() -> None:
 
 
 def test_set_and_span_example() -> None:
-    problems, contacts = parse_decisions_request(SET_SPAN).single.questions
+    problems, contacts = parse_decisions_request(DECISIONS_EXAMPLE_2).single.questions
     assert problems.type == "set" and [o.key for o in problems.options] == ["billing", "shipping", "account"]
     assert problems.threshold is None
     assert contacts.type == "span" and contacts.options == (DecisionOption("EMAIL_ADDRESS", "An email address"),)
 
 
 def test_batch_example() -> None:
-    req = parse_decisions_request(BATCH)
+    req = parse_decisions_request(DECISIONS_EXAMPLE_BATCH)
     assert req.is_batch and req.single is None
     assert [name for name, _ in req.entries()] == ["doc_1", "doc_2"]
     assert all(e.valid[0].id == "relevance" for _, e in req.entries())
@@ -117,9 +48,10 @@ def test_batch_example() -> None:
 
 def test_bundle_media_and_assets_examples() -> None:
     assert parse_decisions_request(BUNDLE_TASK).single.valid[0].type == "noul"
-    media = parse_decisions_request(MEDIA).single
-    assert media.images == (MEDIA["images"][0],) and media.videos == (MEDIA["videos"][0],)
-    assets = parse_decisions_request(ASSETS)
+    media = parse_decisions_request(SYSTEMONE_EXAMPLE_MEDIA).single
+    assert (media.images == (SYSTEMONE_EXAMPLE_MEDIA["images"][0],)
+            and media.videos == (SYSTEMONE_EXAMPLE_MEDIA["videos"][0],))
+    assets = parse_decisions_request(SYSTEMONE_EXAMPLE_ASSETS)
     assert set(assets.assets) == {"<receipt>"} and assets.single.roles_given is False
 
 
@@ -137,7 +69,7 @@ def test_options_and_roles() -> None:
 
 
 def test_requests_are_frozen() -> None:
-    req = parse_decisions_request(GENERAL)
+    req = parse_decisions_request(DECISIONS_EXAMPLE_1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         req.model = "other"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -272,8 +204,8 @@ def test_request_level_errors() -> None:
     q = BUNDLE_TASK["questions"]
     _fails({"state": "s", "questions": {"": {"type": "noul", "instructions": "x"}}}, "question IDs")
     _fails({"state": "s", "questions": {"  ": {"type": "noul", "instructions": "x"}}}, "question IDs")
-    _fails({**BATCH, "state": "s"}, "['state']")
-    _fails({**BATCH, "questions": q}, "['questions']")
+    _fails({**DECISIONS_EXAMPLE_BATCH, "state": "s"}, "['state']")
+    _fails({**DECISIONS_EXAMPLE_BATCH, "questions": q}, "['questions']")
     _fails({"state": "s", "questions": q, "colour": "red"}, "['colour']")
     _fails({"state": "s", "questions": q, "options": {"overflow": "truncate"}}, "['overflow']")
     _fails({"state": "s", "questions": q, "options": {"deadline_ms": 0}}, "deadline_ms")

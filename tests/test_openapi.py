@@ -1,8 +1,8 @@
 """openapi.yaml: a sound OpenAPI 3.1 document whose schemas take the contract's examples and bodies.
 
-The request examples below are copied verbatim from the HTTP reference (Classify, Embeddings,
-Rerank, Bundle and Decisions sections); where the reference is on this machine, a test checks the
-copies against it. Response samples follow the wire shapes of docs/architecture.md.
+The contract's request and response examples come from tests/contract_examples.py, which holds
+them as the HTTP reference writes them; where the reference is on this machine, a test checks them
+against it. Response samples follow the wire shapes of docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -27,6 +27,19 @@ from edge_runtime.api.schema import (
     response_validator,
     schema_validator,
     validate_response,
+)
+from tests.contract_examples import (
+    BUNDLE_EXAMPLE,
+    CLASSIFY_EXAMPLE,
+    DECISIONS_EXAMPLE_1,
+    DECISIONS_EXAMPLE_2,
+    DECISIONS_EXAMPLE_BATCH,
+    DECISIONS_RESPONSE_1,
+    DECISIONS_RESPONSE_2,
+    EMBEDDINGS_EXAMPLE,
+    RERANK_EXAMPLE,
+    SYSTEMONE_EXAMPLE_ASSETS,
+    SYSTEMONE_EXAMPLE_MEDIA,
 )
 
 REFERENCE = Path("/work/shared/reference/http-api-reference.txt")
@@ -177,149 +190,6 @@ def test_unknown_operations_and_statuses_are_key_errors() -> None:
 
 
 # ---- the contract's examples --------------------------------------------------------------------
-
-CLASSIFY_EXAMPLE = {
-    "model": "vela-pii",
-    "input": ["Hi, I'm Tom Baker (tom.baker@example.com)."],
-    "options": {"overflow": "window", "window": {"tokens": 512, "overlap": 64}},
-}
-EMBEDDINGS_EXAMPLE = {
-    "model": "vela-embedding", "input": ["How do I reset my password?"], "dimensions": 256, "layer": 11,
-}
-RERANK_EXAMPLE = {
-    "model": "vela-reranker", "query": "How do I reset my password?",
-    "documents": ["Open Settings, then Security.", "Our offices are closed on Sunday."], "top_n": 1,
-}
-BUNDLE_EXAMPLE = {
-    "tasks": [
-        {"id": "domain", "classify": {"model": "vela-domain", "input": ["What is 2 + 2?"]}},
-        {"id": "kind", "decisions": {
-            "model": "decision-edge", "state": "What is 2 + 2?",
-            "questions": {"math": {"type": "noul", "instructions": "Is this a math question?"}},
-        }},
-    ],
-    "options": {"deadline_ms": 80},
-}
-DECISIONS_EXAMPLE_1 = {
-    "model": "Vela-2.0-0.3B",
-    "state": "Write a Python function that merges two sorted lists and explain its running time.",
-    "questions": {
-        "domain": {
-            "type": "choice",
-            "instructions": "Which domain does this request belong to?",
-            "choices": [
-                {"key": "code", "description": "Programming"},
-                {"key": "math", "description": "Mathematics"},
-                {"key": "other"},
-            ],
-        },
-        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-        "difficulty": {
-            "type": "score",
-            "instructions": "How difficult is this request?",
-            "levels": ["Trivial", "Moderate", "Hard"],
-        },
-    },
-}
-DECISIONS_RESPONSE_1 = {
-    "model": "Vela-2.0-0.3B",
-    "answers": {
-        "domain": {
-            "type": "choice",
-            "choice": "code",
-            "confidence": 1.0,
-            "probabilities": {"code": 1.0, "math": 0.0, "other": 0.0},
-            "abstain_probability": 0.01,
-        },
-        "reasoning": {"type": "noul", "noul": 0.34},
-        "difficulty": {
-            "type": "score",
-            "score": 1.3,
-            "confidence": 0.0,
-            "legend": {"0": "Trivial", "1": "Moderate", "2": "Hard"},
-            "probabilities": {"0": 0.13, "1": 0.43, "2": 0.43},
-        },
-    },
-}
-DECISIONS_EXAMPLE_2 = {
-    "model": "Vela-2.0-0.3B",
-    "state": "My card was charged twice and the parcel never arrived. Write to me at jane.doe@example.com.",
-    "questions": {
-        "problems": {
-            "type": "set",
-            "instructions": "Which problems does the customer report?",
-            "labels": [
-                {"key": "billing", "description": "A payment or charge problem"},
-                {"key": "shipping", "description": "A delivery problem"},
-                {"key": "account", "description": "A login or account problem"},
-            ],
-        },
-        "contacts": {
-            "type": "span",
-            "instructions": "Find the personal contact details.",
-            "labels": [{"key": "EMAIL_ADDRESS", "description": "An email address"}],
-        },
-    },
-}
-DECISIONS_RESPONSE_2 = {
-    "model": "Vela-2.0-0.3B",
-    "answers": {
-        "problems.billing": {"type": "noul", "noul": 0.95},
-        "problems.shipping": {"type": "noul", "noul": 0.7},
-        "problems.account": {"type": "noul", "noul": 0.03},
-        "contacts": {"type": "noul", "noul": 1.0},
-    },
-    "spans": {
-        "contacts": [
-            {"label": "EMAIL_ADDRESS", "start": 71, "end": 91, "text": "jane.doe@example.com", "probability": 1.0}
-        ]
-    },
-    "sets": {
-        "problems": {
-            "selected": ["billing", "shipping"],
-            "probabilities": {"billing": 0.95, "shipping": 0.7, "account": 0.03},
-        }
-    },
-    "thresholds": {"problems": 0.3, "contacts": 0.65},
-}
-RELEVANCE = {
-    "relevance": {
-        "type": "noul",
-        "instructions": "Does the candidate passage contain information that helps answer the request?",
-    }
-}
-DECISIONS_EXAMPLE_BATCH = {
-    "model": "Vela-2.0-0.3B",
-    "states": {
-        "doc_1": {
-            "state": {"request": "How long is the refund window?",
-                      "candidate": "Refunds are accepted within 30 days of purchase."},
-            "questions": RELEVANCE,
-        },
-        "doc_2": {
-            "state": {"request": "How long is the refund window?", "candidate": "Our offices close on public holidays."},
-            "questions": RELEVANCE,
-        },
-    },
-}
-SYSTEMONE_EXAMPLE_MEDIA = {
-    "model": "d3-turbo",
-    "state": "Is the attached receipt complete, and does the clip show it being paid?",
-    "images": ["data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ..."],
-    "videos": ["data:video/mp4;base64,AAAAIGZ0eXBpc29t..."],
-    "questions": {
-        "complete": {"type": "noul", "instructions": "Does the receipt show a total, a date and a merchant?"},
-        "paid": {"type": "noul", "instructions": "Does the clip show the receipt being paid?"},
-    },
-}
-SYSTEMONE_EXAMPLE_ASSETS = {
-    "model": "d3-lite",
-    "state": {"receipt": "<receipt>", "note": "Uploaded by the customer."},
-    "assets": {"<receipt>": {"type": "image", "data_base64": "/9j/4AAQSkZJRgABAQ..."}},
-    "questions": {
-        "complete": {"type": "noul", "instructions": "Does <receipt> show a total, a date and a merchant?"}
-    },
-}
 
 # (endpoint, request) in the order the reference gives them.
 REQUEST_EXAMPLES: list[tuple[str, dict[str, Any]]] = [

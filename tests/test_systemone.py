@@ -26,83 +26,22 @@ from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
 from edge_runtime.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.timing import Timing
+from tests.contract_examples import (
+    DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS, SYSTEMONE_EXAMPLE_MEDIA,
+)
 from tests.server_harness import Server, write_models_file
 
 MODEL = "sparrow-nano"
 SCHEMAS = (SCHEMA_5, SCHEMA_4)
 MAX_REQUESTS = 4
 
-# The contract's requests (http-api-reference.txt, Decisions and System One compatibility), with
-# the model each names replaced by the one served here.
-GOLDEN = {
-    "model": MODEL,
-    "state": "Write a Python function that merges two sorted lists and explain its running time.",
-    "questions": {
-        "domain": {
-            "type": "choice",
-            "instructions": "Which domain does this request belong to?",
-            "choices": [
-                {"key": "code", "description": "Programming"},
-                {"key": "math", "description": "Mathematics"},
-                {"key": "other"},
-            ],
-        },
-        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-        "difficulty": {"type": "score", "instructions": "How difficult is this request?",
-                       "levels": ["Trivial", "Moderate", "Hard"]},
-    },
-}
-SET_SPAN = {
-    "model": MODEL,
-    "state": "My card was charged twice and the parcel never arrived. Write to me at jane.doe@example.com.",
-    "questions": {
-        "problems": {
-            "type": "set",
-            "instructions": "Which problems does the customer report?",
-            "labels": [
-                {"key": "billing", "description": "A payment or charge problem"},
-                {"key": "shipping", "description": "A delivery problem"},
-                {"key": "account", "description": "A login or account problem"},
-            ],
-        },
-        "contacts": {
-            "type": "span",
-            "instructions": "Find the personal contact details.",
-            "labels": [{"key": "EMAIL_ADDRESS", "description": "An email address"}],
-        },
-    },
-}
-_RELEVANCE = "Does the candidate passage contain information that helps answer the request?"
-STATES = {
-    "model": MODEL,
-    "states": {
-        "doc_1": {
-            "state": {"request": "How long is the refund window?",
-                      "candidate": "Refunds are accepted within 30 days of purchase."},
-            "questions": {"relevance": {"type": "noul", "instructions": _RELEVANCE}},
-        },
-        "doc_2": {
-            "state": {"request": "How long is the refund window?", "candidate": "Our offices close on public holidays."},
-            "questions": {"relevance": {"type": "noul", "instructions": _RELEVANCE}},
-        },
-    },
-}
-MEDIA = {
-    "model": MODEL,
-    "state": "Is the attached receipt complete, and does the clip show it being paid?",
-    "images": ["data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ..."],
-    "videos": ["data:video/mp4;base64,AAAAIGZ0eXBpc29t..."],
-    "questions": {
-        "complete": {"type": "noul", "instructions": "Does the receipt show a total, a date and a merchant?"},
-        "paid": {"type": "noul", "instructions": "Does the clip show the receipt being paid?"},
-    },
-}
-ASSETS = {
-    "model": MODEL,
-    "state": {"receipt": "<receipt>", "note": "Uploaded by the customer."},
-    "assets": {"<receipt>": {"type": "image", "data_base64": "/9j/4AAQSkZJRgABAQ..."}},
-    "questions": {"complete": {"type": "noul", "instructions": "Does <receipt> show a total, a date and a merchant?"}},
-}
+# The contract's requests (tests/contract_examples.py), each copied with the model it names
+# replaced by the one served here.
+GOLDEN = {**DECISIONS_EXAMPLE_1, "model": MODEL}
+SET_SPAN = {**DECISIONS_EXAMPLE_2, "model": MODEL}
+STATES = {**DECISIONS_EXAMPLE_BATCH, "model": MODEL}
+MEDIA = {**SYSTEMONE_EXAMPLE_MEDIA, "model": MODEL}
+ASSETS = {**SYSTEMONE_EXAMPLE_ASSETS, "model": MODEL}
 EXAMPLES = {"golden": GOLDEN, "set_span": SET_SPAN, "states": STATES, "media": MEDIA, "assets": ASSETS}
 
 

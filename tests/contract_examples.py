@@ -1,0 +1,175 @@
+"""The HTTP contract's example bodies, each written once, as the contract writes them.
+
+Source: /work/shared/reference/http-api-reference.txt. test_openapi checks these against the
+reference text where it is on the machine, so a change to the contract shows up there; tests that
+need a variant (another model name, a broken member) copy one of these and change the copy, and
+never change these objects in place, since every test module shares them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CLASSIFY_EXAMPLE: dict[str, Any] = {
+    "model": "vela-pii",
+    "input": ["Hi, I'm Tom Baker (tom.baker@example.com)."],
+    "options": {"overflow": "window", "window": {"tokens": 512, "overlap": 64}},
+}
+"""Classify: the `POST /v1/classify` request, a windowed PII scan."""
+
+EMBEDDINGS_EXAMPLE: dict[str, Any] = {
+    "model": "vela-embedding", "input": ["How do I reset my password?"], "dimensions": 256, "layer": 11,
+}
+"""Embeddings: the `POST /v1/embeddings` request, with dimensions and layer."""
+
+RERANK_EXAMPLE: dict[str, Any] = {
+    "model": "vela-reranker", "query": "How do I reset my password?",
+    "documents": ["Open Settings, then Security.", "Our offices are closed on Sunday."], "top_n": 1,
+}
+"""Rerank: the `POST /v1/rerank` request."""
+
+BUNDLE_EXAMPLE: dict[str, Any] = {
+    "tasks": [
+        {"id": "domain", "classify": {"model": "vela-domain", "input": ["What is 2 + 2?"]}},
+        {"id": "kind", "decisions": {
+            "model": "decision-edge", "state": "What is 2 + 2?",
+            "questions": {"math": {"type": "noul", "instructions": "Is this a math question?"}},
+        }},
+    ],
+    "options": {"deadline_ms": 80},
+}
+"""Bundle: the `POST /v1/bundle` request, a classify task and a decisions task."""
+
+DECISIONS_EXAMPLE_1: dict[str, Any] = {
+    "model": "Vela-2.0-0.3B",
+    "state": "Write a Python function that merges two sorted lists and explain its running time.",
+    "questions": {
+        "domain": {
+            "type": "choice",
+            "instructions": "Which domain does this request belong to?",
+            "choices": [
+                {"key": "code", "description": "Programming"},
+                {"key": "math", "description": "Mathematics"},
+                {"key": "other"},
+            ],
+        },
+        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
+        "difficulty": {
+            "type": "score",
+            "instructions": "How difficult is this request?",
+            "levels": ["Trivial", "Moderate", "Hard"],
+        },
+    },
+}
+"""Decisions, first `POST /v1/decisions`: a Choice, a Noul and a Score about one text state."""
+
+DECISIONS_RESPONSE_1: dict[str, Any] = {
+    "model": "Vela-2.0-0.3B",
+    "answers": {
+        "domain": {
+            "type": "choice",
+            "choice": "code",
+            "confidence": 1.0,
+            "probabilities": {"code": 1.0, "math": 0.0, "other": 0.0},
+            "abstain_probability": 0.01,
+        },
+        "reasoning": {"type": "noul", "noul": 0.34},
+        "difficulty": {
+            "type": "score",
+            "score": 1.3,
+            "confidence": 0.0,
+            "legend": {"0": "Trivial", "1": "Moderate", "2": "Hard"},
+            "probabilities": {"0": 0.13, "1": 0.43, "2": 0.43},
+        },
+    },
+}
+"""Decisions, the `Response` to DECISIONS_EXAMPLE_1 (Vela 2.0 on CPU, rounded, without usage)."""
+
+DECISIONS_EXAMPLE_2: dict[str, Any] = {
+    "model": "Vela-2.0-0.3B",
+    "state": "My card was charged twice and the parcel never arrived. Write to me at jane.doe@example.com.",
+    "questions": {
+        "problems": {
+            "type": "set",
+            "instructions": "Which problems does the customer report?",
+            "labels": [
+                {"key": "billing", "description": "A payment or charge problem"},
+                {"key": "shipping", "description": "A delivery problem"},
+                {"key": "account", "description": "A login or account problem"},
+            ],
+        },
+        "contacts": {
+            "type": "span",
+            "instructions": "Find the personal contact details.",
+            "labels": [{"key": "EMAIL_ADDRESS", "description": "An email address"}],
+        },
+    },
+}
+"""Decisions, second `POST /v1/decisions`: a Set and a Span question."""
+
+DECISIONS_RESPONSE_2: dict[str, Any] = {
+    "model": "Vela-2.0-0.3B",
+    "answers": {
+        "problems.billing": {"type": "noul", "noul": 0.95},
+        "problems.shipping": {"type": "noul", "noul": 0.7},
+        "problems.account": {"type": "noul", "noul": 0.03},
+        "contacts": {"type": "noul", "noul": 1.0},
+    },
+    "spans": {
+        "contacts": [
+            {"label": "EMAIL_ADDRESS", "start": 71, "end": 91, "text": "jane.doe@example.com", "probability": 1.0}
+        ]
+    },
+    "sets": {
+        "problems": {
+            "selected": ["billing", "shipping"],
+            "probabilities": {"billing": 0.95, "shipping": 0.7, "account": 0.03},
+        }
+    },
+    "thresholds": {"problems": 0.3, "contacts": 0.65},
+}
+"""Decisions, the `Response` to DECISIONS_EXAMPLE_2 (rounded, without usage)."""
+
+DECISIONS_EXAMPLE_BATCH: dict[str, Any] = {
+    "model": "Vela-2.0-0.3B",
+    "states": {
+        "doc_1": {
+            "state": {"request": "How long is the refund window?",
+                      "candidate": "Refunds are accepted within 30 days of purchase."},
+            "questions": {"relevance": {
+                "type": "noul",
+                "instructions": "Does the candidate passage contain information that helps answer the request?",
+            }},
+        },
+        "doc_2": {
+            "state": {"request": "How long is the refund window?", "candidate": "Our offices close on public holidays."},
+            "questions": {"relevance": {
+                "type": "noul",
+                "instructions": "Does the candidate passage contain information that helps answer the request?",
+            }},
+        },
+    },
+}
+"""Decisions, third `POST /v1/decisions`: a batch, two named entries under `states`."""
+
+SYSTEMONE_EXAMPLE_MEDIA: dict[str, Any] = {
+    "model": "d3-turbo",
+    "state": "Is the attached receipt complete, and does the clip show it being paid?",
+    "images": ["data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ..."],
+    "videos": ["data:video/mp4;base64,AAAAIGZ0eXBpc29t..."],
+    "questions": {
+        "complete": {"type": "noul", "instructions": "Does the receipt show a total, a date and a merchant?"},
+        "paid": {"type": "noul", "instructions": "Does the clip show the receipt being paid?"},
+    },
+}
+"""Decisions (images and videos), the `POST /v1/systemone` request with an image and a video."""
+
+SYSTEMONE_EXAMPLE_ASSETS: dict[str, Any] = {
+    "model": "d3-lite",
+    "state": {"receipt": "<receipt>", "note": "Uploaded by the customer."},
+    "assets": {"<receipt>": {"type": "image", "data_base64": "/9j/4AAQSkZJRgABAQ..."}},
+    "questions": {
+        "complete": {"type": "noul", "instructions": "Does <receipt> show a total, a date and a merchant?"}
+    },
+}
+"""System One compatibility (Assets), the `POST /v1/systemone` request with an image by reference."""
