@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench import embeddings, longinput, overhead
 from bench.lab import PACKAGE_NAME, Lab, Settings
-from bench.report import BENCHMARKS_DOC, ROOT, Table, conditions, record, render_run
+from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
 CONVERT_TIMEOUT_S = 900
 
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     conds = conditions(args.threads, args.rounds, {"packages": str(settings.packages.resolve())})
     print("\n".join(f"{k}: {v}" for k, v in conds.items()), flush=True)
     lab = Lab(settings)
+    foreign = ForeignLoad()
     tables: list[Table] = []
     started = time.perf_counter()
     try:
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     conds["wall time"] = f"{elapsed:.0f} s"
     # Other work on a shared machine shows here: a load well above the cores means noisy numbers.
     conds["load average at end"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    conds["CPU used by other processes during the run"] = foreign.describe()
     if args.record:
         record(render_run(f"python -m bench {args.comparison}", conds, tables), args.doc)
         print(f"\nrecorded in {args.doc}")

@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -41,9 +42,10 @@ How it measures:
 - Latency is client wall time from the texts to usable float vectors: for HTTP that includes JSON
   encoding, the request, and decoding the response. Throughput is 32 / median batch-32 time.
 - The machine is shared: expect 30-50 % run-to-run noise on absolute numbers; read the ratios.
-  Each run records the load average at its start and end: a load well above the core count means
-  other work shared the cores, and torch (whose OpenMP threads spin-wait) suffers from that far more
-  than ONNX Runtime, so such a run overstates the ratios against torch.
+  Each run records the load average at its start and end and the CPU time other processes used
+  while it ran (machine busy time from /proc/stat minus the harness's and its children's). A large
+  share means other work took the cores, and torch (whose OpenMP threads spin-wait) suffers from
+  that far more than ONNX Runtime, so such a run overstates the ratios against torch.
 - Server overhead is `total - forward` from the server's own `Server-Timing` header (target < 1 ms);
   transport is the client's time minus `total`.
 - Long input: a fresh server per overflow mode, memory read from `/proc/<pid>/status` (VmRSS, and
@@ -116,6 +118,46 @@ def cpu_flags(cpuinfo: str, wanted: Sequence[str] = ("avx2", "avx512f", "avx512_
             have = set(value.split())
             return [w for w in wanted if w in have]
     return []
+
+
+def cpu_busy_seconds(stat: str, ticks_per_second: int) -> float:
+    """Busy CPU time of the whole machine since boot from /proc/stat's first line (all CPUs summed).
+
+    Busy is user + nice + system + irq + softirq + steal; idle and iowait are not work.
+    """
+    for line in stat.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            values = [int(v) for v in fields[1:9]] + [0] * max(0, 9 - len(fields))
+            user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+            return (user + nice + system + irq + softirq + steal) / ticks_per_second
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
+class ForeignLoad:
+    """How much CPU other processes used while the run was going: the noise the run cannot remove.
+
+    Machine busy time (/proc/stat) minus this process's and its waited-for children's CPU time.
+    """
+
+    def __init__(self) -> None:
+        self._start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float]:
+        times = os.times()
+        ours = times.user + times.system + times.children_user + times.children_system
+        busy = cpu_busy_seconds(Path("/proc/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+        return time.monotonic(), busy, ours
+
+    def describe(self) -> str:
+        """'N core-seconds, P % of the machine' since construction (call after every child was waited for)."""
+        wall0, busy0, ours0 = self._start
+        wall1, busy1, ours1 = self._sample()
+        foreign = max(0.0, (busy1 - busy0) - (ours1 - ours0))
+        capacity = (wall1 - wall0) * (os.cpu_count() or 1)
+        share = 100.0 * foreign / capacity if capacity > 0 else 0.0
+        return f"{foreign:.0f} core-seconds, {share:.0f} % of the machine's CPU time"
 
 
 def versions(names: Sequence[str] = VERSIONED) -> dict[str, str]:

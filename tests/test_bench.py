@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.report import Table, cpu_flags, cpu_model, fmt_ms, fmt_ratio, format_table, record, render_run
+from bench.report import (
+    Table, cpu_busy_seconds, cpu_flags, cpu_model, fmt_ms, fmt_ratio, format_table, record, render_run,
+)
 from bench.runners import cosines, decode_embeddings
 from bench.server import parse_proc_status
 from bench.server_timing import parse_server_timing
@@ -187,3 +189,10 @@ def test_the_harness_process_never_imports_torch() -> None:
             "sys.exit(1 if 'torch' in sys.modules or 'onnxruntime' in sys.modules else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_cpu_busy_seconds_counts_work_not_idle() -> None:
+    stat = "cpu  100 20 30 1000 50 5 5 10 0 0\ncpu0 50 10 15 500 25 2 3 5 0 0\nintr 1 2 3\n"
+    assert cpu_busy_seconds(stat, 100) == pytest.approx((100 + 20 + 30 + 5 + 5 + 10) / 100)
+    with pytest.raises(ValueError):
+        cpu_busy_seconds("intr 1 2 3\n", 100)
