@@ -44,9 +44,9 @@ from converters.export import ExportResult, _readme_license, package_tokenizer
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes import (
-    ATTENTION_MODES, CONFIG_FORMAT, PROMPT, QUESTION_TYPES, READOUT, READOUT_BIAS, SYSTEM, CodesPrompt,
-    check_config, code_probabilities, select_temperature,
+    ATTENTION_MODES, CONFIG_FORMAT, PROMPT, QUESTION_TYPES, READOUT, READOUT_BIAS, SYSTEM, CodesPrompt, check_config,
 )
+from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.packages.manifest import compute_digest, file_sha256
 

@@ -47,7 +47,8 @@ from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.sparrow import legend_text
 from edge_runtime.heads.decisions import (
-    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, noul_from_pair, score_answer,
+    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, code_probabilities, noul_from_pair,
+    score_answer, select_temperature,
 )
 from edge_runtime.packages import Package
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, InvalidQuestion, NoValidQuestion, Question
@@ -87,21 +88,6 @@ def option_texts(q: Question) -> list[str]:
     return [o.key if o.description is None else f"{o.key}: {describe(o.description)}" for o in q.options]
 
 
-def select_temperature(config: dict[str, Any], questions: int) -> float:
-    """The temperature of a request with ``questions`` Choice, Noul and Score questions.
-
-    ``temperature_by_questions`` ``{"max_questions": [n_1..n_k], "temperature": [t_1..t_k, t_rest]}``
-    gives the t_i of the first n <= n_i, else t_rest; without it, ``temperature``.
-    """
-    table = config.get("temperature_by_questions")
-    if not table:
-        return float(config.get("temperature", 1.0))
-    for n_i, t_i in zip(table["max_questions"], table["temperature"]):
-        if questions <= n_i:
-            return float(t_i)
-    return float(table["temperature"][-1])
-
-
 def check_config(config: dict[str, Any]) -> None:
     """Raise ValueError when decision_config.json is not one this family reads."""
     if config.get("format") != CONFIG_FORMAT or config.get("prompt") != PROMPT:
@@ -136,25 +122,6 @@ def check_config(config: dict[str, Any]) -> None:
 
 def _positive(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-def code_probabilities(hidden: np.ndarray, readout: np.ndarray, count: int, temperature: float,
-                       bias: np.ndarray | None = None, softcap: float | None = None) -> np.ndarray:
-    """``softmax(z / T)`` over the first ``count`` codes, ``z = readout[:count] @ hidden`` (float64 out).
-
-    The dot products are float32, as the model's LM head computes its logits; the softmax is
-    float64 with the maximum subtracted. A non-finite hidden state gives NaN probabilities, which
-    the answer heads refuse as invalid_model_output.
-    """
-    z = readout[:count] @ np.asarray(hidden, dtype=np.float32)
-    if bias is not None:
-        z = z + bias[:count]
-    z = z.astype(np.float64)
-    if softcap:
-        z = softcap * np.tanh(z / softcap)
-    z = z / temperature
-    e = np.exp(z - z.max())
-    return e / e.sum()
 
 
 class CodesPrompt:
@@ -529,4 +496,4 @@ class DecisionCodesFamily:
 DecisionCodesModel = DecisionCodesFamily
 
 __all__ = ["CodesPrompt", "DecisionCodesFamily", "DecisionCodesModel", "DecisionCodesPlan", "check_config",
-           "code_probabilities", "describe", "option_texts", "select_temperature"]
+           "describe", "option_texts"]

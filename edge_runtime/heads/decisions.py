@@ -12,6 +12,9 @@ The formulas are the contract's (System One's published statistics):
   above the question's threshold.
 - Span: the spans found, and a Noul under the question's ID.
 
+Code readout (the decision-codes family): ``softmax(z / T)`` over a question's first K codes with
+``z = R[:K] @ h_last``, and the request's T from its number of Choice, Noul and Score questions.
+
 Probabilities are read in float64 and renormalised, so a float32 softmax that sums to 1 within
 rounding gives a score that is exactly the expectation. A vector that is not a distribution
 (non-finite, negative, or summing to nothing) raises :class:`InvalidModelOutput`.
@@ -46,6 +49,40 @@ def distribution(probs: np.ndarray | Sequence[float], count: int | None = None) 
     if not total > 0:
         raise InvalidModelOutput("the model returned probabilities that sum to zero")
     return p / total
+
+
+def code_probabilities(hidden: np.ndarray, readout: np.ndarray, count: int, temperature: float,
+                       bias: np.ndarray | None = None, softcap: float | None = None) -> np.ndarray:
+    """``softmax(z / T)`` over the first ``count`` codes, ``z = readout[:count] @ hidden`` (float64 out).
+
+    The dot products are float32, as the model's LM head computes its logits; the softmax is
+    float64 with the maximum subtracted. A non-finite hidden state gives NaN probabilities, which
+    the answer heads refuse as invalid_model_output.
+    """
+    z = readout[:count] @ np.asarray(hidden, dtype=np.float32)
+    if bias is not None:
+        z = z + bias[:count]
+    z = z.astype(np.float64)
+    if softcap:
+        z = softcap * np.tanh(z / softcap)
+    z = z / temperature
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def select_temperature(config: dict[str, Any], questions: int) -> float:
+    """The temperature of a request with ``questions`` Choice, Noul and Score questions.
+
+    ``temperature_by_questions`` ``{"max_questions": [n_1..n_k], "temperature": [t_1..t_k, t_rest]}``
+    gives the t_i of the first n <= n_i, else t_rest; without it, ``temperature``.
+    """
+    table = config.get("temperature_by_questions")
+    if not table:
+        return float(config.get("temperature", 1.0))
+    for n_i, t_i in zip(table["max_questions"], table["temperature"]):
+        if questions <= n_i:
+            return float(t_i)
+    return float(table["temperature"][-1])
 
 
 def choice_confidence(p: np.ndarray) -> float:
