@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -45,11 +44,10 @@ from tokenizers import Tokenizer
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
-from edge_runtime.families.sparrow import legend_text
-from edge_runtime.heads.decisions import (
-    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, code_probabilities, noul_from_pair,
-    score_answer, select_temperature,
+from edge_runtime.families.decision_plan import (
+    DecisionPlan, Entry, Slot, assemble, decision_answer, failed_answer, media_refusal, refused_entry,
 )
+from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import Package
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, InvalidQuestion, NoValidQuestion, Question
 
@@ -208,45 +206,6 @@ class CodesPrompt:
         return None if ids is None else [*ids, *self.after]
 
 
-# ---- plans ---------------------------------------------------------------------------------
-
-
-@dataclass
-class _Slot:
-    """One question of one entry: a row (and branch) to read, or an answer decided in place."""
-
-    question: Question | InvalidQuestion
-    row: int | None = None
-    branch: int | None = None
-    answer: dict[str, Any] | None = None
-    ids: list[int] | None = None
-
-
-@dataclass
-class _Entry:
-    name: str | None
-    slots: list[_Slot]
-    tokens: int = 0
-    temperature: float = 1.0
-
-
-@dataclass
-class DecisionCodesPlan:
-    """A request as rows for the engine, and per entry its questions in request order."""
-
-    request: DecisionsRequest
-    rows: list[CausalRow | BranchRow]
-    entries: list[_Entry] = field(default_factory=list)
-
-    @property
-    def input_tokens(self) -> int:
-        return sum(e.tokens for e in self.entries)
-
-
-def _failed(qtype: str | None, error: str, reason: str, message: str) -> dict[str, Any]:
-    return {"type": qtype, "error": error, "reason": reason, "message": message}
-
-
 class DecisionCodesFamily:
     """A loaded decision-codes package: plans decisions requests into rows, answers from hidden states."""
 
@@ -320,10 +279,9 @@ class DecisionCodesFamily:
         """The runtime's entry point: rows and a finish step (see plan_request and finish)."""
         if surface != SURFACE:
             raise ValueError(surface)
-        planned = self.plan_request(request)
-        return Plan(planned.rows, lambda outputs: self.finish(planned, outputs), planned.input_tokens)
+        return self.plan_request(request).engine_plan(self.finish)
 
-    def plan_request(self, request: DecisionsRequest) -> DecisionCodesPlan:
+    def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Render and tokenize every answerable question; decide the others' answers now.
 
         Raises ApiError for a standard request with images or videos, or over max_request_tokens
@@ -331,10 +289,10 @@ class DecisionCodesFamily:
         question is one this model answers.
         """
         cap = self._question_cap(request)
-        plan = DecisionCodesPlan(request, rows=[])
+        plan = DecisionPlan(request, rows=[])
         refusals: list[ApiError] = []
         for name, entry in request.entries():
-            refusal = self._media_refusal(entry, request)
+            refusal = media_refusal(self.name, self.modalities, entry, request)
             planned = None
             if refusal is None:
                 planned, refusal = self._plan_entry(name, entry, cap, plan.rows)
@@ -342,9 +300,7 @@ class DecisionCodesFamily:
                 if not request.is_batch:
                     raise refusal
                 refusals.append(refusal)
-                planned = _Entry(name, [
-                    _Slot(q, answer=_failed(q.type, "invalid_input", "input_malformed", refusal.message))
-                    for q in entry.questions])
+                planned = refused_entry(name, entry, refusal)
             assert planned is not None
             plan.entries.append(planned)
         if refusals and len(refusals) == len(plan.entries):
@@ -369,15 +325,6 @@ class DecisionCodesFamily:
             cap = min(cap, opts.max_tokens)
         return cap
 
-    def _media_refusal(self, entry: DecisionState, request: DecisionsRequest) -> ApiError | None:
-        if (entry.images or request.assets) and "image" not in self.modalities:
-            return ApiError(400, "invalid_request", f"model {self.name!r} reads text only, not images",
-                            reason="image_unsupported")
-        if entry.videos and "video" not in self.modalities:
-            return ApiError(400, "invalid_request", f"model {self.name!r} reads text only, not videos",
-                            reason="video_unsupported")
-        return None
-
     def _unsupported(self, q: Question) -> InvalidQuestion | None:
         if q.type in ("box", "track"):
             return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported",
@@ -396,17 +343,17 @@ class DecisionCodesFamily:
         hint = ""
         if self.validated_input_tokens is not None and cap == self.validated_input_tokens < self.max_input_tokens:
             hint = f"; options.long_context reads up to {self.max_input_tokens}"
-        return _failed(q.type, "max_length_exceeded", "question_tokens",
+        return failed_answer(q.type, "max_length_exceeded", "question_tokens",
                        f"the state and this question take more than the {cap} tokens "
                        f"this model reads per question{hint}")
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int,
-                    rows: list[CausalRow | BranchRow]) -> tuple[_Entry, ApiError | None]:
-        planned = _Entry(name, [])
-        answerable: list[_Slot] = []
+                    rows: list[CausalRow | BranchRow]) -> tuple[Entry, ApiError | None]:
+        planned = Entry(name, [])
+        answerable: list[Slot] = []
         for q in entry.questions:
             refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
-            slot = _Slot(refused or q)
+            slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
                 answerable.append(slot)
@@ -451,49 +398,21 @@ class DecisionCodesFamily:
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionCodesPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
+    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
         """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
 
         ``outputs`` holds one hidden state per CausalRow (``[hidden]``) or ``[branches, hidden]``
         per BranchRow, in row order, or one ItemError for the whole job (a deadline).
         """
-        bodies = []
-        for entry in plan.entries:
-            answers = DecisionAnswers()
-            for slot in entry.slots:
-                q = slot.question
-                if isinstance(q, InvalidQuestion):
-                    answers.add(q.id, q.answer())
-                elif slot.answer is not None:
-                    answers.add(q.id, slot.answer)
-                elif isinstance(outputs, ItemError):
-                    answers.add(q.id, _failed(q.type, outputs.code, outputs.code, outputs.message))
-                else:
-                    hidden = outputs[slot.row]
-                    if slot.branch is not None:
-                        hidden = hidden[slot.branch]
-                    answers.add(q.id, self._answer(q, hidden, entry.temperature))
-            bodies.append({"model": self.name, **answers.body(),
-                           "usage": {"input_tokens": entry.tokens, "output_tokens": 0}})
-        if not plan.request.is_batch:
-            return bodies[0]
-        return {"model": self.name, "states": {e.name: b for e, b in zip(plan.entries, bodies)},
-                "usage": {"input_tokens": plan.input_tokens, "output_tokens": 0}}
+        return assemble(plan, outputs, self.name, self._read)
 
-    def _answer(self, q: Question, hidden: np.ndarray, temperature: float) -> dict[str, Any]:
-        try:
-            p = self.probabilities(hidden, len(q.options), temperature)
-            if q.type == "choice":
-                return choice_answer([o.key for o in q.options], p)
-            if q.type == "noul":
-                return noul_from_pair(p)
-            return score_answer([legend_text(o.description) for o in q.options], p)
-        except InvalidModelOutput as e:
-            return _failed(q.type, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+    def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
+        """A question's answer from its row's hidden state (its branch's, state-once)."""
+        hidden = output if slot.branch is None else output[slot.branch]
+        return decision_answer(q, self.probabilities(hidden, len(q.options), entry.temperature))
 
 
 #: The name the runtime loads the family by.
 DecisionCodesModel = DecisionCodesFamily
 
-__all__ = ["CodesPrompt", "DecisionCodesFamily", "DecisionCodesModel", "DecisionCodesPlan", "check_config",
-           "describe", "option_texts"]
+__all__ = ["CodesPrompt", "DecisionCodesFamily", "DecisionCodesModel", "check_config", "describe", "option_texts"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,8 +26,8 @@ from tokenizers import Tokenizer
 
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
-from edge_runtime.heads.decisions import (
-    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, noul_from_pair, score_answer,
+from edge_runtime.families.decision_plan import (
+    DecisionPlan, Entry, Slot, assemble, decision_answer, legend_text, media_refusal, refused_entry,
 )
 from edge_runtime.packages import Package
 from edge_runtime.requests.decisions import (
@@ -73,13 +73,6 @@ def content(value: Any) -> str:
     if isinstance(value, str):
         return value.strip()
     return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def legend_text(value: Any) -> str:
-    """A score level as the legend shows it: the request's string, or canonical JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -190,39 +183,6 @@ class SparrowForward:
         return row.tokens
 
 
-@dataclass
-class _Slot:
-    """One question of one entry: either a row to run or an answer already decided."""
-
-    question: Question | InvalidQuestion
-    row: int | None = None
-    answer: dict[str, Any] | None = None
-
-
-@dataclass
-class _Entry:
-    name: str | None
-    slots: list[_Slot]
-    tokens: int = 0
-
-
-@dataclass
-class SparrowPlan:
-    """What a request became: rows for the engine, and per entry its questions in request order."""
-
-    request: DecisionsRequest
-    rows: list[SparrowRow]
-    entries: list[_Entry] = field(default_factory=list)
-
-    @property
-    def input_tokens(self) -> int:
-        return sum(e.tokens for e in self.entries)
-
-
-def _failed_answer(qtype: str | None, error: str, reason: str, message: str) -> dict[str, Any]:
-    return {"type": qtype, "error": error, "reason": reason, "message": message}
-
-
 class SparrowFamily:
     """A loaded sparrow package: plans decisions requests into rows and answers from their outputs."""
 
@@ -263,27 +223,24 @@ class SparrowFamily:
         """The runtime's entry point: the rows and a finish step (see plan_request and finish)."""
         if surface != SURFACE:
             raise ValueError(surface)
-        planned = self.plan_request(request)
-        return Plan(planned.rows, lambda outputs: self.finish(planned, outputs), planned.input_tokens)
+        return self.plan_request(request).engine_plan(self.finish)
 
-    def plan_request(self, request: DecisionsRequest) -> SparrowPlan:
+    def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Tokenize every answerable question into a row; decide the others' errors now.
 
         Raises ApiError: a standard request with images or videos (text only), a batch all of whose
         entries are refused, or a request none of whose questions this model can answer.
         """
         budget = self._budget(request)
-        plan = SparrowPlan(request, rows=[])
+        plan = DecisionPlan(request, rows=[])
         refusals: list[ApiError] = []
         for name, entry in request.entries():
-            refusal = self._refusal(entry, request)
+            refusal = media_refusal(self.name, self.modalities, entry, request)
             if refusal is not None:
                 if not request.is_batch:
                     raise refusal
                 refusals.append(refusal)
-                plan.entries.append(_Entry(name, [
-                    _Slot(q, answer=_failed_answer(q.type, "invalid_input", "input_malformed", refusal.message))
-                    for q in entry.questions]))
+                plan.entries.append(refused_entry(name, entry, refusal))
                 continue
             plan.entries.append(self._plan_entry(name, entry, budget, plan.rows))
         if refusals and len(refusals) == len(plan.entries):
@@ -303,30 +260,21 @@ class SparrowFamily:
                                   f"{self.max_input_tokens}")
         return max_tokens
 
-    def _refusal(self, entry: DecisionState, request: DecisionsRequest) -> ApiError | None:
-        if (entry.images or request.assets) and "image" not in self.modalities:
-            return ApiError(400, "invalid_request", f"model {self.name!r} reads text only, not images",
-                            reason="image_unsupported")
-        if entry.videos and "video" not in self.modalities:
-            return ApiError(400, "invalid_request", f"model {self.name!r} reads text only, not videos",
-                            reason="video_unsupported")
-        return None
-
-    def _plan_entry(self, name: str | None, entry: DecisionState, budget: int, rows: list[SparrowRow]) -> _Entry:
-        planned = _Entry(name, [])
+    def _plan_entry(self, name: str | None, entry: DecisionState, budget: int, rows: list[SparrowRow]) -> Entry:
+        planned = Entry(name, [])
         state_ids: list[int] | None = None  # tokenized once per entry, only if a question needs it
         for q in entry.questions:
             if isinstance(q, InvalidQuestion):
-                planned.slots.append(_Slot(q))
+                planned.slots.append(Slot(q))
                 continue
             refused = self._unsupported(q)
             if refused is not None:
-                planned.slots.append(_Slot(refused))
+                planned.slots.append(Slot(refused))
                 continue
             if state_ids is None:
                 state_ids = self.text.ids(content(entry.state), budget)
             row = self.text.row(state_ids, q)
-            planned.slots.append(_Slot(q, row=len(rows)))
+            planned.slots.append(Slot(q, row=len(rows)))
             planned.tokens += row.tokens
             rows.append(row)
         return planned
@@ -343,47 +291,17 @@ class SparrowFamily:
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: SparrowPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
+    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
         """The response body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
 
         ``outputs`` holds one ``{"probs": [K], ...}`` per row in row order, or one ItemError for the
         whole job (a deadline), which every planned question then carries.
         """
-        bodies = []
-        for entry in plan.entries:
-            answers = DecisionAnswers()
-            for slot in entry.slots:
-                q = slot.question
-                if isinstance(q, InvalidQuestion):
-                    answers.add(q.id, q.answer())
-                elif slot.answer is not None:
-                    answers.add(q.id, slot.answer)
-                elif isinstance(outputs, ItemError):
-                    answers.add(q.id, _failed_answer(q.type, outputs.code, outputs.code, outputs.message))
-                else:
-                    answers.add(q.id, self._answer(q, outputs[slot.row]["probs"]))
-            body = {"model": self.name, **answers.body(),
-                    "usage": {"input_tokens": entry.tokens, "output_tokens": 0}}
-            bodies.append(body)
-        usage = {"input_tokens": plan.input_tokens, "output_tokens": 0}
-        if not plan.request.is_batch:
-            return bodies[0]
-        return {"model": self.name, "states": {e.name: b for e, b in zip(plan.entries, bodies)}, "usage": usage}
-
-    @staticmethod
-    def _answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
-        try:
-            if q.type == "choice":
-                return choice_answer([o.key for o in q.options], probs)
-            if q.type == "noul":
-                return noul_from_pair(probs)
-            return score_answer([legend_text(o.description) for o in q.options], probs)
-        except InvalidModelOutput as e:
-            return _failed_answer(q.type, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+        return assemble(plan, outputs, self.name, lambda q, slot, entry, output: decision_answer(q, output["probs"]))
 
 
 #: The name the runtime loads the family by.
 SparrowModel = SparrowFamily
 
-__all__ = ["SparrowFamily", "SparrowModel", "SparrowForward", "SparrowPlan", "SparrowRow", "SparrowText",
-           "content", "legend_text"]
+__all__ = ["SparrowFamily", "SparrowModel", "SparrowForward", "SparrowRow", "SparrowText", "content",
+           "legend_text"]

@@ -1,0 +1,152 @@
+"""The planning scaffolding the decision families share: slots, entries, plans and the answer body.
+
+A decisions request becomes one :class:`Entry` per state (one for a standard request), each a
+:class:`Slot` per question in request order: either a row (and, state-once, a branch of it) for the
+engine to run, or an answer decided in place while planning (an invalid or refused question, a
+question too long, a refused batch entry). :func:`assemble` turns the engine's outputs back into the
+body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch. A family supplies only
+how one row's output becomes a question's answer (``read``), typically through :func:`decision_answer`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.base import Plan
+from edge_runtime.heads.decisions import (
+    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, noul_from_pair, score_answer,
+)
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, InvalidQuestion, Question
+
+
+@dataclass
+class Slot:
+    """One question of one entry: a row (and branch) to read, or an answer decided in place.
+
+    ``branch`` is the question's branch of a state-once row, ``ids`` its question tokens while it is
+    planned; families that need neither leave them None.
+    """
+
+    question: Question | InvalidQuestion
+    row: int | None = None
+    answer: dict[str, Any] | None = None
+    branch: int | None = None
+    ids: list[int] | None = None
+
+
+@dataclass
+class Entry:
+    """One state of a request: its name in a batch (None otherwise), its questions, its tokens.
+
+    ``temperature`` is the entry's readout temperature where the family chooses one per request.
+    """
+
+    name: str | None
+    slots: list[Slot]
+    tokens: int = 0
+    temperature: float = 1.0
+
+
+@dataclass
+class DecisionPlan:
+    """A request as rows for the engine, and per entry its questions in request order."""
+
+    request: DecisionsRequest
+    rows: list[Any]
+    entries: list[Entry] = field(default_factory=list)
+
+    @property
+    def input_tokens(self) -> int:
+        """The tokens the request reads: every entry's, each state counted as its family runs it."""
+        return sum(e.tokens for e in self.entries)
+
+    def engine_plan(self, finish: Callable[["DecisionPlan", list[Any] | ItemError], dict[str, Any]]) -> Plan:
+        """The runtime's Plan: these rows, finished by ``finish(self, outputs)``."""
+        return Plan(self.rows, lambda outputs: finish(self, outputs), self.input_tokens)
+
+
+#: How a family answers a question from its row's output: ``read(question, slot, entry, output)``.
+Read = Callable[[Question, Slot, Entry, Any], dict[str, Any]]
+
+
+def failed_answer(qtype: str | None, error: str, reason: str, message: str) -> dict[str, Any]:
+    """A question's in-place error: ``{type, error, reason, message}``."""
+    return {"type": qtype, "error": error, "reason": reason, "message": message}
+
+
+def refused_entry(name: str | None, entry: DecisionState, refusal: ApiError) -> Entry:
+    """A batch entry refused as a whole: every question fails in place with invalid_input."""
+    return Entry(name, [Slot(q, answer=failed_answer(q.type, "invalid_input", "input_malformed", refusal.message))
+                        for q in entry.questions])
+
+
+def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
+                  request: DecisionsRequest) -> ApiError | None:
+    """The 400 for images or videos (or request assets) that a model of these modalities cannot read."""
+    if (entry.images or request.assets) and "image" not in modalities:
+        return ApiError(400, "invalid_request", f"model {model!r} reads text only, not images",
+                        reason="image_unsupported")
+    if entry.videos and "video" not in modalities:
+        return ApiError(400, "invalid_request", f"model {model!r} reads text only, not videos",
+                        reason="video_unsupported")
+    return None
+
+
+def legend_text(value: Any) -> str:
+    """A score level as the legend shows it: the request's string, or canonical JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def decision_answer(q: Question, probs: np.ndarray | Sequence[float]) -> dict[str, Any]:
+    """A Choice, Noul or Score question's answer from its option probabilities.
+
+    A vector that is not a distribution answers the question with invalid_model_output in place.
+    """
+    try:
+        if q.type == "choice":
+            return choice_answer([o.key for o in q.options], probs)
+        if q.type == "noul":
+            return noul_from_pair(probs)
+        return score_answer([legend_text(o.description) for o in q.options], probs)
+    except InvalidModelOutput as e:
+        return failed_answer(q.type, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+
+
+def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str, read: Read) -> dict[str, Any]:
+    """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
+
+    ``outputs`` holds one output per row, in row order, or one ItemError for the whole job (a
+    deadline), which every question still to be read then carries. Invalid questions and answers
+    decided while planning are added as they are.
+    """
+    bodies = []
+    for entry in plan.entries:
+        answers = DecisionAnswers()
+        for slot in entry.slots:
+            q = slot.question
+            if isinstance(q, InvalidQuestion):
+                answers.add(q.id, q.answer())
+            elif slot.answer is not None:
+                answers.add(q.id, slot.answer)
+            elif isinstance(outputs, ItemError):
+                answers.add(q.id, failed_answer(q.type, outputs.code, outputs.code, outputs.message))
+            else:
+                assert slot.row is not None  # planning gives every unanswered question a row
+                answers.add(q.id, read(q, slot, entry, outputs[slot.row]))
+        bodies.append({"model": model, **answers.body(),
+                       "usage": {"input_tokens": entry.tokens, "output_tokens": 0}})
+    if not plan.request.is_batch:
+        return bodies[0]
+    return {"model": model, "states": {e.name: b for e, b in zip(plan.entries, bodies)},
+            "usage": {"input_tokens": plan.input_tokens, "output_tokens": 0}}
+
+
+__all__ = ["DecisionPlan", "Entry", "Read", "Slot", "assemble", "decision_answer", "failed_answer",
+           "legend_text", "media_refusal", "refused_entry"]
