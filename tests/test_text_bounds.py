@@ -200,11 +200,16 @@ def test_probe_results_per_tokenizer() -> None:
     assert report.classes["run"].startswith("disabled")
     for cls in ("whitespace", "punctuation", "ascii_symbol", "han"):
         assert report.classes[cls] == "pass", report.classes
-    # BERT does not split a run of emoji or of kana, and reads >100 characters as one [UNK]:
+    # BERT does not split a run of emoji, kana or Hangul, and reads >100 characters as one [UNK]:
     # cutting inside such a run changes the tokens, and the probe must notice
-    assert report.classes["symbol"].startswith("fail"), report.classes
-    assert report.classes["kana"].startswith("fail"), report.classes
-    assert CutClass.SYMBOL not in report.enabled and CutClass.KANA not in report.enabled
+    for cls in (CutClass.SYMBOL, CutClass.KANA, CutClass.HANGUL):
+        assert report.classes[cls.value].startswith("fail"), report.classes
+        assert cls not in report.enabled
+    # the trained WordPiece spells other characters; its own spellable runs still expose the cut
+    wordpiece = spied_encoder("wordpiece")[1].cut_report()
+    for cls in (CutClass.SYMBOL, CutClass.KANA, CutClass.HANGUL):
+        assert cls not in wordpiece.enabled, wordpiece.classes
+    assert CutClass.WHITESPACE in wordpiece.enabled and CutClass.HAN in wordpiece.enabled
 
     bpe = spied_encoder("bytelevel_bpe")[1]
     assert bpe.traits.folds is False
@@ -229,7 +234,8 @@ def test_a_tokenizer_that_fails_every_cut_reads_whole_texts() -> None:
 
 def test_long_added_tokens_widen_the_lookback() -> None:
     tok = train_bytelevel_bpe()
-    marker = "<|a-long-added-token-of-forty-two-chars|>"
+    marker = "<|an-added-token-longer-than-any-in-the-vocabulary|>" * 3
+    assert len(marker) > analyze(tok).longest_token_chars
     tok.add_tokens([marker])
     encoder = TextEncoder.from_tokenizer(tok, 512)
     assert encoder._reader.lookback == len(marker) + 1
@@ -327,3 +333,30 @@ def test_cutter_plans_before_a_boundary_and_keeps_whole_words() -> None:
     long_run = "x " + "ab1" * 3000
     cut = run.plan(long_run, 6000)
     assert cut is not None and cut.keep == cut.end - 1024 and is_run_cut(long_run[cut.end])
+
+
+def train_bpe_with_long_runs() -> Tokenizer:
+    """A byte-level BPE whose vocabulary merged long runs of one character (as GPT-2's has)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    runs = ["=" * n for n in (8, 16, 32, 64, 128)] * 30 + ["-" * 64 + " " * 32 + "word"] * 30 + ["😀" * 40] * 20
+    tok.train_from_iterator(CORPUS + runs, trainers.BpeTrainer(
+        vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    ))
+    return tok
+
+
+def test_long_vocabulary_tokens_widen_the_lookback() -> None:
+    tok = train_bpe_with_long_runs()
+    encoder = TextEncoder.from_tokenizer(tok, 512)
+    assert encoder.traits.longest_token_chars >= 128
+    assert encoder._reader.lookback == encoder.traits.longest_token_chars + 1
+    # need 200 puts the first cut at character 2,224, inside the run of '=': the whole text tiles it
+    # with 128-character tokens, a prefix ending 40-100 characters into it with shorter ones that
+    # end well before the cut; a lookback of 16 would keep those
+    for lead in (2124, 2150, 2170):
+        text = ("ab " * 800)[:lead] + "=" * 3000 + " tail"
+        ids, offsets = _whole(tok, text)
+        got = encoder._reader.read(text, 200)
+        assert not got.complete
+        assert np.array_equal(got.ids, ids[: len(got)]) and np.array_equal(got.offsets, offsets[: len(got)])

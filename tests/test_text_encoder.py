@@ -10,11 +10,14 @@ from tokenizers import Tokenizer
 
 from edge_runtime.text import Encoded, InputError, TextEncoder, Window
 from edge_runtime.text.windows import longest_first, window_starts
-from tests.test_text_bounds import MINILM, ENGLISH, Spy, load_minilm, train_bytelevel_bpe, train_wordpiece
+from tests.test_text_bounds import ENGLISH, MINILM, spied_encoder, train_bytelevel_bpe, train_wordpiece
 
 
 @functools.lru_cache(maxsize=None)
 def encoder(name: str, max_input_tokens: int = 512) -> TextEncoder:
+    """Shared encoders (probed at most once per tokenizer in the test session)."""
+    if max_input_tokens == 512:
+        return spied_encoder(name)[1]
     if name == "minilm":
         return TextEncoder(MINILM, max_input_tokens)
     build = {"wordpiece": train_wordpiece, "bytelevel_bpe": train_bytelevel_bpe}[name]
@@ -23,9 +26,8 @@ def encoder(name: str, max_input_tokens: int = 512) -> TextEncoder:
 
 def reference(name: str) -> Tokenizer:
     """The same tokenizer, for the library's own answers (no padding, no truncation)."""
-    tok = encoder(name).tokenizer
-    tok.no_padding()
-    tok.no_truncation()
+    tok = spied_encoder(name)[0].tokenizer
+    assert tok.padding is None and tok.truncation is None
     return tok
 
 
@@ -78,7 +80,8 @@ def test_specials_and_pair_type_ids() -> None:
 
 def test_baked_in_padding_and_truncation_are_off() -> None:
     # MiniLM's tokenizer.json pads to 128 and truncates at 128 (toolchain note P9)
-    enc = encoder("minilm")
+    assert Tokenizer.from_file(str(MINILM)).padding is not None
+    enc = TextEncoder(MINILM, 512)
     assert enc.tokenizer.padding is None and enc.tokenizer.truncation is None
     assert _ok(enc.encode("short", max_tokens=512)).rows[0].ids.shape == (3,)
     long_text = "word " * 300
@@ -151,9 +154,7 @@ def test_truncate_keeps_the_first_tokens(name: str) -> None:
 
 
 def test_truncate_of_a_long_text_counts_the_tokens_read() -> None:
-    spy = Spy(load_minilm())
-    enc = TextEncoder.from_tokenizer(spy, 512)  # type: ignore[arg-type]
-    enc.cut_report()  # the probe's own reading is not the input's
+    spy, enc = spied_encoder("minilm")  # probed already: the probe's reading is not the input's
     spy.chars = 0
     text = ENGLISH * 2000
     result = _ok(enc.encode(text, max_tokens=128, overflow="truncate"))
@@ -252,9 +253,7 @@ def test_scan_budget() -> None:
 
 
 def test_scan_budget_reads_a_long_text_only_in_part() -> None:
-    spy = Spy(load_minilm())
-    enc = TextEncoder.from_tokenizer(spy, 512)  # type: ignore[arg-type]
-    enc.cut_report()
+    spy, enc = spied_encoder("minilm")
     spy.chars = 0
     text = ENGLISH * 5000
     err = _err(enc.encode(text, max_tokens=512, overflow="window", window=Window(128, 16), scan_tokens=2048),

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from edge_runtime.text.cuts import Cutter, lookback_for
 from edge_runtime.text.probe import ProbeReport, probe_cuts
@@ -40,8 +40,8 @@ def _tokens(ids: list[int], offsets: np.ndarray, n: int, complete: bool) -> Toke
     return Tokens(np.asarray(ids[:n], dtype=np.int64), offsets[:n], complete)
 
 
-def _offsets(enc: object) -> np.ndarray:
-    return np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # type: ignore[attr-defined]
+def _offsets(enc: Encoding) -> np.ndarray:
+    return np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
 
 
 class BudgetReader:
@@ -50,7 +50,7 @@ class BudgetReader:
     def __init__(self, tokenizer: Tokenizer, traits: TokenizerTraits) -> None:
         self._tokenizer = tokenizer
         self.traits = traits
-        self.lookback = lookback_for(traits.longest_added_chars)
+        self.lookback = lookback_for(traits.longest_added_chars, traits.longest_token_chars)
         self._report: ProbeReport | None = None
         self._cutter: Cutter | None = None
         self._lock = threading.Lock()

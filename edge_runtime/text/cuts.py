@@ -5,8 +5,8 @@ exact: those that end at or before it.
 
 - At a boundary: the cut goes before a boundary character (of an enabled class) at most
   ``target`` characters in. The exact tokens are those before the last word start at least
-  ``lookback`` characters before the cut, so the tokenizer saw every word they belong to whole,
-  with context to spare.
+  ``lookback`` characters before the cut (more than the longest added token or vocabulary entry),
+  so the tokenizer saw every word they belong to whole, with context to spare.
 - Inside a run with no boundary in the last ``RUN_WINDOW`` characters (base64, hex, Chinese for a
   tokenizer that splits only at spaces): the cut goes before a letter or digit that NFC never
   composes with its predecessor, and the exact tokens are those ending ``RUN_MARGIN`` characters
@@ -27,9 +27,11 @@ RUN_WINDOW = 4096  # a run is a stretch this long with no boundary before the ta
 MIN_LOOKBACK = 16
 
 
-def lookback_for(longest_added_chars: int) -> int:
-    """Context after the last kept word: enough for any added token to be matched whole."""
-    return max(MIN_LOOKBACK, longest_added_chars + 1)
+def lookback_for(longest_added_chars: int, longest_token_chars: int = 0) -> int:
+    """Context after the last kept word: enough for any added token to be matched whole, and for
+    any token to end before the cut when the cut falls inside one pre-token (a BPE run of '='s or
+    emoji merges into tokens as long as its vocabulary's longest)."""
+    return max(MIN_LOOKBACK, longest_added_chars + 1, longest_token_chars + 1)
 
 
 @dataclass(frozen=True)

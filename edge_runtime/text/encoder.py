@@ -180,16 +180,17 @@ class TextEncoder:
         room = int(scan) - layout.specials
         chars = len(text) + (len(pair) if pair is not None else 0)
 
-        def over(amount: str) -> InputError:
+        def over(amount: str, can_hold: str = "") -> InputError:
             return InputError(
                 SCAN_BUDGET_EXCEEDED,
-                f"the input has {amount}, more than its scan budget of {_plural(int(scan))}; none of it was read",
+                f"the input has {amount}, more than its scan budget of {_plural(int(scan))}{can_hold}; "
+                "none of it was read",
             )
 
         if room < 0:
             return over(f"at least {_plural(layout.specials, 'special token')}")
         if self._too_many_chars(chars, room):
-            return over(f"{_plural(chars, 'character')}, more than {_plural(int(scan))} can hold")
+            return over(_plural(chars, "character"), " can hold")
         seqs: list[Tokens] = []
         for piece in [text] if pair is None else [text, pair]:
             read = sum(len(s) for s in seqs)

@@ -24,6 +24,8 @@ from edge_runtime.text.tokenizer import TokenizerTraits
 
 SAMPLES_PER_TEXT = 6  # cut positions spread evenly over each text, per class
 CONTEXT_CHARS = 200  # of the neighbouring sections around each probe text
+SPELL_CANDIDATES = 400  # characters per class tried for spellable runs
+RUN_DISTINCT_CHARS = 24  # distinct characters per spellable run
 LONGEST_RUNS = 2  # stretches of one class per text that also get cuts at fixed depths
 
 
@@ -70,11 +72,18 @@ def _sections() -> list[tuple[str, str]]:
         "대한민국의수도는서울이며인구는약천만명입니다 한국어 문장은 보통 띄어쓰기를 합니다. "
         "中文也可以有标点符号，例如逗号、句号。还有引号「这样」和书名号《那样》！"
     )
-    # unbroken runs longer than WordPiece's 100-character word limit
-    cjk += (
-        " " + ("このもりにはたくさんのとりがいますそしてかわのみずはきれいです" * 8)[:240] + " " + ("カタカナノナガイブンショウヲヨム" * 14)[:200]
-        + " " + ("한국어문장을띄어쓰기없이길게씁니다" * 16)[:240] + " " + ("漢字だけの長い文章を読むテスト" * 16)[:200] + "。"
-    )
+    # Unbroken runs longer than WordPiece's 100-character word limit, of the commonest characters
+    # (a vocabulary most likely has them as word pieces, so a cut run does not turn into [UNK]).
+    cjk += " " + " ".join(
+        (run * 20)[:240]
+        for run in (
+            "このもりにはたくさんのとりがいますそしてかわのみずはきれいです",
+            "カタカナノナガイブンショウヲヨム",
+            "이다는의가에을를하고서도한국사람이있다",
+            "한국어문장을띄어쓰기없이길게씁니다",
+            "漢字だけの長い文章を読むテスト",
+        )
+    ) + "。"
     emoji = (
         "Family: \U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466 flags: "
         "\U0001F1FA\U0001F1F8\U0001F1EF\U0001F1F5\U0001F1E9\U0001F1EA\U0001F3F4\U000E0067\U000E0062"
@@ -122,6 +131,8 @@ def _sections() -> list[tuple[str, str]]:
         "\u2265\u2260\u00b1\u00d7\u00f7 \u250c\u2500\u2500\u2500\u2510\u2502 \u2502\u2514\u2500\u2500"
         "\u2500\u2518 " + "=" * 60 + " " + "-" * 40 + " " + "." * 30 + " !!!???***### ~~~^^^|||"
         + "\u00a9\u00ae\u2122\u00b0" * 30 + " \u2605\u2606\u2665\u2660 " + "+-" * 40 + " end. "
+        # one character repeated: BPE merges such runs into the vocabulary's longest tokens
+        + "=" * 200 + " " + "\U0001F600" * 100 + " " * 150 + "x" + "\n" * 60 + "-" * 130 + " "
     )
     return [
         ("english", english), ("code", code), ("cjk", cjk), ("emoji", emoji), ("runs", runs),
@@ -137,6 +148,38 @@ def probe_texts() -> list[tuple[str, str]]:
         before = sections[i - 1][1][-CONTEXT_CHARS:]
         after = sections[(i + 1) % len(sections)][1][:CONTEXT_CHARS]
         out.append((name, before + "\n" + text + "\n" + after))
+    return out
+
+
+def spellable_runs(
+    tokenizer: Tokenizer, texts: Sequence[str], unknown_ids: Sequence[int] = ()
+) -> list[tuple[str, str]]:
+    """Per cut class, long unbroken runs of characters of that class the tokenizer can spell.
+
+    A run spelt in word pieces is where a cut inside one pre-token shows (a WordPiece word over 100
+    characters is one [UNK], a prefix of it is not), and fixed texts cannot know which characters a
+    vocabulary spells. Candidates are the class's characters in the probe texts and the vocabulary;
+    a character counts as spellable when four of it in a row stay one word with no unknown token.
+    """
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    candidates: dict[CutClass, set[str]] = {}
+    for ch in set("".join(vocab)) | set("".join(texts)):
+        cls = boundary_class(ch)
+        if cls is not None and cls is not CutClass.WHITESPACE:
+            candidates.setdefault(cls, set()).add(ch)
+    unknown = set(unknown_ids)
+    out = []
+    for cls in BOUNDARY_CLASSES:
+        chars = sorted(candidates.get(cls, ()))[:SPELL_CANDIDATES]
+        if not chars:
+            continue
+        encs = tokenizer.encode_batch([ch * 4 for ch in chars], add_special_tokens=False)
+        spelt = [ch for ch, e in zip(chars, encs) if len(set(e.word_ids)) == 1 and not unknown & set(e.ids)]
+        spelt = spelt[:: max(1, len(spelt) // RUN_DISTINCT_CHARS)][:RUN_DISTINCT_CHARS]
+        if len(spelt) >= 2:
+            run = "".join(spelt)
+            forward, backward = (run * 240)[:240], (run[::-1] * 240)[:240]
+            out.append((f"spelt {cls.value}", f"words before {forward} and {backward} after."))
     return out
 
 
@@ -233,10 +276,15 @@ def probe_cuts(
     tokenizer: Tokenizer,
     traits: TokenizerTraits,
     lookback: int,
-    texts: Callable[[], list[tuple[str, str]]] = probe_texts,
+    texts: Callable[[], list[tuple[str, str]]] | None = None,
 ) -> ProbeReport:
-    """Probe every cut class on ``tokenizer`` and enable the ones that keep tokens exact."""
+    """Probe every cut class on ``tokenizer`` and enable the ones that keep tokens exact.
+
+    ``texts`` replaces the probe texts (the fixed ones plus the vocabulary runs)."""
     started = time.perf_counter()
+    if texts is None:
+        fixed = probe_texts()
+        texts = lambda: fixed + spellable_runs(tokenizer, [t for _, t in fixed], traits.unknown_ids)  # noqa: E731
     candidates = list(BOUNDARY_CLASSES) + ([] if traits.folds else [CutClass.RUN])
     wholes = []
     for name, text in texts():

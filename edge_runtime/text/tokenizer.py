@@ -55,6 +55,7 @@ class TokenizerTraits:
     composes: bool  # the normalizer may merge several characters into one
     longest_token_chars: int  # longest vocabulary entry or added token, in characters
     longest_added_chars: int  # longest added token, in characters
+    unknown_ids: tuple[int, ...] = ()  # the model's unknown token, if it has one
 
     @property
     def chars_per_token(self) -> int | None:
@@ -138,6 +139,10 @@ def analyze(tokenizer: Tokenizer) -> TokenizerTraits:
         reasons.append("an added token strips the white space around it")
     longest_added = max((len(t.get("content", "")) for t in added), default=0)
     longest_vocab = max((len(k) for k in tokenizer.get_vocab(with_added_tokens=True)), default=1)
+    unk = model.get("unk_token")
+    unknown = [tokenizer.token_to_id(unk)] if isinstance(unk, str) else []
+    if isinstance(model.get("unk_id"), int):  # Unigram
+        unknown.append(model["unk_id"])
     return TokenizerTraits(
         model=model_type,
         folds=bool(reasons),
@@ -145,6 +150,7 @@ def analyze(tokenizer: Tokenizer) -> TokenizerTraits:
         composes=composes,
         longest_token_chars=max(longest_vocab, longest_added, 1),
         longest_added_chars=longest_added,
+        unknown_ids=tuple(sorted({u for u in unknown if u is not None})),
     )
 
 
