@@ -24,7 +24,6 @@ alone. An export above the tolerance is refused. Golden cases record the graph's
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import json
 import math
@@ -32,7 +31,7 @@ import string
 import tempfile
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,7 +39,9 @@ import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
-from converters.export import ExportResult, _readme_license, package_tokenizer
+from converters.export import (
+    ExportResult, PackageIdentity, identity_card, notice_files, package_tokenizer, sanitize_name,
+)
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes import (
@@ -62,7 +63,6 @@ CODE_ALPHABET = ("A..Z, then AA, AB, ..., ZZ: the first codes in that order that
                  "as one token each; option i is listed under codes[i]")
 _USER_MARK = "@@EDGE_RUNTIME_USER_TURN@@"
 _PLAIN_AFTER = "\n\nAnswer:\n"
-_LICENSE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "NOTICE", "NOTICE.txt", "NOTICE.md")
 _STAMPED_SUFFIXES = (".json", ".safetensors", ".bin", ".jinja", ".model", ".txt")
 
 # Requests the verification renders (the shared golden request, and more shapes and lengths).
@@ -97,7 +97,7 @@ _SAMPLES: list[dict[str, Any]] = [
 
 
 @dataclass
-class DecisionCodesOptions:
+class DecisionCodesOptions(PackageIdentity):
     """What to export; None means "read it from the source" or the documented default."""
 
     attention_mode: str = "causal"
@@ -107,14 +107,6 @@ class DecisionCodesOptions:
     max_input_tokens: int | None = None
     validated_input_tokens: int | None = None
     max_request_tokens: int | None = None
-    name: str | None = None
-    description: str | None = None
-    version: str = "1.0.0"
-    release_date: str | None = None
-    revision: str | None = None
-    license: str | None = None
-    source_name: str | None = None
-    extra_files: dict[str, Path | bytes] = field(default_factory=dict)
 
 
 # ---- codes, chat markup, readout -----------------------------------------------------------
@@ -525,7 +517,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
     except ValueError as e:
         raise ConversionError(str(e)) from None
     architecture = (getattr(lm.config, "architectures", None) or [type(lm).__name__])[0]
-    name = _sanitize(opts.name or src_dir.name)
+    name = sanitize_name(opts.name or src_dir.name)
 
     with tempfile.TemporaryDirectory(prefix="er-decision-codes-") as tmp:
         work = Path(tmp)
@@ -552,10 +544,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
             "head.npz": _npz_bytes(head),
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
-        for fname in _LICENSE_FILES:
-            if (src_dir / fname).is_file():
-                files[f"LICENSES/{fname}"] = src_dir / fname
-        files.update(opts.extra_files)
+        files.update(notice_files(src_dir, opts))
         outputs_diff = {"probabilities": float(f"{verified.probabilities:.3g}"),
                         "last_hidden_state": float(f"{verified.hidden:.3g}")}
         if verified.state_once is not None:
@@ -568,12 +557,9 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
             "family": KIND,
             "kind": KIND,
             "surfaces": ["decisions"],
-            "description": opts.description or f"{architecture} decision model (codes readout) from {src_dir.name}",
-            "version": opts.version,
-            "release_date": opts.release_date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
-            "revision": opts.revision or stamp[:12],
-            "source": {"name": opts.source_name or src_dir.name, "architecture": architecture,
-                       "license": opts.license or _readme_license(src_dir) or "unknown"},
+            **identity_card(opts, src_dir, source_name=opts.source_name or src_dir.name,
+                            architecture=architecture, stamp=stamp,
+                            description=f"{architecture} decision model (codes readout) from {src_dir.name}"),
             "modalities": ["text"],
             "labels": [],
             "head": {"output": "last_hidden_state", "pooling": "last", "readout": f"head.npz:{READOUT}",
@@ -637,13 +623,6 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
-
-
-def _sanitize(name: str) -> str:
-    import re
-
-    clean = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")
-    return clean[:128] or "model"
 
 
 # ---- fixture -------------------------------------------------------------------------------

@@ -30,19 +30,14 @@ _BIO = re.compile(r"^(O|[BI]-.+)$")
 _LICENSE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "NOTICE", "NOTICE.txt", "NOTICE.md")
 
 
-@dataclass
-class ExportOptions:
-    """What to export and how; None means "read it from the source" or the documented default."""
+@dataclass(kw_only=True)
+class PackageIdentity:
+    """How any exported package is named, dated and credited; None means "read it from the source".
 
-    kind: str
+    Keyword-only, so that a kind's options keep their own positional fields first.
+    """
+
     name: str | None = None
-    quantize: str | None = None
-    layers: Sequence[int] = ()
-    dimensions: Sequence[int] = ()
-    thresholds: dict[str, float] | None = None
-    pooling: str | None = None
-    normalize: bool | None = None
-    max_input_tokens: int | None = None
     description: str | None = None
     version: str = "1.0.0"
     release_date: str | None = None
@@ -51,6 +46,20 @@ class ExportOptions:
     source_name: str | None = None
     #: more files for the package (license notices, ...), by package path
     extra_files: dict[str, Path | bytes] = field(default_factory=dict)
+
+
+@dataclass
+class ExportOptions(PackageIdentity):
+    """What to export and how; None means "read it from the source" or the documented default."""
+
+    kind: str
+    quantize: str | None = None
+    layers: Sequence[int] = ()
+    dimensions: Sequence[int] = ()
+    thresholds: dict[str, float] | None = None
+    pooling: str | None = None
+    normalize: bool | None = None
+    max_input_tokens: int | None = None
 
 
 @dataclass
@@ -68,7 +77,8 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _sanitize_name(name: str) -> str:
+def sanitize_name(name: str) -> str:
+    """A package name: lowercase ``[a-z0-9._-]``, other runs as one ``-``, at most 128 characters."""
     clean = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")
     return clean[:128] or "model"
 
@@ -90,6 +100,31 @@ def _readme_license(src: Path) -> str | None:
         return None
     lic = meta.get("license") if isinstance(meta, dict) else None
     return str(lic) if isinstance(lic, (str, int, float)) else None
+
+
+def identity_card(opts: PackageIdentity, src_dir: Path, *, source_name: str, architecture: str, stamp: str,
+                  description: str) -> dict[str, Any]:
+    """The card's description, version, release_date, revision and source, defaults filled in.
+
+    ``description`` is the kind's default text; the revision defaults to the source stamp's first
+    12 characters, the release date to today (UTC), the license to the README's front matter.
+    """
+    return {
+        "description": opts.description or description,
+        "version": opts.version,
+        "release_date": opts.release_date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
+        "revision": opts.revision or stamp[:12],
+        "source": {"name": source_name, "architecture": architecture,
+                   "license": opts.license or _readme_license(src_dir) or "unknown"},
+    }
+
+
+def notice_files(src_dir: Path, opts: PackageIdentity) -> dict[str, Path | bytes]:
+    """The source's license and notice files under ``LICENSES/``, then the options' extra files."""
+    files: dict[str, Path | bytes] = {f"LICENSES/{name}": src_dir / name
+                                      for name in _LICENSE_FILES if (src_dir / name).is_file()}
+    files.update(opts.extra_files)
+    return files
 
 
 def _check_options(opts: ExportOptions) -> None:
@@ -278,12 +313,8 @@ def _card(opts: ExportOptions, *, name: str, src_dir: Path, architecture: str, l
         "family": "encoder",
         "kind": opts.kind,
         "surfaces": list(KIND_SURFACES[opts.kind]),
-        "description": opts.description or f"{architecture} {opts.kind} model exported from {source_name}",
-        "version": opts.version,
-        "release_date": opts.release_date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
-        "revision": opts.revision or stamp[:12],
-        "source": {"name": source_name, "architecture": architecture,
-                   "license": opts.license or _readme_license(src_dir) or "unknown"},
+        **identity_card(opts, src_dir, source_name=source_name, architecture=architecture, stamp=stamp,
+                        description=f"{architecture} {opts.kind} model exported from {source_name}"),
         "modalities": ["text"],
         "labels": labels,
         "head": head,
@@ -342,7 +373,7 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         stamp = source_stamp(src_dir, model_dir)
     timings["load"] = s.seconds
     architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
-    name = _sanitize_name(opts.name or (hub_id.split("/")[-1] if hub_id else src_dir.name))
+    name = sanitize_name(opts.name or (hub_id.split("/")[-1] if hub_id else src_dir.name))
 
     with tempfile.TemporaryDirectory(prefix="er-export-") as tmp:
         work = Path(tmp)
@@ -377,10 +408,7 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
             goldens["int8"] = verify.record_goldens(int8_session, golden_rows)
             files["model.int8.onnx"] = int8_path
 
-        for fname in _LICENSE_FILES:
-            if (src_dir / fname).is_file():
-                files[f"LICENSES/{fname}"] = src_dir / fname
-        files.update(opts.extra_files)
+        files.update(notice_files(src_dir, opts))
 
         card = _card(opts, name=name, src_dir=src_dir, architecture=architecture, labels=labels, head=head,
                      max_tokens=max_tokens, graph=(inputs, outputs, onnx_export.OPSET), variants=variants,
