@@ -1,12 +1,13 @@
 """Checking each kind of cut against whole-text tokenization, once per tokenizer.
 
-The probe tokenizes fixed texts whole (English, code, CJK without spaces, emoji with ZWJ sequences
-and flags, base64 and hex runs, combining marks, mixed scripts, symbol runs), each section once
-after and once before a different one. For every cut class it then cuts those texts at sampled
-positions of that class and requires the exact tokens of the cut (ids and offsets) to equal the
-first tokens of the whole text. Only classes that pass everywhere are enabled, and their union is
-checked again; a tokenizer that drops or folds characters never cuts inside a run.
-"""
+The probe tokenizes texts whole: fixed sections (English, code, CJK without spaces, emoji with ZWJ
+sequences and flags, base64 and hex runs, combining marks, mixed scripts, symbol runs and runs of
+one repeated character), each between the tail of one section and the head of another (two
+orders), plus, per class, long runs of characters the tokenizer itself spells as one word. For
+every cut class it then cuts those texts at positions of that class, spread evenly and at fixed
+depths into the longest runs, and requires the exact tokens of each cut (ids and offsets) to be
+the whole text's first tokens. Only classes that pass everywhere are enabled, and their union is
+checked again; a tokenizer that drops or folds characters never cuts inside a run."""
 
 from __future__ import annotations
 
