@@ -200,6 +200,8 @@ class Runtime:
             model.session = create_session(package.graph(cfg.variant), cfg.device, cfg.threads)
             model.family = _build_family(package, model.session, cfg)
             model.status = "warming"
+            if hasattr(model.family, "warm"):
+                model.family.warm()
             model.self_check = self_check(model.session, package, cfg.variant, model.session.device)
             if model.self_check["status"] == "failed":
                 raise RuntimeError(f"self-check failed: {model.self_check['reason']}")

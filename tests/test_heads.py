@@ -72,9 +72,9 @@ def test_windows_reduce_and_pick_most_context() -> None:
     assert max_over_windows([np.array([0.1, 0.9]), np.array([0.6, 0.4])]).tolist() == [0.6, 0.9]
     # two windows over content tokens 0..5: window A holds 0..3, window B holds 2..5
     a = SimpleNamespace(sequence_ids=[None, 0, 0, 0, 0, None], offsets=[(0, 0), (0, 1), (1, 2), (2, 3), (3, 4), (0, 0)],
-                        content_start=0)
+                        sequence_starts=(0,))
     b = SimpleNamespace(sequence_ids=[None, 0, 0, 0, 0, None], offsets=[(0, 0), (2, 3), (3, 4), (4, 5), (5, 6), (0, 0)],
-                        content_start=2)
+                        sequence_starts=(2,))
     pa = np.zeros((6, 2)); pa[:, 0] = 1
     pb = np.zeros((6, 2)); pb[:, 1] = 1
     probs, offsets = pick_token_rows([(pa, a), (pb, b)], 0)

@@ -223,13 +223,12 @@ def test_windows_cover_the_content_with_the_stride(name: str) -> None:
     for k, row in enumerate(result.rows):
         assert row.ids.shape == (size,)
         seq = [i for i, s in enumerate(row.sequence_ids) if s == 0]
-        start = row.content_start
+        (start,) = row.sequence_starts
         assert start == (k * stride if k < len(result.rows) - 1 else n - content)
-        assert row.sequence_starts == (start,)
         assert row.ids[seq].tolist() == ref.ids[start:start + content]
         assert [tuple(o) for o in row.offsets[seq].tolist()] == ref.offsets[start:start + content]
         assert row.sequence_ids[0] is None and row.sequence_ids[-1] is None
-    assert result.rows[-1].content_start + content == n  # the last window ends at the content's end
+    assert result.rows[-1].sequence_starts[0] + content == n  # the last window ends at the content's end
     assert result.tokens == size * len(result.rows) and not result.tokens_lower_bound
 
 
@@ -300,7 +299,6 @@ def test_pair_windows_move_the_longer_sequence() -> None:
             assert row.ids[fixed].tolist() == ref_q  # the short one repeats whole
             start = row.sequence_starts[moving]
             assert row.sequence_starts[1 - moving] == 0
-            assert row.content_start == row.sequence_starts[1]  # the pair's second, as token heads read
             assert row.ids[moved].tolist() == ref_c[start:start + content]
         assert result.rows[-1].sequence_starts[moving] + content == len(ref_c)
         types = result.rows[0].type_ids[[i for i, s in enumerate(result.rows[0].sequence_ids) if s == 1]]

@@ -72,6 +72,10 @@ class EncoderModel:
         ids = self._probe_rng.integers(1, self._vocab_size, size=length, dtype=np.int64)
         return ProbeRow(ids, np.zeros_like(ids))
 
+    def warm(self) -> None:
+        """Probe the tokenizer's cut classes now, so the first long input does not pay for it."""
+        self.text.cut_report()
+
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {}
         if self.labels:

@@ -20,7 +20,7 @@ def pick_token_rows(
     """Per-token probabilities and offsets of one sequence, over all its windows.
 
     ``windows`` holds (probabilities [n, L], row) pairs, where row has ``sequence_ids``, ``offsets``
-    and ``content_start``. Every content token takes its row from the window where it has the most
+    and ``sequence_starts`` (per sequence, the index of the row's first token within that sequence). Every content token takes its row from the window where it has the most
     context on its shorter side (the earlier window on ties), so each token is read once.
     """
     best: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
@@ -28,7 +28,7 @@ def pick_token_rows(
         positions = [p for p, s in enumerate(row.sequence_ids) if s == sequence]
         m = len(positions)
         for k, p in enumerate(positions):
-            token = int(getattr(row, "content_start", 0)) + k
+            token = int(row.sequence_starts[sequence]) + k
             context = min(k, m - 1 - k)
             if token not in best or context > best[token][0]:
                 best[token] = (context, probs[p], np.asarray(row.offsets[p]))

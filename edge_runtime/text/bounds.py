@@ -9,6 +9,7 @@ that follow its budget, not its length.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass
 
@@ -21,6 +22,10 @@ from edge_runtime.text.tokenizer import TokenizerTraits
 
 PREFIX_CHARS_PER_TOKEN = 6
 PREFIX_EXTRA_CHARS = 1024
+
+# Probe findings by tokenizer content: models that share a tokenizer are probed once per process.
+_REPORTS: dict[str, ProbeReport] = {}
+_REPORTS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -53,16 +58,17 @@ class BudgetReader:
         self.lookback = lookback_for(traits.longest_added_chars, traits.longest_token_chars)
         self._report: ProbeReport | None = None
         self._cutter: Cutter | None = None
-        self._lock = threading.Lock()
 
     def report(self) -> ProbeReport:
-        """The probe's findings, probing on the first call."""
+        """The probe's findings, probing on the first call (once per distinct tokenizer)."""
         if self._report is None:
-            with self._lock:
-                if self._report is None:
-                    report = probe_cuts(self._tokenizer, self.traits, self.lookback)
-                    self._cutter = Cutter(report.enabled, self.lookback)
-                    self._report = report
+            key = hashlib.sha256(self._tokenizer.to_str().encode("utf-8")).hexdigest()
+            with _REPORTS_LOCK:
+                report = _REPORTS.get(key)
+                if report is None:
+                    report = _REPORTS[key] = probe_cuts(self._tokenizer, self.traits, self.lookback)
+                self._cutter = Cutter(report.enabled, self.lookback)
+                self._report = report
         return self._report
 
     @property

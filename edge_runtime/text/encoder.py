@@ -253,6 +253,5 @@ class TextEncoder:
             type_ids=np.concatenate(types) if types else np.zeros(0, dtype=_I64),
             offsets=np.concatenate(offsets) if offsets else np.zeros((0, 2), dtype=_I64),
             sequence_ids=seq_ids,
-            content_start=parts[-1][1],
             sequence_starts=tuple(a for _, a, _ in parts),
         )

@@ -20,16 +20,13 @@ class EncodedRow:
     """One model input row.
 
     ``sequence_starts[s]`` is the index, within sequence s's own tokens, of this row's first token
-    of it: 0 unless s is the windowed sequence. ``content_start`` is that of the row's last
-    sequence, the one a token head labels (a text, or the second of a pair such as a grounded
-    answer); other readers should use ``sequence_starts``.
+    of it: 0 unless s is the windowed sequence.
     """
 
     ids: np.ndarray  # int64 [n], specials included
     type_ids: np.ndarray  # int64 [n]
     offsets: np.ndarray  # int64 [n, 2] code-point offsets into its own text, end exclusive; specials (0, 0)
     sequence_ids: list[int | None]  # 0 text, 1 pair, None special
-    content_start: int = 0
     sequence_starts: tuple[int, ...] = field(default=(0,))
 
 
