@@ -58,6 +58,10 @@ class ApiError(Exception):
         """Seconds for the Retry-After header, where the contract asks for one."""
         return RETRY_AFTER.get(self.code)
 
+    def headers(self) -> dict[str, str]:
+        """The response headers this error carries (Retry-After on overloaded and not_ready)."""
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+
 
 def invalid_request(message: str, reason: str | None = None) -> ApiError:
     """400 invalid_request."""

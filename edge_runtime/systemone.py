@@ -179,8 +179,7 @@ def systemone_error(exc: ApiError, schema: str) -> Response:
         body = {"detail": detail, **_flat(exc)}
     else:
         body = {"error": exc.body()["error"], "detail": detail, **_flat(exc)}
-    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
-    return status, body, headers
+    return status, body, exc.headers()
 
 
 # ---- serving --------------------------------------------------------------------------------

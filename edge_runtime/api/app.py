@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from typing import Any, Awaitable, Callable
+from functools import partial
+from typing import Any, Awaitable, Callable, Mapping
 
 from sanic import Request, Sanic
 from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, SanicException
@@ -13,7 +14,7 @@ from sanic.response import HTTPResponse
 
 from edge_runtime import API_VERSION
 from edge_runtime.api.body import parse_json, read_body
-from edge_runtime.api.responses import error_response, json_response, surface_response
+from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
 from edge_runtime.api.schema import openapi_bytes
 from edge_runtime.config import ServeConfig
 from edge_runtime.errors import ApiError
@@ -24,6 +25,8 @@ from edge_runtime.systemone import serve_systemone, systemone_error
 from edge_runtime.timing import Timing
 
 _app_ids = itertools.count()
+
+Handler = Callable[[Any, Timing, Mapping[str, str]], Awaitable[Reply]]
 
 
 def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
@@ -54,10 +57,10 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         return parse_json(raw)
 
     def surface_route(
-        endpoint: str, handler: Callable[..., Awaitable[Any]], systemone: bool = False
+        endpoint: str, handler: Handler, on_error: Callable[[ApiError], Reply] = contract_error
     ) -> Callable[[Request], Awaitable[HTTPResponse]]:
-        # systemone: the handler also gets the request headers and returns (status, body, headers),
-        # and errors (body reading included) take the process's System One schema.
+        """A POST route: read the body, answer it, and format request-level errors with ``on_error``."""
+
         async def route(request: Request) -> HTTPResponse:
             timing = Timing()
             started = time.perf_counter()
@@ -65,41 +68,43 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
             try:
                 with timing.phase("parse"):
                     body = await read_request_json(request)
-                if systemone:
-                    status, answer, extra = await handler(body, timing, request.headers)
-                    return _with_headers(surface_response(answer, status, timing), extra)
-                answer = await handler(body, timing)
-                status = 200
-                return surface_response(answer, 200, timing)
+                status, answer, headers = await handler(body, timing, request.headers)
             except ApiError as exc:
-                status = exc.status
-                if systemone:
-                    status, answer, extra = systemone_error(exc, config.systemone_schema)
-                    return _with_headers(surface_response(answer, status, timing), extra)
-                return error_response(exc, timing)
+                status, answer, headers = on_error(exc)
             except asyncio.CancelledError:
                 status = 499  # the client went away; its queued rows were dropped
                 raise
             finally:
                 metrics.observe_request(endpoint, status, time.perf_counter() - started)
+            return surface_response(answer, status, timing, headers)
 
         route.__name__ = endpoint.strip("/").replace("/", "_")
         return route
 
+    def answered(serving: Callable[[Any, Timing], Awaitable[dict[str, Any]]]) -> Handler:
+        async def handler(body: Any, timing: Timing, headers: Mapping[str, str]) -> Reply:
+            return 200, await serving(body, timing), {}
+
+        return handler
+
     for surface in ("decisions", "classify", "embeddings", "rerank"):
         app.add_route(
-            surface_route(f"/v1/{surface}", lambda body, timing, s=surface: serve(runtime, s, body, timing)),
+            surface_route(f"/v1/{surface}", answered(partial(serve, runtime, surface))),
             f"/v1/{surface}", methods=["POST"], stream=True,
         )
     app.add_route(
-        surface_route("/v1/bundle", lambda body, timing: serve_bundle(runtime, body, timing)),
+        surface_route("/v1/bundle", answered(partial(serve_bundle, runtime))),
         "/v1/bundle", methods=["POST"], stream=True,
     )
-    # ---- System One compatibility (edge_runtime/systemone.py) ----
+    # System One compatibility: answers and errors in the process's System One schema.
+    schema = config.systemone_schema
     for path, batch in (("/v1/systemone", False), ("/v1/systemone/batch", True)):
         app.add_route(
-            surface_route(path, lambda body, timing, headers, b=batch: serve_systemone(
-                runtime, body, timing, config.systemone_schema, headers, b), systemone=True),
+            surface_route(
+                path,
+                lambda body, timing, headers, b=batch: serve_systemone(runtime, body, timing, schema, headers, b),
+                lambda exc: systemone_error(exc, schema),
+            ),
             path, methods=["POST"], stream=True,
         )
 
@@ -166,13 +171,6 @@ def list_models(runtime: Runtime) -> dict[str, Any]:
             "max_inputs": runtime.config.max_inputs,
         },
     }
-
-
-def _with_headers(response: HTTPResponse, headers: dict[str, str]) -> HTTPResponse:
-    """A response with extra headers set (a System One answer's Retry-After)."""
-    for name, value in headers.items():
-        response.headers[name] = value
-    return response
 
 
 def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:

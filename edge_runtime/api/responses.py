@@ -17,17 +17,24 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return HTTPResponse(orjson.dumps(body), status=status, headers=headers, content_type=JSON)
 
 
+Reply = tuple[int, Any, dict[str, str]]  # status, body, extra headers
+
+
+def contract_error(error: ApiError) -> Reply:
+    """A request-level error in the contract's shape, with Retry-After where its code has one."""
+    return error.status, error.body(), error.headers()
+
+
 def error_response(error: ApiError, timing: Timing | None = None) -> HTTPResponse:
-    return surface_response(error.body(), error.status, timing, error.retry_after)
+    status, body, headers = contract_error(error)
+    return surface_response(body, status, timing, headers)
 
 
 def surface_response(
-    body: Any, status: int, timing: Timing | None, retry_after: int | None = None
+    body: Any, status: int, timing: Timing | None, headers: dict[str, str] | None = None
 ) -> HTTPResponse:
     """Serialize a surface body, stamping serialize and total into Server-Timing."""
-    headers: dict[str, str] = {}
-    if retry_after is not None:
-        headers["Retry-After"] = str(retry_after)
+    headers = dict(headers or {})
     if timing is None:
         return json_response(body, status, headers)
     with timing.phase("serialize"):
