@@ -78,6 +78,10 @@ def forwarded_rows(server: Server) -> float:
 
 
 def test_long_forward_reads_stalled_then_alive(mini_server: Server) -> None:
+    info = {m["id"]: m for m in mini_server.client.get("/v1/models").json()["data"]}[MODEL]
+    if info["engine_args"]["grouping"] == "alone":
+        # the probe found batching not exact on this CPU: 32 one-row forwards, each maybe under 0.05 s
+        pytest.skip("MiniLM runs one row per forward here, so no single forward is long")
     assert live(mini_server).json()["status"] == "alive"
     seen: list[tuple[int, dict[str, Any]]] = []
     done = threading.Event()

@@ -168,7 +168,12 @@ def send(session: requests.Session, case: Any, base_url: str) -> tuple[requests.
         prepared.body = zstandard.ZstdCompressor().compress(body)
     if prepared.body is not None:
         prepared.headers["Content-Length"] = str(len(prepared.body))
-    return session.send(prepared, timeout=60), body
+    try:
+        return session.send(prepared, timeout=60), body
+    except requests.exceptions.RequestException as exc:  # the server hung up, hung or died
+        raise AssertionError(f"{prepared.method} {prepared.url} {dict(prepared.headers)}\n"
+                             f"body (before any Content-Encoding): {body[:3000]!r}\n"
+                             f"no answer: {type(exc).__name__}: {exc}") from exc
 
 
 def contract_problems(case: Any, response: requests.Response, path: str, method: str) -> list[str]:
@@ -217,7 +222,10 @@ def fuzz(server: Server, schema: Any, method: str, path: str, mode: str, example
               suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate, Phase.shrink))
     @given(case=operation.as_strategy(generation_mode=GenerationMode(mode)))
     def exchange(case: Any) -> None:
-        response, body = send(session, case, server.url)
+        try:
+            response, body = send(session, case, server.url)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nserver log (tail):\n{server.log()[-3000:]}") from None
         statuses[response.status_code] += 1
         problems = contract_problems(case, response, path, method)
         if problems:
@@ -262,7 +270,7 @@ DECISION = {"model": "sparrow", "state": "The user asks how to reset a password.
             "questions": {"q": {"type": "noul", "instructions": "Is this about passwords?"}}}
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "openapi.yaml and the HTTP reference accept multipart/form-data (first part 'request') on "
     "/v1/decisions and /v1/systemone, but api/app.py reads every body with parse_json and never calls "
     "api.body.parse_multipart: the request is answered 400 'the request body is not valid JSON: no digit "
@@ -277,7 +285,7 @@ def test_multipart_request_is_read_like_json(fuzz_server: Server, path: str) -> 
     assert multipart.json() == as_json.json()
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "openapi.yaml BundleRequest.options declares return_meta, but the server refuses it with 400 "
     "\"bundle options does not take ['return_meta']\" (architecture.md: bundle options hold only "
     "deadline_ms): one of the two must change"))

@@ -22,6 +22,7 @@ import pytest
 import zstandard
 
 from edge_runtime.api.body import MAX_JSON_DEPTH, ZSTD_MAX_WINDOW
+from edge_runtime.api.schema import load_openapi
 from tests.reliability.support import MiB, PeakGrowth, StartServer, checked, error_of
 from tests.server_harness import Server
 
@@ -92,10 +93,12 @@ def gzip_bomb() -> bytes:
 def zstd_bomb(with_size: bool) -> bytes:
     """1 GiB of zeros in one zstd frame (about 32 KB); with_size writes the size into the frame header."""
     chunk = bytes(8 * MiB)
-    if with_size:
-        return zstandard.ZstdCompressor(level=3).compress(bytes(BOMB_DECODED))
-    obj = zstandard.ZstdCompressor(level=3, write_content_size=False).compressobj()
-    return b"".join([obj.compress(chunk) for _ in range(BOMB_DECODED // len(chunk))] + [obj.flush()])
+    compressor = zstandard.ZstdCompressor(level=3, write_content_size=with_size)
+    obj = compressor.compressobj(size=BOMB_DECODED if with_size else -1)
+    frame = b"".join([obj.compress(chunk) for _ in range(BOMB_DECODED // len(chunk))] + [obj.flush()])
+    declared = zstandard.get_frame_parameters(frame).content_size
+    assert (declared == BOMB_DECODED) if with_size else (declared == zstandard.CONTENTSIZE_UNKNOWN)
+    return frame
 
 
 def normal_body() -> bytes:
@@ -238,6 +241,31 @@ def test_deep_nesting_is_400(hostile_server: Server, depth: int, unaffected: Non
 def test_huge_numbers_are_400(hostile_server: Server, number: bytes, unaffected: None) -> None:
     raw = b'{"model": "emb", "input": "x", "options": {"max_tokens": ' + number + b"}}"
     assert_error(send(hostile_server, raw), 400, "invalid_request")
+
+
+# ---- every POST route ----------------------------------------------------------------------
+
+POST_PATHS = [path for path, item in load_openapi()["paths"].items() if "post" in item]
+ROUTE_CASES = {
+    "gzip-truncated": (lambda: gzip.compress(normal_body())[:-8], {"content-encoding": "gzip"}, 400),
+    "two-encodings": (lambda: normal_body(), {"content-encoding": "gzip, zstd"}, 415),
+    "invalid-utf8": (lambda: b'{"model": "\xff"}', {}, 400),
+    "deep": (lambda: b"[" * 5000 + b"]" * 5000, {}, 400),
+    "over-limit": (oversized, {}, 413),
+}
+
+
+@pytest.mark.parametrize("case", list(ROUTE_CASES))
+@pytest.mark.parametrize("path", POST_PATHS)
+def test_every_post_route_refuses_hostile_bodies_in_its_schema(
+    hostile_server: Server, path: str, case: str, unaffected: None
+) -> None:
+    """The body is refused before any model is chosen, in the route's own error schema
+    (System One routes answer in theirs): validated against the contract for that route."""
+    make, headers, status = ROUTE_CASES[case]
+    response = checked(httpx.post(hostile_server.url + path, content=make(),
+                                  headers={"content-type": "application/json", **headers}, timeout=30), path)
+    assert response.status_code == status, response.text
 
 
 # ---- slow and abandoned bodies -----------------------------------------------------------------
