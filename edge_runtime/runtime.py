@@ -266,7 +266,7 @@ class Runtime:
             if m.executor is not None:
                 reason = m.executor.stalled(self.config.forward_timeout_seconds)
                 if reason:
-                    return f"{m.name}: {reason}"
+                    return reason  # the executor's reason names its model
         return None
 
     # -- serving ------------------------------------------------------------------------------

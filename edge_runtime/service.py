@@ -63,7 +63,10 @@ async def serve_bundle(runtime: Runtime, body: Any, timing: Timing) -> dict[str,
         raise invalid_request("tasks must be a non-empty list")
     check_count(len(tasks), "tasks", runtime.config.max_bundle_tasks)
     options = require_object(body.get("options") or {}, "options")
-    reject_unknown(options, {"deadline_ms"}, "bundle options")
+    reject_unknown(options, {"deadline_ms", "return_meta"}, "bundle options")
+    bundle_meta = options.get("return_meta", False)
+    if not isinstance(bundle_meta, bool):
+        raise invalid_request("options.return_meta must be a boolean")
     deadline_ms = options.get("deadline_ms")
     if deadline_ms is not None and (
         isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, float)) or deadline_ms <= 0
@@ -83,7 +86,13 @@ async def serve_bundle(runtime: Runtime, body: Any, timing: Timing) -> dict[str,
         surfaces = [k for k in task if k != "id"]
         if len(surfaces) != 1 or surfaces[0] not in BUNDLE_SURFACES:
             raise invalid_request(f"tasks[{i}] must hold its id and exactly one of {list(BUNDLE_SURFACES)}")
-        parsed.append((task_id, surfaces[0], task[surfaces[0]]))
+        request = task[surfaces[0]]
+        if bundle_meta and isinstance(request, dict):
+            # The bundle's return_meta is every task's default; a task may still say otherwise.
+            task_options = request.get("options")
+            if task_options is None or isinstance(task_options, dict):
+                request = {**request, "options": {"return_meta": True, **(task_options or {})}}
+        parsed.append((task_id, surfaces[0], request))
 
     timings = [Timing() for _ in parsed]
 

@@ -371,3 +371,29 @@ def test_malformed_multipart_is_400(body: bytes, content_type: str | None) -> No
 def test_multipart_with_another_content_type_is_415() -> None:
     error = refused(lambda: parse_multipart(b"{}", "application/json"))
     assert (error.status, error.code) == (415, "unsupported_media_type")
+
+
+def test_inline_parts_resolves_claimed_parts_to_base64() -> None:
+    from edge_runtime.api.body import inline_parts
+
+    request = {"state": "<r>", "assets": {"<r>": {"type": "image", "part": "receipt"}, "<s>": {"type": "image",
+                                                                                         "data_base64": "AA=="}}}
+    out = inline_parts(request, {"receipt": b"\x89PNG"})
+    assert out["assets"]["<r>"] == {"type": "image", "data_base64": "iVBORw=="}
+    assert out["assets"]["<s>"] == {"type": "image", "data_base64": "AA=="}
+    assert "part" in request["assets"]["<r>"]  # the caller's object is left as it was
+    assert inline_parts({"state": "x"}, {}) == {"state": "x"}
+
+
+@pytest.mark.parametrize("request_body, parts, reason", [
+    ({"state": "x"}, {"extra": b"1"}, "asset_unreferenced"),
+    ({"assets": {"<a>": {"type": "image", "part": "missing"}}}, {}, "asset_part_missing"),
+    ({"assets": {"<a>": {"type": "image", "part": "p"}, "<b>": {"type": "image", "part": "p"}}}, {"p": b"1"},
+     "asset_part_reused"),
+])
+def test_inline_parts_refuses_unclaimed_missing_and_reused_parts(request_body, parts, reason) -> None:
+    from edge_runtime.api.body import inline_parts
+
+    with pytest.raises(ApiError) as err:
+        inline_parts(request_body, parts)
+    assert (err.value.status, err.value.code, err.value.reason) == (400, "invalid_request", reason)

@@ -228,6 +228,9 @@ def test_bundle_tasks_in_order_with_own_status(server: Server) -> None:
     alone = post(server, "/v1/classify", {"model": "cls", "input": ["What is 2 + 2?"]}).json()
     assert results[0]["classify"]["results"] == alone["results"]
     assert set(timing_of(r)) == set(PHASES)
+    with_meta = post(server, "/v1/bundle", {**body, "options": {"return_meta": True}}).json()["results"]
+    assert [("meta" in x.get(s, {})) for x, s in zip(with_meta, ["classify", "embeddings", "-", "rerank", "-"])] == [
+        True, True, False, True, False]
 
 
 def test_bundle_over_task_limit_is_413(server: Server) -> None:

@@ -13,7 +13,7 @@ from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, SanicE
 from sanic.response import HTTPResponse
 
 from edge_runtime import API_VERSION
-from edge_runtime.api.body import parse_json, read_body
+from edge_runtime.api.body import inline_parts, parse_json, parse_multipart, read_body
 from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
 from edge_runtime.api.schema import openapi_bytes
 from edge_runtime.config import ServeConfig
@@ -47,17 +47,27 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         loop = asyncio.get_running_loop()
         app.ctx.loading = loop.run_in_executor(None, runtime.load_all)
 
-    async def read_request_json(request: Request) -> Any:
+    async def read_request(request: Request, multipart: bool) -> Any:
+        """The decoded JSON request; decisions routes also read multipart/form-data bodies."""
         raw = await read_body(
             _stream_chunks(request),
             _content_length(request),
             request.headers.get("content-encoding"),
             config.max_request_bytes,
         )
+        content_type = request.headers.get("content-type", "")
+        if content_type.lower().startswith("multipart/"):
+            if not multipart:
+                raise ApiError(400, "invalid_request", f"{request.path} reads JSON bodies, not {content_type}")
+            body, parts = parse_multipart(raw, content_type)
+            return inline_parts(body, parts)
         return parse_json(raw)
 
     def surface_route(
-        endpoint: str, handler: Handler, on_error: Callable[[ApiError], Reply] = contract_error
+        endpoint: str,
+        handler: Handler,
+        on_error: Callable[[ApiError], Reply] = contract_error,
+        multipart: bool = False,
     ) -> Callable[[Request], Awaitable[HTTPResponse]]:
         """A POST route: read the body, answer it, and format request-level errors with ``on_error``."""
 
@@ -67,7 +77,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
             status = 500
             try:
                 with timing.phase("parse"):
-                    body = await read_request_json(request)
+                    body = await read_request(request, multipart)
                 status, answer, headers = await handler(body, timing, request.headers)
             except ApiError as exc:
                 status, answer, headers = on_error(exc)
@@ -89,7 +99,8 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
 
     for surface in ("decisions", "classify", "embeddings", "rerank"):
         app.add_route(
-            surface_route(f"/v1/{surface}", answered(partial(serve, runtime, surface))),
+            surface_route(f"/v1/{surface}", answered(partial(serve, runtime, surface)),
+                          multipart=surface == "decisions"),
             f"/v1/{surface}", methods=["POST"], stream=True,
         )
     app.add_route(
@@ -104,6 +115,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
                 path,
                 lambda body, timing, headers, b=batch: serve_systemone(runtime, body, timing, schema, headers, b),
                 lambda exc: systemone_error(exc, schema),
+                multipart=True,
             ),
             path, methods=["POST"], stream=True,
         )

@@ -14,6 +14,7 @@ Every failure raises :class:`edge_runtime.errors.ApiError` in the contract's wor
 
 from __future__ import annotations
 
+import base64
 import re
 import zlib
 from email import policy
@@ -422,3 +423,34 @@ def _part(data: bytes, start: int, end: int) -> tuple[str, bytes]:
     if transfer not in ("binary", "8bit", "7bit"):
         raise _bad_multipart(f"part {name!r} has Content-Transfer-Encoding {transfer!r}; send its bytes as they are")
     return name, data[split + 4 : end]
+
+
+def inline_parts(request: Any, parts: dict[str, bytes]) -> Any:
+    """Resolve a multipart request's ``{"type": "image", "part": name}`` assets to inline base64.
+
+    Every part other than ``request`` must be claimed by exactly one asset, and every claimed part
+    must exist; the result is the request as it would have been sent as plain JSON.
+    """
+    assets = request.get("assets") if isinstance(request, dict) else None
+    claimed: set[str] = set()
+    if isinstance(assets, dict):
+        resolved = {}
+        for key, asset in assets.items():
+            if isinstance(asset, dict) and "part" in asset:
+                name = asset["part"]
+                if not isinstance(name, str) or name not in parts:
+                    raise ApiError(400, "invalid_request", f"assets[{key!r}] names part {name!r}, which the body "
+                                   "does not hold", reason="asset_part_missing")
+                if name in claimed:
+                    raise ApiError(400, "invalid_request", f"part {name!r} is claimed by more than one asset",
+                                   reason="asset_part_reused")
+                claimed.add(name)
+                asset = {k: v for k, v in asset.items() if k != "part"}
+                asset["data_base64"] = base64.b64encode(parts[name]).decode("ascii")
+            resolved[key] = asset
+        request = {**request, "assets": resolved}
+    unclaimed = sorted(set(parts) - claimed)
+    if unclaimed:
+        raise ApiError(400, "invalid_request", f"parts {unclaimed} are not claimed by any asset",
+                       reason="asset_unreferenced")
+    return request

@@ -12,7 +12,7 @@ drawn from served names (one of them serving another surface, for 422), and requ
 inside 64 bits (the out-of-range refusal has its own test in test_hostile_bodies). Responses are
 validated against the contract exactly as served.
 
-The tests at the end pin contract gaps the fuzzing found; they are strict xfails until fixed.
+The tests at the end pin contract gaps the fuzzing found (multipart bodies, bundle options), now fixed.
 """
 
 from __future__ import annotations
@@ -264,17 +264,12 @@ def test_generation_document_only_biases_requests() -> None:
     assert "maximum" not in contract["components"]["schemas"]["MaxTokens"]
 
 
-# ---- findings: contract gaps the fuzzing turned up (strict xfails until fixed) -----------------
+# ---- findings: contract gaps the fuzzing turned up, pinned now that they are fixed ---------------
 
 DECISION = {"model": "sparrow", "state": "The user asks how to reset a password.",
             "questions": {"q": {"type": "noul", "instructions": "Is this about passwords?"}}}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "openapi.yaml and the HTTP reference accept multipart/form-data (first part 'request') on "
-    "/v1/decisions and /v1/systemone, but api/app.py reads every body with parse_json and never calls "
-    "api.body.parse_multipart: the request is answered 400 'the request body is not valid JSON: no digit "
-    "after sign: line 1 column 2 (char 1)' (the parser meets the boundary '--')"))
 @pytest.mark.parametrize("path", ["/v1/decisions", "/v1/systemone"])
 def test_multipart_request_is_read_like_json(fuzz_server: Server, path: str) -> None:
     as_json = checked(fuzz_server.client.post(path, json=DECISION), path)
@@ -285,10 +280,6 @@ def test_multipart_request_is_read_like_json(fuzz_server: Server, path: str) -> 
     assert multipart.json() == as_json.json()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "openapi.yaml BundleRequest.options declares return_meta, but the server refuses it with 400 "
-    "\"bundle options does not take ['return_meta']\" (architecture.md: bundle options hold only "
-    "deadline_ms): one of the two must change"))
 def test_bundle_options_contract_and_server_agree(fuzz_server: Server) -> None:
     body = {"tasks": [{"id": "a", "embeddings": {"model": "emb", "input": "x"}}], "options": {"return_meta": True}}
     contract_accepts = request_validator("/v1/bundle").is_valid(body)
