@@ -1,4 +1,4 @@
-"""`python -m edge_runtime serve | models | check`."""
+"""`python -m edge_runtime serve | models | check | examples`."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--forward-timeout-seconds", type=float, default=cfg.DEFAULT_FORWARD_TIMEOUT_SECONDS)
         p.add_argument("--systemone-schema", choices=cfg.SYSTEMONE_SCHEMAS, default="vllm-sr/5.0")
         p.add_argument("--max-bundle-tasks", type=int, default=cfg.DEFAULT_MAX_BUNDLE_TASKS)
+    ex = sub.add_parser("examples", help="send the contract's Decisions examples to a server and check the answers")
+    ex.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8100")
+    ex.add_argument("--model", required=True, help="the decision model to ask (replaces the examples' model)")
     return parser
 
 
@@ -70,6 +73,10 @@ def _check(config: ServeConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "examples":
+        from edge_runtime.examples import main as examples
+
+        return examples(args.url, args.model)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = _serve_config(args)

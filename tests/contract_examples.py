@@ -10,6 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+# The Decisions and System One requests live with the `examples` command, which sends them to servers.
+from edge_runtime.examples import (  # noqa: F401  (re-exported for the tests)
+    DECISIONS_EXAMPLE_1,
+    DECISIONS_EXAMPLE_2,
+    DECISIONS_EXAMPLE_BATCH,
+    SYSTEMONE_EXAMPLE_ASSETS,
+    SYSTEMONE_EXAMPLE_MEDIA,
+)
+
 CLASSIFY_EXAMPLE: dict[str, Any] = {
     "model": "vela-pii",
     "input": ["Hi, I'm Tom Baker (tom.baker@example.com)."],
@@ -40,28 +49,6 @@ BUNDLE_EXAMPLE: dict[str, Any] = {
 }
 """Bundle: the `POST /v1/bundle` request, a classify task and a decisions task."""
 
-DECISIONS_EXAMPLE_1: dict[str, Any] = {
-    "model": "Vela-2.0-0.3B",
-    "state": "Write a Python function that merges two sorted lists and explain its running time.",
-    "questions": {
-        "domain": {
-            "type": "choice",
-            "instructions": "Which domain does this request belong to?",
-            "choices": [
-                {"key": "code", "description": "Programming"},
-                {"key": "math", "description": "Mathematics"},
-                {"key": "other"},
-            ],
-        },
-        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-        "difficulty": {
-            "type": "score",
-            "instructions": "How difficult is this request?",
-            "levels": ["Trivial", "Moderate", "Hard"],
-        },
-    },
-}
-"""Decisions, first `POST /v1/decisions`: a Choice, a Noul and a Score about one text state."""
 
 DECISIONS_RESPONSE_1: dict[str, Any] = {
     "model": "Vela-2.0-0.3B",
@@ -85,27 +72,6 @@ DECISIONS_RESPONSE_1: dict[str, Any] = {
 }
 """Decisions, the `Response` to DECISIONS_EXAMPLE_1 (Vela 2.0 on CPU, rounded, without usage)."""
 
-DECISIONS_EXAMPLE_2: dict[str, Any] = {
-    "model": "Vela-2.0-0.3B",
-    "state": "My card was charged twice and the parcel never arrived. Write to me at jane.doe@example.com.",
-    "questions": {
-        "problems": {
-            "type": "set",
-            "instructions": "Which problems does the customer report?",
-            "labels": [
-                {"key": "billing", "description": "A payment or charge problem"},
-                {"key": "shipping", "description": "A delivery problem"},
-                {"key": "account", "description": "A login or account problem"},
-            ],
-        },
-        "contacts": {
-            "type": "span",
-            "instructions": "Find the personal contact details.",
-            "labels": [{"key": "EMAIL_ADDRESS", "description": "An email address"}],
-        },
-    },
-}
-"""Decisions, second `POST /v1/decisions`: a Set and a Span question."""
 
 DECISIONS_RESPONSE_2: dict[str, Any] = {
     "model": "Vela-2.0-0.3B",
@@ -130,46 +96,4 @@ DECISIONS_RESPONSE_2: dict[str, Any] = {
 }
 """Decisions, the `Response` to DECISIONS_EXAMPLE_2 (rounded, without usage)."""
 
-DECISIONS_EXAMPLE_BATCH: dict[str, Any] = {
-    "model": "Vela-2.0-0.3B",
-    "states": {
-        "doc_1": {
-            "state": {"request": "How long is the refund window?",
-                      "candidate": "Refunds are accepted within 30 days of purchase."},
-            "questions": {"relevance": {
-                "type": "noul",
-                "instructions": "Does the candidate passage contain information that helps answer the request?",
-            }},
-        },
-        "doc_2": {
-            "state": {"request": "How long is the refund window?", "candidate": "Our offices close on public holidays."},
-            "questions": {"relevance": {
-                "type": "noul",
-                "instructions": "Does the candidate passage contain information that helps answer the request?",
-            }},
-        },
-    },
-}
-"""Decisions, third `POST /v1/decisions`: a batch, two named entries under `states`."""
 
-SYSTEMONE_EXAMPLE_MEDIA: dict[str, Any] = {
-    "model": "d3-turbo",
-    "state": "Is the attached receipt complete, and does the clip show it being paid?",
-    "images": ["data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ..."],
-    "videos": ["data:video/mp4;base64,AAAAIGZ0eXBpc29t..."],
-    "questions": {
-        "complete": {"type": "noul", "instructions": "Does the receipt show a total, a date and a merchant?"},
-        "paid": {"type": "noul", "instructions": "Does the clip show the receipt being paid?"},
-    },
-}
-"""Decisions (images and videos), the `POST /v1/systemone` request with an image and a video."""
-
-SYSTEMONE_EXAMPLE_ASSETS: dict[str, Any] = {
-    "model": "d3-lite",
-    "state": {"receipt": "<receipt>", "note": "Uploaded by the customer."},
-    "assets": {"<receipt>": {"type": "image", "data_base64": "/9j/4AAQSkZJRgABAQ..."}},
-    "questions": {
-        "complete": {"type": "noul", "instructions": "Does <receipt> show a total, a date and a merchant?"}
-    },
-}
-"""System One compatibility (Assets), the `POST /v1/systemone` request with an image by reference."""

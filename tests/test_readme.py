@@ -51,6 +51,8 @@ def test_repository_models_yaml_serves_the_readme_example(minilm_package: Path, 
             response = server.client.post(path, json=body)
             assert response.status_code == 200, response.text
             assert response.json()["model"] == body["model"]
+            if path == "/v1/decisions":  # the default model answers the README's routing question sensibly
+                assert response.json()["answers"]["tool"]["choice"] == "refunds"
     finally:
         server.stop()
 
