@@ -45,7 +45,7 @@ from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, bran
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
-    DecisionPlan, Entry, Slot, assemble, decision_answer, failed_answer, media_refusal, refused_entry,
+    DecisionPlan, Entry, Slot, assemble, decision_answer, failed_answer, media_refusal, refused_entry, unsupported,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import Package
@@ -326,18 +326,12 @@ class DecisionCodesFamily:
         return cap
 
     def _unsupported(self, q: Question) -> InvalidQuestion | None:
-        if q.type in ("box", "track"):
-            return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported",
-                                   f"model {self.name!r} does not answer {q.type} questions")
-        if q.type not in self.question_types:
-            return InvalidQuestion(q.id, q.type, "question_type_unsupported",
-                                   f"model {self.name!r} answers {', '.join(self.question_types)} questions, "
-                                   f"not {q.type}")
-        if len(q.options) > len(self.prompt.codes):
+        refused = unsupported(q, self.name, self.question_types)
+        if refused is None and len(q.options) > len(self.prompt.codes):
             return InvalidQuestion(q.id, q.type, "too_many_options",
                                    f"model {self.name!r} lists at most {len(self.prompt.codes)} options under its "
                                    f"codes; this question has {len(q.options)}")
-        return None
+        return refused
 
     def _too_long(self, q: Question, cap: int) -> dict[str, Any]:
         hint = ""

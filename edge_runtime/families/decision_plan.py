@@ -97,6 +97,16 @@ def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
     return None
 
 
+def unsupported(q: Question, model: str, question_types: Sequence[str]) -> InvalidQuestion | None:
+    """A question of a type the model's card does not list, failed in place with its fixed reason."""
+    if q.type in question_types:
+        return None
+    if q.type in ("box", "track"):
+        return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported", f"model {model!r} does not answer {q.type} questions")
+    return InvalidQuestion(q.id, q.type, "question_type_unsupported",
+                           f"model {model!r} answers {', '.join(question_types)} questions, not {q.type}")
+
+
 def legend_text(value: Any) -> str:
     """A score level as the legend shows it: the request's string, or canonical JSON."""
     if isinstance(value, str):

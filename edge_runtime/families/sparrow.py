@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
-    DecisionPlan, Entry, Slot, assemble, decision_answer, legend_text, media_refusal, refused_entry,
+    DecisionPlan, Entry, Slot, assemble, decision_answer, legend_text, media_refusal, refused_entry, unsupported,
 )
 from edge_runtime.packages import Package
 from edge_runtime.requests.decisions import (
@@ -267,7 +267,7 @@ class SparrowFamily:
             if isinstance(q, InvalidQuestion):
                 planned.slots.append(Slot(q))
                 continue
-            refused = self._unsupported(q)
+            refused = unsupported(q, self.name, [t for t in self.question_types if t in KINDS])
             if refused is not None:
                 planned.slots.append(Slot(refused))
                 continue
@@ -278,16 +278,6 @@ class SparrowFamily:
             planned.tokens += row.tokens
             rows.append(row)
         return planned
-
-    def _unsupported(self, q: Question) -> InvalidQuestion | None:
-        if q.type in KINDS and q.type in self.question_types:
-            return None
-        if q.type in ("box", "track"):
-            return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported",
-                                   f"model {self.name!r} does not answer {q.type} questions")
-        answered = ", ".join(self.question_types)
-        return InvalidQuestion(q.id, q.type, "question_type_unsupported",
-                               f"model {self.name!r} answers {answered} questions, not {q.type}")
 
     # -- answers ------------------------------------------------------------------------------
 
