@@ -75,8 +75,10 @@ def test_windows_reduce_and_pick_most_context() -> None:
                         sequence_starts=(0,))
     b = SimpleNamespace(sequence_ids=[None, 0, 0, 0, 0, None], offsets=[(0, 0), (2, 3), (3, 4), (4, 5), (5, 6), (0, 0)],
                         sequence_starts=(2,))
-    pa = np.zeros((6, 2)); pa[:, 0] = 1
-    pb = np.zeros((6, 2)); pb[:, 1] = 1
+    pa = np.zeros((6, 2))
+    pa[:, 0] = 1
+    pb = np.zeros((6, 2))
+    pb[:, 1] = 1
     probs, offsets = pick_token_rows([(pa, a), (pb, b)], 0)
     assert offsets[:, 0].tolist() == [0, 1, 2, 3, 4, 5]
     # token 2: context 1 in A (k=2 of 4 -> min(2,1)=1), 0 in B (k=0) -> A; token 3: A k=3 ->0, B k=1 ->1 -> B
