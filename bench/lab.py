@@ -43,16 +43,17 @@ class Lab:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
-        self._servers: dict[str, ServerProcess] = {}
+        self._servers: dict[tuple[str, str], ServerProcess] = {}
         self._workers: dict[str, WorkerContestant] = {}
         self._others: list[ServerProcess] = []
 
-    def start_server(self, variant: str) -> ServerProcess:
-        """The shared server for a variant, started if needed (call wait_ready on it)."""
-        if variant not in self._servers:
-            self._servers[variant] = ServerProcess(self.settings.package, variant, self.settings.threads,
-                                                   name=PACKAGE_NAME, log_dir=self.log_dir)
-        return self._servers[variant]
+    def start_server(self, variant: str, batching: str = "exact") -> ServerProcess:
+        """The shared server for a variant and batching mode, started if needed (call wait_ready on it)."""
+        key = (variant, batching)
+        if key not in self._servers:
+            self._servers[key] = ServerProcess(self.settings.package, variant, self.settings.threads,
+                                               name=PACKAGE_NAME, log_dir=self.log_dir, batching=batching)
+        return self._servers[key]
 
     def server(self, variant: str) -> ServerProcess:
         """The shared server for a variant, ready."""

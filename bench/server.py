@@ -63,14 +63,14 @@ class ServerProcess:
     """One server serving one package variant as `name`, with `threads` intra-op threads on the CPU."""
 
     def __init__(self, package: Path, variant: str, threads: int, name: str = "minilm-embedding",
-                 log_dir: Path | None = None) -> None:
+                 log_dir: Path | None = None, batching: str = "exact") -> None:
         self.name = name
         self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="bench-server-", dir=log_dir))
         models_file = self._dir / "models.yaml"
         models_file.write_text(yaml.safe_dump({"models": [{
             "name": name, "package": str(package.resolve()), "variant": variant,
-            "device": "cpu", "threads": threads,
+            "device": "cpu", "threads": threads, "batching": batching,
         }]}), encoding="utf-8")
         self.log_path = self._dir / "server.log"
         self._log = open(self.log_path, "wb")
