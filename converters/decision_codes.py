@@ -374,7 +374,9 @@ def _verify(lm: Any, graph: Path, groups: list[list[_Case]], token_ids: Sequence
     return _Verified(worst_p, worst_h, worst_branch, len(cases), sorted({len(c.ids) for c in cases}), spread)
 
 
-def _goldens(graph: Path, groups: list[list[_Case]], pad_id: int) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+def _goldens(
+    graph: Path, groups: list[list[_Case]], pad_id: int
+) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """Golden cases (batch 1): prompts over an empty past, and for a past graph one continuation."""
     from edge_runtime.engine.session import create_session
 
@@ -439,7 +441,9 @@ def _limits(opts: DecisionCodesOptions, model_dir: Path, config: Any) -> dict[st
     limits = {"max_input_tokens": int(value)}
     if opts.validated_input_tokens is not None:
         if opts.validated_input_tokens > value:
-            raise ConversionError(f"validated_input_tokens {opts.validated_input_tokens} exceeds max_input_tokens {value}")
+            raise ConversionError(
+                f"validated_input_tokens {opts.validated_input_tokens} exceeds max_input_tokens {value}"
+            )
         limits["validated_input_tokens"] = int(opts.validated_input_tokens)
     if opts.attention_mode == "prefix_causal":
         limits["max_request_tokens"] = int(opts.max_request_tokens or value)
@@ -528,8 +532,8 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
         cap = limits.get("validated_input_tokens", limits["max_input_tokens"])
         groups = _sample_cases(prompt, config, cap)
         with Step("checking code probabilities against Transformers") as s:
-            verified = _verify(lm, graph, groups, token_ids, readout, bias, trained is not None, config["logit_softcap"],
-                               int(pad_id), opts.attention_mode == "prefix_causal")
+            verified = _verify(lm, graph, groups, token_ids, readout, bias, trained is not None,
+                               config["logit_softcap"], int(pad_id), opts.attention_mode == "prefix_causal")
         timings["parity"] = s.seconds
         log(f"parity: max |p_onnx - p_torch| = {verified.probabilities:.3g}, hidden {verified.hidden:.3g}"
             + (f", state-once vs alone {verified.state_once:.3g}" if verified.state_once is not None else "")
@@ -549,8 +553,10 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
                         "last_hidden_state": float(f"{verified.hidden:.3g}")}
         if verified.state_once is not None:
             outputs_diff["state_once_vs_alone"] = float(f"{verified.state_once:.3g}")
-        reference = (f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} {architecture} "
-                     + ("fp32 LM logits at the code tokens" if trained is None else "fp32 hidden state x trained readout"))
+        reference_target = ("fp32 LM logits at the code tokens" if trained is None
+                            else "fp32 hidden state x trained readout")
+        reference = (f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
+                     f"{architecture} " + reference_target)
         card = {
             "format": CARD_FORMAT,
             "name": name,
@@ -638,7 +644,8 @@ FIXTURE_CHAT_TEMPLATE = (
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
     "{%- endif -%}"
 )
 
@@ -719,7 +726,8 @@ def build_decision_codes_fixture_result(
         "prompt_layout": prompt_layout,
         "temperature_by_questions": temperature_by_questions,
         "name": f"fixture-{KIND}" + ("-state-once" if attention_mode == "prefix_causal" else ""),
-        "description": f"Tiny random-weight Qwen3 {KIND} fixture (seed {seed}, {attention_mode}); for tests, not a real model",
+        "description": (f"Tiny random-weight Qwen3 {KIND} fixture (seed {seed}, {attention_mode}); "
+                        "for tests, not a real model"),
         "version": "0.0.1",
         "release_date": FIXTURE_RELEASE_DATE,
         "license": "Apache-2.0",

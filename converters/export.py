@@ -172,7 +172,9 @@ def package_tokenizer(model_dir: Path) -> Any:
         try:
             hf = AutoTokenizer.from_pretrained(model_dir, use_fast=True)
         except Exception as e:  # noqa: BLE001
-            raise ConversionError(f"{model_dir}: no tokenizer.json and no loadable tokenizer: {_first_line(e)}") from None
+            raise ConversionError(
+                f"{model_dir}: no tokenizer.json and no loadable tokenizer: {_first_line(e)}"
+            ) from None
         if not hf.is_fast:
             raise ConversionError(f"{model_dir}: only a slow tokenizer is available; a tokenizer.json is needed")
         tok = Tokenizer.from_str(hf.backend_tokenizer.to_str())

@@ -53,8 +53,8 @@ def _run_rows(session: ort.InferenceSession, rows: Sequence[Row], output: str) -
     return [session.run([output], {n: r[n][None, :] for n in names})[0] for r in rows]
 
 
-def measure_agreement(kind: str, head: dict[str, Any], labels: Sequence[str], fp32: ort.InferenceSession, int8: ort.InferenceSession,
-                      rows: Sequence[Row]) -> dict[str, Any]:
+def measure_agreement(kind: str, head: dict[str, Any], labels: Sequence[str], fp32: ort.InferenceSession,
+                      int8: ort.InferenceSession, rows: Sequence[Row]) -> dict[str, Any]:
     """Agreement of int8 with fp32 on ``rows``, each run alone.
 
     embedding: cosine of the pooled vectors (mean, min); classifiers: top-label agreement and max

@@ -109,7 +109,9 @@ def _read_source(path: Path) -> tuple[dict[str, Any], dict[str, int], dict[str, 
         with np.load(io.BytesIO(zf.read("model.npz")), allow_pickle=False) as z:
             weights = {k: z[k] for k in z.files}
     if cfg.get("arch") != "static" or cfg.get("kv"):
-        raise ValueError(f"{path.name}: only the kv-free static tier converts (arch={cfg.get('arch')}, kv={cfg.get('kv')})")
+        raise ValueError(
+            f"{path.name}: only the kv-free static tier converts (arch={cfg.get('arch')}, kv={cfg.get('kv')})"
+        )
     return cfg, vocab, weights
 
 
@@ -364,7 +366,9 @@ def build_sparrow_package(out_dir: Path) -> Path:
     files: dict[str, Path | bytes] = {
         "model.onnx": model_bytes,
         "tokenizer.json": tokenizer.to_str().encode("utf-8"),
-        "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+        "decision_config.json": (
+            json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+        ).encode("utf-8"),
         **_licenses(),
     }
     out = Path(out_dir) / PACKAGE_NAME

@@ -73,7 +73,8 @@ DECISIONS_EXAMPLE_BATCH: dict[str, Any] = {
             }},
         },
         "doc_2": {
-            "state": {"request": "How long is the refund window?", "candidate": "Our offices close on public holidays."},
+            "state": {"request": "How long is the refund window?",
+                      "candidate": "Our offices close on public holidays."},
             "questions": {"relevance": {
                 "type": "noul",
                 "instructions": "Does the candidate passage contain information that helps answer the request?",

@@ -177,7 +177,8 @@ def test_refused_when_graph_disagrees(tmp_path: Path, monkeypatch: pytest.Monkey
         model = onnx.load(str(path))
         init = max(model.graph.initializer, key=lambda t: np.prod(t.dims))  # the embedding table
         arr = numpy_helper.to_array(init).copy()
-        arr += np.random.default_rng(0).normal(0.0, 0.05, arr.shape).astype(arr.dtype)  # not a shift: LayerNorm hides those
+        # noise, not a shift: LayerNorm hides those
+        arr += np.random.default_rng(0).normal(0.0, 0.05, arr.shape).astype(arr.dtype)
         init.CopyFrom(numpy_helper.from_array(arr, init.name))
         onnx.save(model, str(path))
         return path

@@ -188,7 +188,8 @@ def test_trained_readout_matches_the_hidden_state_times_readout(built, once) -> 
     base = Qwen3Model.from_pretrained(built["root"] / "once-src", dtype=torch.float32).eval()
     readout = load_file(str(built["root"] / "once-src" / "readout.safetensors"))["weight"]
     plan, answer = run(once, {"state": SAMPLE_TEXTS[2], "questions": {
-        "a": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "shipping": None, "x": None}},
+        "a": {"type": "choice", "instructions": "Which team?",
+              "criteria": {"billing": None, "shipping": None, "x": None}},
         "b": {"type": "score", "levels": ["low", "mid", "high", "max"]}}})
     row = plan.rows[0]
     assert isinstance(row, BranchRow)
@@ -253,7 +254,8 @@ def test_right_padded_batches_are_bit_identical_to_rows_alone(causal) -> None:
 
 def test_header_v1_lists_the_questions_in_front_of_the_state(once) -> None:
     body = {"state": "Hi <|im_end|> there", "questions": {
-        "domain": {"type": "choice", "instructions": "Which domain?", "criteria": {"code": "Programming", "other": None}},
+        "domain": {"type": "choice", "instructions": "Which domain?",
+                   "criteria": {"code": "Programming", "other": None}},
         "tags": {"type": "set", "labels": [{"key": "x"}]},
         "reasoning": {"type": "noul", "instructions": "Needs reasoning?"},
         "difficulty": {"type": "score", "instructions": "How hard?", "levels": ["Easy", "Hard"]},
@@ -278,7 +280,8 @@ def test_header_v1_lists_the_questions_in_front_of_the_state(once) -> None:
     plan, answer = run(once, {"state": "Hi", "questions": {
         "n": {"type": "noul", "instructions": "Needs reasoning?"}, "where": {"type": "box", "instructions": "x"}}})
     assert answer["answers"]["where"]["reason"] == "box_unsupported"
-    assert plan.rows[0].prefix.tolist() == before + prompt.text.encode(prompt.state_text("Hi"), add_special_tokens=False).ids
+    state_ids = prompt.text.encode(prompt.state_text("Hi"), add_special_tokens=False).ids
+    assert plan.rows[0].prefix.tolist() == before + state_ids
 
 
 def test_temperature_by_questions(once) -> None:
@@ -342,7 +345,8 @@ def test_state_once_request_limit(once) -> None:
     _, answer = run(once, {"states": {"big": {"state": "The app crashes.", "questions": questions},
                                       "small": {"state": "The app crashes.", "questions": fits}}})
     big = answer["states"]["big"]["answers"]["q0"]
-    assert (big["error"], big["reason"]) == ("invalid_input", "input_malformed") and "max_request_tokens" in big["message"]
+    assert ((big["error"], big["reason"]) == ("invalid_input", "input_malformed")
+            and "max_request_tokens" in big["message"])
     assert answer["states"]["small"]["answers"]["q0"]["type"] == "noul"
     assert answer["usage"]["input_tokens"] == answer["states"]["small"]["usage"]["input_tokens"] > 0
 
@@ -359,7 +363,8 @@ def test_unsupported_questions_media_deadline_and_bad_outputs(causal) -> None:
     assert a["span"]["reason"] == "question_type_unsupported"
     assert (a["where"]["reason"], a["follow"]["reason"]) == ("box_unsupported", "track_unsupported")
     with pytest.raises(NoValidQuestion) as e:
-        causal.plan_request(parse_decisions_request({"state": "s", "questions": {"b": {"type": "box", "instructions": "x"}}}))
+        causal.plan_request(parse_decisions_request(
+            {"state": "s", "questions": {"b": {"type": "box", "instructions": "x"}}}))
     assert e.value.reason == "box_unsupported"
     with pytest.raises(ApiError) as e:
         causal.plan_request(parse_decisions_request({"state": "s", "images": ["data:image/png;base64,AAAA"],

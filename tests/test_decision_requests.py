@@ -88,7 +88,8 @@ def _one(question: Any, state: Any = "a state") -> Question | InvalidQuestion:
 
 @pytest.mark.parametrize("question", [
     {"type": "choice", "criteria": {"a": None, "b": "bee"}},                     # null description, no instructions
-    {"type": "choice", "instructions": {"question": "Which?", "fields": ["x"]}, "criteria": {"a": ["x"], "b": {"y": 1}}},
+    {"type": "choice", "instructions": {"question": "Which?", "fields": ["x"]},
+     "criteria": {"a": ["x"], "b": {"y": 1}}},
     {"type": "choice", "instructions": ["Which", "one?"], "choices": [{"key": "a"}, {"key": "b", "description": None}]},
     {"type": "choice", "criteria": {str(i): f"option {i}" for i in range(255)}},
     {"type": "score", "levels": [f"level {i}" for i in range(10)]},

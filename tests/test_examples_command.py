@@ -28,8 +28,8 @@ def test_answer_problems_finds_wrong_shapes() -> None:
     bad["answers"]["reasoning"]["type"] = "choice"
     del bad["answers"]["difficulty"]
     assert len(answer_problems(DECISIONS_EXAMPLE_1, bad)) == 3
-    refused = {"answers": {"problems": {"type": "set", "error": "invalid_question", "reason": "question_type_unsupported",
-                                        "message": "m"},
+    refused = {"answers": {"problems": {"type": "set", "error": "invalid_question",
+                                        "reason": "question_type_unsupported", "message": "m"},
                            "contacts": {"type": "span", "error": "invalid_question", "message": "no reason"}}}
     assert answer_problems(DECISIONS_EXAMPLE_2, refused) == ["answers.contacts failed without a reason"]
 

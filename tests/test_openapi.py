@@ -393,7 +393,8 @@ DECISION_RESPONSES = [
         "doc_1": {"model": "d", "answers": {"relevance": {"type": "noul", "noul": 0.91}},
                   "usage": {"input_tokens": 20, "output_tokens": 0}},
         "doc_2": {"model": "d", "answers": {"relevance": {"type": "noul", "error": "invalid_input",
-                                                          "reason": "input_malformed", "message": "images are refused"}},
+                                                          "reason": "input_malformed",
+                                                          "message": "images are refused"}},
                   "usage": {"input_tokens": 0, "output_tokens": 0}}},
      "usage": {"input_tokens": 20, "output_tokens": 0}},
 ]

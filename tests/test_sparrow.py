@@ -373,7 +373,8 @@ def test_deadline_fails_every_planned_question(family) -> None:
 
 
 def test_non_finite_output_is_invalid_model_output(family) -> None:
-    req = parse_decisions_request({"state": "s", "questions": {"a": {"type": "choice", "criteria": {"x": None, "y": None}}}})
+    req = parse_decisions_request(
+        {"state": "s", "questions": {"a": {"type": "choice", "criteria": {"x": None, "y": None}}}})
     plan = family.plan_request(req)
     body = family.finish(plan, [{"probs": np.array([np.nan, 0.5], np.float32)}])
     assert body["answers"]["a"]["error"] == "invalid_model_output"

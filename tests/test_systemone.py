@@ -27,7 +27,8 @@ from edge_runtime.service import serve
 from edge_runtime.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.timing import Timing
 from tests.contract_examples import (
-    DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS, SYSTEMONE_EXAMPLE_MEDIA,
+    DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS,
+    SYSTEMONE_EXAMPLE_MEDIA,
 )
 from tests.server_harness import Server, write_models_file
 
@@ -113,7 +114,8 @@ def test_standard_criteria_forms_and_structured_state(runtime: Runtime) -> None:
         "state": {"message": "Please help, I was charged twice.", "subject": "Duplicate charge"},
         "questions": {
             "billing": {"type": "noul", "criteria": {"true": "The message is about billing"}},
-            "tone": {"type": "choice", "instructions": ["What is", "the tone?"], "criteria": {"calm": None, "angry": None}},
+            "tone": {"type": "choice", "instructions": ["What is", "the tone?"],
+                     "criteria": {"calm": None, "angry": None}},
             "urgency": {"type": "score", "instructions": {"task": "How urgent?"},
                         "criteria": ["Can wait", {"level": "this week"}, "Today"]},
         },

@@ -362,7 +362,8 @@ class DecisionCodesFamily:
         for n, slot in enumerate(answerable, 1):
             q = slot.question
             assert isinstance(q, Question)
-            ids = None if state_ids is None else self.prompt.question_ids(q, n if header else None, cap - len(state_ids))
+            ids = (None if state_ids is None
+                   else self.prompt.question_ids(q, n if header else None, cap - len(state_ids)))
             if ids is None:
                 slot.answer = self._too_long(q, cap)
             else:

@@ -102,7 +102,8 @@ def unsupported(q: Question, model: str, question_types: Sequence[str]) -> Inval
     if q.type in question_types:
         return None
     if q.type in ("box", "track"):
-        return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported", f"model {model!r} does not answer {q.type} questions")
+        return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported",
+                               f"model {model!r} does not answer {q.type} questions")
     return InvalidQuestion(q.id, q.type, "question_type_unsupported",
                            f"model {model!r} answers {', '.join(question_types)} questions, not {q.type}")
 

@@ -20,8 +20,9 @@ def pick_token_rows(
     """Per-token probabilities and offsets of one sequence, over all its windows.
 
     ``windows`` holds (probabilities [n, L], row) pairs, where row has ``sequence_ids``, ``offsets``
-    and ``sequence_starts`` (per sequence, the index of the row's first token within that sequence). Every content token takes its row from the window where it has the most
-    context on its shorter side (the earlier window on ties), so each token is read once.
+    and ``sequence_starts`` (per sequence, the index of the row's first token within that sequence).
+    Every content token takes its row from the window where it has the most context on its shorter
+    side (the earlier window on ties), so each token is read once.
     """
     best: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
     for probs, row in windows:

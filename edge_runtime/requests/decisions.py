@@ -45,7 +45,8 @@ _FIELDS: dict[str, frozenset[str]] = {
     "track": frozenset({"type", "instructions", "rate"}),
 }
 _LIST_FORM = {"choice": "choices", "noul": "choices", "score": "levels", "set": "labels", "span": "labels"}
-_REQUEST_MEMBERS = frozenset({"model", "state", "questions", "states", "roles", "images", "videos", "assets", "options"})
+_REQUEST_MEMBERS = frozenset({"model", "state", "questions", "states", "roles", "images", "videos", "assets",
+                              "options"})
 _STANDARD_ONLY = ("state", "questions", "images", "videos", "roles")
 _ENTRY_MEMBERS = frozenset({"state", "questions", "images", "videos", "roles"})
 

@@ -209,7 +209,8 @@ def _read_reply(sock: socket.socket) -> bytes:
             break
         data += chunk
         head, _, rest = data.partition(b"\r\n\r\n")
-        length = [int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+        length = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:")]
         if length and len(rest) >= length[0]:
             break
     return data

@@ -158,7 +158,8 @@ def largest_batches() -> list[tuple[str, bytes]]:
     """A request per model that fills one forward with MAX_BATCH_ROWS rows of the longest input."""
     long = " ".join(WORDS * 8)
     rows = [long] * MAX_BATCH_ROWS
-    out = [("/v1/classify", {"model": m, "input": rows, "options": {"overflow": "truncate"}}) for m in ("cls", "ml", "tok")]
+    out = [("/v1/classify", {"model": m, "input": rows, "options": {"overflow": "truncate"}})
+           for m in ("cls", "ml", "tok")]
     out.append(("/v1/embeddings", {"model": "emb", "input": rows, "options": {"overflow": "truncate"}}))
     out.append(("/v1/rerank", {"model": "rr", "query": long, "documents": rows, "options": {"overflow": "truncate"}}))
     out.append(("/v1/decisions", {"model": "sparrow", "state": long,
