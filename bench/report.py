@@ -110,7 +110,10 @@ def cpu_model(cpuinfo: str) -> str | None:
     return fallback
 
 
-def cpu_flags(cpuinfo: str, wanted: Sequence[str] = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8")) -> list[str]:
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8")
+
+
+def cpu_flags(cpuinfo: str, wanted: Sequence[str] = CPU_FLAGS) -> list[str]:
     """Which of the ISA extensions that matter for ORT kernels the first CPU lists."""
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
@@ -204,7 +207,8 @@ def conditions(threads: int, rounds: int, extra: dict[str, str] | None = None) -
     out = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _git_commit(),
-        "machine": f"nproc {os.cpu_count()} (usable {usable}), {cpu_model(cpuinfo) or platform.processor() or 'unknown CPU'}",
+        "machine": f"nproc {os.cpu_count()} (usable {usable}), "
+                   f"{cpu_model(cpuinfo) or platform.processor() or 'unknown CPU'}",
         "cpu flags": ", ".join(cpu_flags(cpuinfo)) or "none of avx2/avx512",
         "load average at start": load,
         "python": platform.python_version(),

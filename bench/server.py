@@ -63,12 +63,14 @@ class ServerProcess:
     """One server serving one package variant as `name`, with `threads` intra-op threads on the CPU."""
 
     def __init__(self, package: Path, variant: str, threads: int, name: str = "minilm-embedding",
-                 log_dir: Path | None = None, batching: str = "exact") -> None:
+                 log_dir: Path | None = None, batching: str = "exact",
+                 models: list[dict[str, Any]] | None = None) -> None:
+        """Serve one package as `name`, or, with `models`, those models.yaml entries as they are."""
         self.name = name
         self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="bench-server-", dir=log_dir))
         models_file = self._dir / "models.yaml"
-        models_file.write_text(yaml.safe_dump({"models": [{
+        models_file.write_text(yaml.safe_dump({"models": models or [{
             "name": name, "package": str(package.resolve()), "variant": variant,
             "device": "cpu", "threads": threads, "batching": batching,
         }]}), encoding="utf-8")
@@ -151,6 +153,9 @@ class ServerProcess:
                     raise
         raise AssertionError("unreachable")
 
+    def post(self, path: str, payload: Any) -> Response:
+        return self.request("POST", path, json.dumps(payload).encode())
+
     def get(self, path: str) -> Response:
         return self.request("GET", path)
 
@@ -159,4 +164,4 @@ class ServerProcess:
         payload: dict[str, Any] = {"model": self.name, "input": texts, "encoding_format": encoding_format}
         if options:
             payload["options"] = options
-        return self.request("POST", "/v1/embeddings", json.dumps(payload).encode())
+        return self.post("/v1/embeddings", payload)
