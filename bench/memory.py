@@ -64,7 +64,7 @@ def _requests(seed: int = 3) -> list[tuple[str, dict[str, Any]]]:
         if roll < 0.6:
             out.append(("/v1/embeddings", {"model": "minilm-embedding", "input": rng.choice(texts)}))
         elif roll < 0.75:
-            batch = [" ".join(rng.sample(texts, rng.randint(1, 8))) for _ in range(rng.randint(2, 16))]
+            batch = [" ".join(rng.sample(texts, rng.randint(1, 3))) for _ in range(rng.randint(2, 8))]
             out.append(("/v1/embeddings", {"model": "minilm-embedding", "input": batch,
                                            "options": {"overflow": "truncate"}}))
         else:
@@ -96,7 +96,7 @@ def run(lab: Lab) -> list[Table]:
         f"Memory: the default models (minilm-embedding, sparrow-nano), {REQUESTS:,} mixed requests",
         ["point", "VmRSS MiB", "VmHWM MiB (peak)", "RSS growth after warm-up"],
         rows,
-        [f"Requests one at a time: 60 % single embeddings, 15 % batches of 2-16, 25 % sparrow decisions; the "
+        [f"Requests one at a time: 60 % single embeddings, 15 % batches of 2-8, 25 % sparrow decisions; the "
          f"first two are each model's largest shape. {failures} of {REQUESTS:,} answers were not 200 "
          "(expected 0)."],
     )]
