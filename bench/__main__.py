@@ -1,4 +1,4 @@
-"""`python -m bench all | embeddings | overhead | longinput [--threads 2] [--rounds 7] [--record]`."""
+"""`python -m bench all | embeddings | overhead | longinput | decisions | decision-codes [--threads 2] [--rounds 7] [--record]`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import embeddings, longinput, overhead
+from bench import decision_codes, decisions, embeddings, longinput, overhead
 from bench.lab import PACKAGE_NAME, Lab, Settings
 from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
@@ -21,6 +21,8 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "embeddings": embeddings.run,
     "overhead": overhead.run,
     "longinput": longinput.run,
+    "decisions": decisions.run,
+    "decision-codes": decision_codes.run,
 }
 
 
@@ -55,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --threads and --rounds must be at least 1", file=sys.stderr)
         return 2
     settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages)
-    if not (settings.package / "card.json").is_file() and not convert_defaults(args.packages):
-        return 2
     names = list(COMPARISONS) if args.comparison == "all" else [args.comparison]
+    defaults = [settings.package] + ([settings.packages / decisions.PACKAGE] if "decisions" in names else [])
+    if not all((p / "card.json").is_file() for p in defaults) and not convert_defaults(args.packages):
+        return 2
     conds = conditions(args.threads, args.rounds, {"packages": str(settings.packages.resolve())})
     print("\n".join(f"{k}: {v}" for k, v in conds.items()), flush=True)
     lab = Lab(settings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.decision_codes import (
+    QWEN3_0_6B, Inputs, Shape, fit_words, layers_that_fit, parse_meminfo, token_rows,
+)
+from bench.decisions import (
+    Target, answer_probabilities, decision_requests, max_abs_diff, reference_probabilities, response_probabilities,
+)
 from bench.report import (
     Table, cpu_busy_seconds, cpu_flags, cpu_model, fmt_ms, fmt_ratio, format_table, record, render_run,
 )
@@ -196,3 +203,121 @@ def test_cpu_busy_seconds_counts_work_not_idle() -> None:
     assert cpu_busy_seconds(stat, 100) == pytest.approx((100 + 20 + 30 + 5 + 5 + 10) / 100)
     with pytest.raises(ValueError):
         cpu_busy_seconds("intr 1 2 3\n", 100)
+
+
+# -- decision benchmarks ------------------------------------------------------------------------------
+
+def test_decision_requests_are_deterministic_and_ask_a_choice_a_noul_and_a_score() -> None:
+    a, b = decision_requests(12, seed=3), decision_requests(12, seed=3)
+    assert a == b and a != decision_requests(12, seed=4)
+    assert len({r["state"] for r in a}) == 12
+    for r in a:
+        kinds = {q["type"] for q in r["questions"].values()}
+        assert kinds == {"choice", "noul", "score"}
+        qs = r["questions"]
+        assert isinstance(qs["route"]["criteria"], dict) and len(qs["route"]["criteria"]) >= 2
+        assert isinstance(qs["level"]["criteria"], list) and 2 <= len(qs["level"]["criteria"]) <= 10
+        assert 1 <= r["state"].count(".") <= 3
+
+
+def test_target_body_adds_only_our_model_member() -> None:
+    request = {"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}}}
+    ours = json.loads(Target("ours", 1, "/v1/decisions", "sparrow-nano").body(request))
+    theirs = json.loads(Target("theirs", 1, "/v1/systemone", None).body(request))
+    assert theirs == request
+    assert ours == {"model": "sparrow-nano", **request}
+
+
+def test_answer_probabilities_by_question_type() -> None:
+    assert answer_probabilities({"type": "noul", "noul": 0.25}) == {"true": 0.25}
+    assert answer_probabilities({"type": "choice", "choice": "a", "probabilities": {"a": 0.7, "b": 0.3}}) == \
+        {"a": 0.7, "b": 0.3}
+    assert answer_probabilities({"type": "score", "score": 0.4, "probabilities": {"0": 0.6, "1": 0.4}}) == \
+        {"0": 0.6, "1": 0.4}
+    with pytest.raises(ValueError):
+        answer_probabilities({"type": "choice", "error": "invalid_question"})
+
+
+def test_max_abs_diff_and_its_shape_checks() -> None:
+    a = {"q": {"x": 0.5, "y": 0.5}, "n": {"true": 0.1}}
+    b = {"q": {"x": 0.4, "y": 0.6}, "n": {"true": 0.1}}
+    assert max_abs_diff(a, b) == pytest.approx(0.1)
+    assert max_abs_diff(a, a) == 0.0
+    with pytest.raises(ValueError, match="questions"):
+        max_abs_diff(a, {"q": a["q"]})
+    with pytest.raises(ValueError, match="options"):
+        max_abs_diff(a, {"q": {"x": 1.0}, "n": {"true": 0.1}})
+
+
+def test_response_and_reference_probabilities_key_alike() -> None:
+    request = {"state": "s", "questions": {"c": {"type": "choice", "criteria": {"a": None, "b": None}},
+                                           "n": {"type": "noul"}, "l": {"type": "score", "criteria": ["lo", "hi"]}}}
+
+    class FakeDecider:
+        def probs(self, state, q):  # the shape of sparrow_decider.Decider.probs
+            names = {"choice": ["a", "b"], "noul": ["false", "true"], "score": ["0", "1"]}[q["type"]]
+            return q["type"], names, ["", ""], np.array([0.25, 0.75])
+
+    ref = reference_probabilities(FakeDecider(), request)
+    assert ref == {"c": {"a": 0.25, "b": 0.75}, "n": {"true": 0.75}, "l": {"0": 0.25, "1": 0.75}}
+    body = {"answers": {"c": {"type": "choice", "choice": "b", "probabilities": {"a": 0.25, "b": 0.75}},
+                        "n": {"type": "noul", "noul": 0.75},
+                        "l": {"type": "score", "score": 0.75, "probabilities": {"0": 0.25, "1": 0.75}}}}
+    assert max_abs_diff(response_probabilities(body), ref) == 0.0
+    with pytest.raises(ValueError):
+        response_probabilities({"error": {"code": "invalid_request"}})
+
+
+def test_qwen3_shape_counts_the_published_non_embedding_parameters() -> None:
+    # Qwen3-0.6B's model card: 0.44B parameters without the embedding.
+    assert 0.43e9 < QWEN3_0_6B.backbone_parameters() < 0.45e9
+    half = Shape(num_hidden_layers=14)
+    assert half.backbone_parameters() * 2 == QWEN3_0_6B.backbone_parameters()
+
+
+def test_parse_meminfo_and_layers_that_fit() -> None:
+    info = parse_meminfo("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\nHugePages_Total:       0\n")
+    assert info == {"MemTotal": 24_000_000 * 1024, "MemAvailable": 20_000_000 * 1024, "HugePages_Total": 0}
+    per_layer_bytes = 4 * QWEN3_0_6B.backbone_parameters() / 28
+    margin = 2 * 1024**3
+    assert layers_that_fit(margin + int(per_layer_bytes * 6 * 10.5), QWEN3_0_6B, 6.0, margin) == 10
+    assert layers_that_fit(10**15, QWEN3_0_6B, 6.0, margin) == 28
+    assert layers_that_fit(margin, QWEN3_0_6B, 6.0, margin) == 0
+
+
+def test_fit_words_takes_the_prefix_closest_to_the_target() -> None:
+    words = ["aa", "b", "cccc", "dd", "e"]
+    chars = lambda text: len(text.replace(" ", ""))  # noqa: E731 - counts 2, 3, 7, 9, 10 for the prefixes
+    assert fit_words(chars, words, 7) == "aa b cccc"
+    assert fit_words(chars, words, 8) == "aa b cccc"       # 7 is as close as 9; the shorter wins
+    assert fit_words(chars, words, 4) == "aa b"            # 3 is closer than 7
+    assert fit_words(chars, words, 6) == "aa b cccc"       # 7 is closer than 3
+    assert fit_words(chars, words, 1) == "aa"
+    with pytest.raises(ValueError):
+        fit_words(chars, words, 11)
+    with pytest.raises(ValueError):
+        fit_words(chars, [], 1)
+
+
+def test_token_rows_are_seeded_and_shaped() -> None:
+    prefix, branches = token_rows(1000, 200, 30, 8, seed=1)
+    assert (prefix, branches) == token_rows(1000, 200, 30, 8, seed=1)
+    assert token_rows(1000, 200, 30, 8, seed=2)[0] != prefix
+    assert len(prefix) == 200 and len(branches) == 8 and all(len(b) == 30 for b in branches)
+    assert all(8 <= t < 1000 for row in [prefix, *branches] for t in row)
+
+
+def test_inputs_count_tokens_as_causal_rows_and_as_state_once() -> None:
+    inputs = Inputs("s", state_tokens=200, prefix_tokens=270, question_tokens=[60, 70, 50], vocab=1000)
+    assert inputs.causal_tokens(3) == 330 + 340 + 320
+    assert inputs.state_once_tokens(3) == 270 + 180
+    assert inputs.causal_tokens(1) == inputs.state_once_tokens(1) == 330
+    body = inputs.body("m", 2)
+    assert body["model"] == "m" and body["state"] == "s" and len(body["questions"]) == 2
+
+
+def test_the_decision_benchmarks_keep_torch_and_onnxruntime_out_of_the_harness() -> None:
+    code = ("import sys, bench.__main__, bench.decisions, bench.decision_codes; "
+            "sys.exit(1 if 'torch' in sys.modules or 'onnxruntime' in sys.modules else 0)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
