@@ -1,4 +1,5 @@
-"""`python -m bench all | embeddings | overhead | longinput | decisions | decision-codes [--threads 2] [--rounds 7] [--record]`."""
+"""`python -m bench all | embeddings | overhead | longinput | decisions | decision-codes [--threads 2] [--rounds 7]
+[--record]`."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--packages", type=Path, default=ROOT / "models",
                         help="where `python -m converters default --out DIR` wrote the packages (models/); "
                              "converted there first when missing")
-    parser.add_argument("--record", action="store_true", help=f"append the results to {BENCHMARKS_DOC.relative_to(ROOT)}")
+    parser.add_argument("--record", action="store_true",
+                        help=f"append the results to {BENCHMARKS_DOC.relative_to(ROOT)}")
     parser.add_argument("--doc", type=Path, default=BENCHMARKS_DOC, help=argparse.SUPPRESS)
     return parser
 

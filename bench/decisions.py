@@ -1,4 +1,4 @@
-"""Comparison d: the sparrow default, our server against its own package's HTTP server, same questions.
+"""Comparison: the sparrow default, our server against its own package's HTTP server, same questions.
 
 Both servers answer the same requests (one state, a Choice, a Noul and a Score question each) with
 the same weights: ours is the sparrow-nano package (`python -m converters default`) served by
