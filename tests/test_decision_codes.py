@@ -449,3 +449,19 @@ def test_cli_fixture(tmp_path) -> None:
     assert main(["fixture", "--kind", "decision-codes", "--out", str(tmp_path / "q"), "--quantize", "int8"]) == 2
     assert main(["export", "x", "--kind", "embedding", "--out", str(tmp_path / "e"),
                  "--attention-mode", "causal"]) == 2
+
+
+
+def test_branch_chunks_scale_with_the_graph(once, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk reads every weight once, so a large graph tiles more cache per chunk; a small one keeps 64 MiB."""
+    from edge_runtime.engine import causal
+
+    graph = tmp_path / "model.onnx"
+    graph.write_bytes(b"x" * 1000)
+    (tmp_path / "model.onnx_data").write_bytes(b"y" * 3000)
+    (tmp_path / "model.int8.onnx").write_bytes(b"z" * 10)  # another variant is not this graph's data
+    assert causal._graph_bytes(graph) == 4000
+    session = once.forward.session
+    assert CausalForward(session, pad_id=once.pad_id).max_branch_bytes == causal.DEFAULT_MAX_BRANCH_BYTES
+    monkeypatch.setattr(causal, "_graph_bytes", lambda path: 2_000_000_000)
+    assert CausalForward(session, pad_id=once.pad_id).max_branch_bytes == 500_000_000
