@@ -1,4 +1,5 @@
-"""Benchmarks: `python -m bench all | embeddings | overhead | longinput [--record]` (docs/benchmarks.md).
+"""Benchmarks: `python -m bench all | embeddings | overhead | longinput | decisions | decision-codes | memory`
+(`--record` appends to docs/benchmarks.md).
 
 Each contestant runs in its own process (the server as `python -m edge_runtime serve` on 127.0.0.1,
 PyTorch and Optimum in `python -m bench.contestant`), so torch's OpenMP threads never share a

@@ -1,5 +1,5 @@
-"""`python -m bench all | embeddings | overhead | longinput | decisions | decision-codes [--threads 2] [--rounds 7]
-[--record]`."""
+"""`python -m bench all | embeddings | overhead | longinput | decisions | decision-codes | memory [--threads 2]
+[--rounds 7] [--record]`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import decision_codes, decisions, embeddings, longinput, overhead
+from bench import decision_codes, decisions, embeddings, longinput, memory, overhead
 from bench.lab import PACKAGE_NAME, Lab, Settings
 from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
@@ -24,6 +24,7 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "longinput": longinput.run,
     "decisions": decisions.run,
     "decision-codes": decision_codes.run,
+    "memory": memory.run,
 }
 
 
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages)
     names = list(COMPARISONS) if args.comparison == "all" else [args.comparison]
-    defaults = [settings.package] + ([settings.packages / decisions.PACKAGE] if "decisions" in names else [])
+    needs_sparrow = {"decisions", "memory"} & set(names)
+    defaults = [settings.package] + ([settings.packages / decisions.PACKAGE] if needs_sparrow else [])
     if not all((p / "card.json").is_file() for p in defaults) and not convert_defaults(args.packages):
         return 2
     conds = conditions(args.threads, args.rounds, {"packages": str(settings.packages.resolve())})
