@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.server import HOST, ServerProcess, free_port
+from bench.server import HOST, ServerProcess, free_port, terminate
 from bench.stats import Summary, median, ratio, summarize
 from bench.texts import sentences
 
@@ -264,13 +264,7 @@ class DeciderServer:
         return self.log_path.read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc)
         self._log.close()
 
 

@@ -45,6 +45,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def terminate(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+    """Stop a server process: SIGTERM, then SIGKILL if it is still running after ``grace_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 @dataclass
 class Response:
     status: int
@@ -106,13 +117,7 @@ class ServerProcess:
 
     def stop(self) -> None:
         self._reset()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc)
         self._log.close()
 
     def log_tail(self, chars: int = 4000) -> str:
