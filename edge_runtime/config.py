@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,6 @@ class ServeConfig:
     systemone_schema: str = "vllm-sr/5.0"
     max_bundle_tasks: int = DEFAULT_MAX_BUNDLE_TASKS
     max_inputs: int = DEFAULT_MAX_INPUTS
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 _MODEL_KEYS = {
