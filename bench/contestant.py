@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.stats import timed
+
 MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2, and the package's limit
 
 
@@ -95,12 +97,7 @@ def serve(embed: Callable[[list[str]], Any], stdin: Any, stdout: Any) -> None:
         if op == "embed":
             reply: dict[str, Any] = {"embeddings": [[float(x) for x in row] for row in embed(cmd["texts"])]}
         elif op == "time":
-            seconds = []
-            for _ in range(int(cmd["n"])):
-                started = time.perf_counter()
-                embed(cmd["texts"])
-                seconds.append(time.perf_counter() - started)
-            reply = {"seconds": seconds}
+            reply = {"seconds": timed(lambda: embed(cmd["texts"]), int(cmd["n"]))}
         else:
             reply = {"error": f"unknown op {op!r}"}
         stdout.write(json.dumps(reply) + "\n")

@@ -47,7 +47,7 @@ from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
 from bench.runners import WorkerContestant
 from bench.server import ServerProcess
-from bench.stats import Summary, ratio, summarize
+from bench.stats import Summary, ratio, summarize, timed
 from bench.texts import sentences
 
 CACHE_DIR = ROOT / ".cache" / "bench-decision-codes"
@@ -342,12 +342,7 @@ class HttpDecider:
         return json.loads(data)
 
     def time(self, body: dict[str, Any], n: int) -> list[float]:
-        seconds = []
-        for _ in range(n):
-            started = time.perf_counter()
-            self.answers(body)
-            seconds.append(time.perf_counter() - started)
-        return seconds
+        return timed(lambda: self.answers(body), n)
 
     def stop(self) -> None:
         """Close the connection (the server is stopped by whoever started it)."""
@@ -470,12 +465,7 @@ def _worker_main(args: argparse.Namespace) -> int:
             if op == "answer":
                 reply: dict[str, Any] = answer(cmd["body"])
             elif op == "time":
-                seconds = []
-                for _ in range(int(cmd["n"])):
-                    t0 = time.perf_counter()
-                    answer(cmd["body"])
-                    seconds.append(time.perf_counter() - t0)
-                reply = {"seconds": seconds}
+                reply = {"seconds": timed(lambda: answer(cmd["body"]), int(cmd["n"]))}
             else:
                 reply = {"error": f"unknown op {op!r}"}
         except Exception as e:  # noqa: BLE001 - reported to the harness, which raises

@@ -12,7 +12,6 @@ import os
 import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from bench.report import ROOT
 from bench.server import ServerProcess
+from bench.stats import timed
 
 WORKER_READY_TIMEOUT_S = 300.0
 
@@ -64,12 +64,7 @@ class HttpContestant:
         return decode_embeddings(resp.json(), self.encoding_format)
 
     def time(self, texts: list[str], n: int) -> list[float]:
-        seconds = []
-        for _ in range(n):
-            started = time.perf_counter()
-            self._call(texts)
-            seconds.append(time.perf_counter() - started)
-        return seconds
+        return timed(lambda: self._call(texts), n)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self._call(texts)

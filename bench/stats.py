@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+
+def timed(call: Callable[[], object], n: int) -> list[float]:
+    """Seconds each of ``n`` calls took (perf_counter)."""
+    seconds = []
+    for _ in range(n):
+        started = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - started)
+    return seconds
 
 
 def median(values: Sequence[float]) -> float:
