@@ -45,7 +45,7 @@ import numpy as np
 from bench.decisions import JsonClient, max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import WorkerContestant
+from bench.runners import WorkerProcess
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 from bench.texts import sentences
@@ -350,29 +350,18 @@ class HttpDecider:
             self.client.close()
 
 
-class Worker(WorkerContestant):
-    """``python -m bench.decision_codes torch|engine``: a contestant in its own process, JSON lines over pipes."""
+class Worker(WorkerProcess):
+    """``python -m bench.decision_codes torch|engine``: a contestant in its own process."""
 
     def __init__(self, label: str, kind: str, threads: int, package: Path, log_path: Path,
                  source: Path | None = None) -> None:
-        # WorkerContestant's protocol (ready line, _ask, stop); only the command differs.
-        self.label = label
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        args = [sys.executable, "-m", "bench.decision_codes", kind, "--threads", str(threads),
-                "--package", str(package)]
-        if source is not None:
-            args += ["--source", str(source)]
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, text=True, encoding="utf-8")
-        self.load_s = None
+        args = [kind, "--package", str(package)] + (["--source", str(source)] if source is not None else [])
+        super().__init__(label, "bench.decision_codes", args, threads, log_path)
 
     def answers(self, body: dict[str, Any]) -> dict[str, Any]:
         return self._ask({"op": "answer", "body": body})
 
-    def time(self, body: dict[str, Any], n: int) -> list[float]:  # type: ignore[override]
+    def time(self, body: dict[str, Any], n: int) -> list[float]:
         return [float(s) for s in self._ask({"op": "time", "body": body, "n": n})["seconds"]]
 
 

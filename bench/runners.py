@@ -70,22 +70,19 @@ class HttpContestant:
         return self._call(texts)
 
 
-class WorkerContestant:
-    """A library in its own process (bench/contestant.py), spoken to in JSON lines over pipes."""
+class WorkerProcess:
+    """`python -m MODULE ARGS` in its own process, spoken to in JSON lines over pipes (a ready line first)."""
 
-    def __init__(self, label: str, kind: str, threads: int, source: Path, onnx: Path | None,
-                 log_path: Path) -> None:
+    def __init__(self, label: str, module: str, args: list[str], threads: int, log_path: Path) -> None:
         self.label = label
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        args = [sys.executable, "-m", "bench.contestant", kind, "--threads", str(threads), "--source", str(source)]
-        if onnx is not None:
-            args += ["--onnx", str(onnx)]
         # The OpenMP/MKL variables cap torch's pools before torch reads them; set_num_threads repeats it.
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                    OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, text=True, encoding="utf-8")
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args, "--threads", str(threads)], cwd=ROOT,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     text=True, encoding="utf-8")
         self.load_s: float | None = None
 
     def wait_ready(self, timeout: float = WORKER_READY_TIMEOUT_S) -> None:
@@ -112,12 +109,6 @@ class WorkerContestant:
         self.proc.stdin.flush()
         return self._reply()
 
-    def time(self, texts: list[str], n: int) -> list[float]:
-        return [float(s) for s in self._ask({"op": "time", "texts": texts, "n": n})["seconds"]]
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self._ask({"op": "embed", "texts": texts})["embeddings"], dtype=np.float32)
-
     def log_tail(self, chars: int = 4000) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")[-chars:]
@@ -141,3 +132,18 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     return (a64 * b64).sum(1) / (np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1))
+
+
+class WorkerContestant(WorkerProcess):
+    """A library in its own process (bench/contestant.py)."""
+
+    def __init__(self, label: str, kind: str, threads: int, source: Path, onnx: Path | None,
+                 log_path: Path) -> None:
+        args = [kind, "--source", str(source)] + (["--onnx", str(onnx)] if onnx is not None else [])
+        super().__init__(label, "bench.contestant", args, threads, log_path)
+
+    def time(self, texts: list[str], n: int) -> list[float]:
+        return [float(s) for s in self._ask({"op": "time", "texts": texts, "n": n})["seconds"]]
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._ask({"op": "embed", "texts": texts})["embeddings"], dtype=np.float32)
