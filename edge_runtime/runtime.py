@@ -21,7 +21,7 @@ from edge_runtime.engine import (
     probe_grouping,
 )
 from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.base import Plan
+from edge_runtime.families.base import ModelFamily, Plan
 from edge_runtime.packages import Package, PackageError, read_package
 from edge_runtime.timing import Timing
 
@@ -40,7 +40,7 @@ class ServedModel:
     status: str = "loading"
     reason: str | None = None
     package: Package | None = None
-    family: Any = None
+    family: ModelFamily | None = None
     session: Any = None
     executor: ModelExecutor | None = None
     grouping: str | None = None
@@ -64,7 +64,7 @@ class ServedModel:
     def device(self) -> str:
         return getattr(self.session, "device", self.config.device)
 
-    def info(self, max_queue_default: int | None = None) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         """This model's entry in GET /v1/models."""
         entry: dict[str, Any] = {"id": self.name, "object": "model", "status": self.status}
         if self.reason:

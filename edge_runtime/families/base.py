@@ -40,6 +40,3 @@ class ModelFamily(Protocol):
         """Surface-specific members of the model's /v1/models entry (labels, dimensions, ...)."""
         ...
 
-    def row_length(self, row: Any) -> int:
-        ...
-

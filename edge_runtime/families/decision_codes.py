@@ -257,11 +257,6 @@ class DecisionCodesFamily:
 
     # -- engine hooks -----------------------------------------------------------------------
 
-    def row_length(self, row: CausalRow | BranchRow) -> int:
-        if isinstance(row, BranchRow):
-            return len(row.prefix) + sum(len(b) for b in row.branches)
-        return len(row.ids)
-
     def probe_row(self, length: int) -> CausalRow:
         """A fresh random row of ``length`` tokens on every call (the probe needs distinct rows)."""
         return causal_row(self._probe_rng.integers(0, self._vocab, size=max(1, length)))

@@ -64,9 +64,6 @@ class EncoderModel:
 
     # -- engine hooks -------------------------------------------------------------------------
 
-    def row_length(self, row: Any) -> int:
-        return len(row.ids)
-
     def probe_row(self, length: int) -> Any:
         """A fresh row of random token ids for the batch-invariance probe (equal rows would prove nothing)."""
         ids = self._probe_rng.integers(1, self._vocab_size, size=length, dtype=np.int64)

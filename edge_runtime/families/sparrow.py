@@ -204,9 +204,6 @@ class SparrowFamily:
 
     # -- engine hooks -----------------------------------------------------------------------
 
-    def row_length(self, row: SparrowRow) -> int:
-        return row.tokens
-
     def probe_row(self, length: int) -> SparrowRow:
         """A question about ``length`` random state tokens (seeded by the length)."""
         rng = np.random.default_rng(length)
