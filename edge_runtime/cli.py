@@ -21,6 +21,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
         forward_timeout_seconds=args.forward_timeout_seconds,
         systemone_schema=args.systemone_schema,
         max_bundle_tasks=args.max_bundle_tasks,
+        drain_seconds=args.drain_seconds,
     )
 
 
@@ -40,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--forward-timeout-seconds", type=float, default=cfg.DEFAULT_FORWARD_TIMEOUT_SECONDS)
         p.add_argument("--systemone-schema", choices=cfg.SYSTEMONE_SCHEMAS, default="vllm-sr/5.0")
         p.add_argument("--max-bundle-tasks", type=int, default=cfg.DEFAULT_MAX_BUNDLE_TASKS)
+        p.add_argument("--drain-seconds", type=float, default=cfg.DEFAULT_DRAIN_SECONDS,
+                       help="on SIGTERM/SIGINT, how long accepted requests may take before queued work gets 503")
     ex = sub.add_parser("examples", help="send the contract's Decisions examples to a server and check the answers")
     ex.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8100")
     ex.add_argument("--model", required=True, help="the decision model to ask (replaces the examples' model)")

@@ -15,6 +15,8 @@ DEFAULT_MAX_BUNDLE_TASKS = 64
 DEFAULT_MAX_INPUTS = 2048
 DEFAULT_MAX_QUEUE = 256
 DEFAULT_FORWARD_TIMEOUT_SECONDS = 60.0
+# Under Kubernetes' default 30 s termination grace period (deploy/ sets it to match).
+DEFAULT_DRAIN_SECONDS = 25.0
 SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
 DEVICES = ("cpu", "cuda", "auto")
 BATCHING = ("exact", "padded")
@@ -53,6 +55,7 @@ class ServeConfig:
     systemone_schema: str = "vllm-sr/5.0"
     max_bundle_tasks: int = DEFAULT_MAX_BUNDLE_TASKS
     max_inputs: int = DEFAULT_MAX_INPUTS
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
 
 
 _MODEL_KEYS = {

@@ -13,6 +13,7 @@ from edge_runtime import API_VERSION
 from edge_runtime.config import ModelConfig, ServeConfig
 from edge_runtime.engine import (
     DeadlineExceeded,
+    ExecutorClosed,
     ForwardError,
     ModelExecutor,
     Overloaded,
@@ -24,6 +25,7 @@ from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import ModelFamily, Plan
 from edge_runtime.packages import Package, PackageError, read_package
 from edge_runtime.timing import Timing
+from edge_runtime.work import WorkPool
 
 log = logging.getLogger("edge_runtime")
 
@@ -174,6 +176,8 @@ class Runtime:
         self.metrics = metrics
         self.models: dict[str, ServedModel] = {m.name: ServedModel(m) for m in config.models}
         self.started = False
+        self.draining = False
+        self.work = WorkPool()
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -234,8 +238,10 @@ class Runtime:
     # -- state ---------------------------------------------------------------------------------
 
     def status(self) -> str:
-        """starting, loading, warming, ready, degraded or failed."""
+        """starting, loading, warming, ready, degraded, failed or draining."""
         states = [m.status for m in self.models.values()]
+        if self.draining:
+            return "draining"
         if not self.started:
             return "starting"
         for busy in ("loading", "warming"):
@@ -268,6 +274,18 @@ class Runtime:
                 if reason:
                     return reason  # the executor's reason names its model
         return None
+
+    def close_executors(self) -> None:
+        """Stop every model's executor: queued jobs are answered 503, forwards in flight finish first."""
+        for m in self.models.values():
+            if m.executor is not None:
+                m.executor.close()
+
+    def close(self) -> None:
+        """The last step of a drain: executors (joined, so no session is freed under a forward), then the pool."""
+        self.draining = True
+        self.close_executors()
+        self.work.close()
 
     # -- serving ------------------------------------------------------------------------------
 
@@ -311,6 +329,8 @@ class Runtime:
                 raise ApiError(429, "overloaded", f"model {model.name!r} is overloaded: {exc}") from None
             except RequestTooLarge as exc:
                 raise ApiError(413, "request_too_large", f"the forward ran out of memory: {exc}") from None
+            except ExecutorClosed:
+                raise ApiError(503, "not_ready", f"model {model.name!r} is shutting down") from None
             except ForwardError as exc:
                 raise ApiError(500, "internal_error", f"the forward failed: {exc}") from None
             except DeadlineExceeded:
@@ -320,5 +340,5 @@ class Runtime:
                 timing.add("queue", result.queue_s)
                 timing.add("forward", result.forward_s)
         with timing.phase("post"):
-            return plan.finish(outputs)
+            return await self.work.run(plan.finish, outputs)
 

@@ -14,7 +14,8 @@ from edge_runtime.errors import ApiError, invalid_request
 from edge_runtime.requests.common import check_count, reject_unknown, require_object
 from edge_runtime.requests.decisions import parse_decisions_request
 from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
-from edge_runtime.runtime import Runtime
+from edge_runtime.families.base import Plan
+from edge_runtime.runtime import Runtime, ServedModel
 from edge_runtime.timing import Timing
 
 Parser = Callable[[Any, int], Any]
@@ -24,6 +25,14 @@ PARSERS: dict[str, Parser] = {
     "rerank": parse_rerank,
     "decisions": parse_decisions_request,
 }
+
+
+def _prepare(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedModel, Plan]:
+    """Validate, resolve the model and plan its rows (tokenization): the request's CPU work before the engine."""
+    request = PARSERS[surface](body, runtime.config.max_inputs)
+    model = runtime.resolve(surface, request.model)
+    assert model.family is not None  # resolve answers ready models only
+    return request, model, model.family.plan(surface, request)
 
 
 def _deadline(deadline_ms: float | None, started: float) -> float | None:
@@ -36,9 +45,7 @@ async def serve(
     """Answer one surface request; raises ApiError for request-level failures."""
     started = time.monotonic()
     with timing.phase("tokenize"):
-        request = PARSERS[surface](body, runtime.config.max_inputs)
-        model = runtime.resolve(surface, request.model)
-        plan = model.family.plan(surface, request)
+        request, model, plan = await runtime.work.run(_prepare, runtime, surface, body)
     deadline = _deadline(request.options.deadline_ms, started)
     if bundle_deadline is not None:
         deadline = bundle_deadline if deadline is None else min(deadline, bundle_deadline)

@@ -23,6 +23,7 @@ from edge_runtime.runtime import Runtime, ServedModel
 from edge_runtime.service import serve, serve_bundle
 from edge_runtime.systemone import serve_systemone, systemone_error
 from edge_runtime.timing import Timing
+from edge_runtime.work import keep_inline
 
 _app_ids = itertools.count()
 
@@ -39,6 +40,8 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     app.config.ACCESS_LOG = False
     # Sanic refuses larger streamed bodies itself; read_body refuses them earlier and in our shape.
     app.config.REQUEST_MAX_SIZE = config.max_request_bytes + 1
+    # Sanic waits this long for open connections after SIGTERM; the drain below answers queued work first.
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = config.drain_seconds
     app.ctx.runtime = runtime
     app.ctx.metrics = metrics
 
@@ -46,6 +49,21 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     async def start_loading(app: Sanic) -> None:
         loop = asyncio.get_running_loop()
         app.ctx.loading = loop.run_in_executor(None, runtime.load_all)
+
+    @app.before_server_stop
+    async def start_draining(app: Sanic) -> None:
+        # /health answers 503 draining from now on; accepted requests are still answered. Shortly
+        # before Sanic's graceful timeout, work still queued is answered 503 rather than cut off.
+        runtime.draining = True
+        metrics.set_ready(False)
+        loop = asyncio.get_running_loop()
+        margin = min(1.0, config.drain_seconds / 2)
+        loop.call_later(config.drain_seconds - margin, lambda: loop.run_in_executor(None, runtime.close_executors))
+
+    @app.after_server_stop
+    async def stop_models(app: Sanic) -> None:
+        # Joins every executor's thread, so no ONNX Runtime session is freed under a running forward.
+        await asyncio.get_running_loop().run_in_executor(None, runtime.close)
 
     async def read_request(request: Request, multipart: bool) -> Any:
         """The decoded JSON request; decisions routes also read multipart/form-data bodies."""
@@ -55,13 +73,13 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
             request.headers.get("content-encoding"),
             config.max_request_bytes,
         )
+        keep_inline(len(raw))
         content_type = request.headers.get("content-type", "")
         if content_type.lower().startswith("multipart/"):
             if not multipart:
                 raise ApiError(400, "invalid_request", f"{request.path} reads JSON bodies, not {content_type}")
-            body, parts = parse_multipart(raw, content_type)
-            return inline_parts(body, parts)
-        return parse_json(raw)
+            return await runtime.work.run(_multipart_body, raw, content_type)
+        return await runtime.work.run(parse_json, raw)
 
     def surface_route(
         endpoint: str,
@@ -86,7 +104,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
                 raise
             finally:
                 metrics.observe_request(endpoint, status, time.perf_counter() - started)
-            return surface_response(answer, status, timing, headers)
+            return await runtime.work.run(surface_response, answer, status, timing, headers)
 
         route.__name__ = endpoint.strip("/").replace("/", "_")
         return route
@@ -162,6 +180,11 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         return error_response(ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}"))
 
     return app
+
+
+def _multipart_body(raw: bytes, content_type: str) -> Any:
+    body, parts = parse_multipart(raw, content_type)
+    return inline_parts(body, parts)
 
 
 def list_models(runtime: Runtime) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from edge_runtime.text.bounds import encode_plain
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
@@ -150,7 +151,7 @@ class CodesPrompt:
         return tuple(self.markup.encode(text, add_special_tokens=False).ids) if text else ()
 
     def _encode_text(self, text: str) -> tuple[int, ...]:
-        return tuple(self.text.encode(text, add_special_tokens=False).ids)
+        return tuple(encode_plain(self.text, text).ids)
 
     def check_codes(self, token_ids: Sequence[int]) -> None:
         """Raise ValueError unless every code reads as exactly its one token."""

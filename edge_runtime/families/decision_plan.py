@@ -43,13 +43,15 @@ class Slot:
 class Entry:
     """One state of a request: its name in a batch (None otherwise), its questions, its tokens.
 
-    ``temperature`` is the entry's readout temperature where the family chooses one per request.
+    ``temperature`` is the entry's readout temperature where the family chooses one per request;
+    ``tokens_lower_bound`` is set when its state was read only in part (its tokens are a lower bound).
     """
 
     name: str | None
     slots: list[Slot]
     tokens: int = 0
     temperature: float = 1.0
+    tokens_lower_bound: bool = False
 
 
 @dataclass
@@ -152,11 +154,18 @@ def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str,
                 assert slot.row is not None  # planning gives every unanswered question a row
                 answers.add(q.id, read(q, slot, entry, outputs[slot.row]))
         bodies.append({"model": model, **answers.body(),
-                       "usage": {"input_tokens": entry.tokens, "output_tokens": 0}})
+                       "usage": _usage(entry.tokens, entry.tokens_lower_bound)})
     if not plan.request.is_batch:
         return bodies[0]
     return {"model": model, "states": {e.name: b for e, b in zip(plan.entries, bodies)},
-            "usage": {"input_tokens": plan.input_tokens, "output_tokens": 0}}
+            "usage": _usage(plan.input_tokens, any(e.tokens_lower_bound for e in plan.entries))}
+
+
+def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
+    usage: dict[str, Any] = {"input_tokens": tokens, "output_tokens": 0}
+    if lower_bound:
+        usage["tokens_lower_bound"] = True
+    return usage
 
 
 __all__ = ["DecisionPlan", "Entry", "Read", "Slot", "assemble", "decision_answer", "failed_answer",

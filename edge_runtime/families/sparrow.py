@@ -14,7 +14,6 @@ choice, noul and score, and text.
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +32,8 @@ from edge_runtime.packages import Package
 from edge_runtime.requests.decisions import (
     DecisionsRequest, DecisionState, InvalidQuestion, NoValidQuestion, Question,
 )
+from edge_runtime.text.bounds import BudgetReader, encode_plain
+from edge_runtime.text.tokenizer import analyze
 
 SURFACE = "decisions"
 KINDS: dict[str, int] = {"noul": 0, "choice": 1, "score": 2}
@@ -40,11 +41,8 @@ INPUTS: tuple[str, ...] = ("state_ids", "question_ids", "option_ids", "option_ma
 OUTPUTS: tuple[str, ...] = ("logits", "probs")
 EMPTY_ID = 0  # an empty segment is read as this one id, as the model was trained
 
-# Cutting a long text only at these characters keeps the prefix's WordPiece tokens a prefix of the
-# whole text's: the normaliser maps them to a space and the pre-tokenizer splits there. Other
-# Unicode whitespace is not safe: control separators (\x1c, \x85, ...) are deleted, not split at.
-_SAFE_CUT = re.compile(r"[ \t\n\r]")
 _FIRST_CUT_CHARS_PER_TOKEN = 8
+_SIGMA_CONTEXT = 4096  # characters read past a prefix so that its sigmas see their context
 _CAPITAL_SIGMA = "\u03a3"
 
 
@@ -95,6 +93,7 @@ class SparrowText:
             raise ValueError(f"decision_config kinds {self.kinds} differ from the graph's {KINDS}")
         # Question texts and options repeat across requests (the Router asks the same questions).
         self._short = lru_cache(maxsize=8192)(self._encode_short)
+        self.reader = BudgetReader(tokenizer, analyze(tokenizer))
 
     @classmethod
     def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> "SparrowText":
@@ -103,7 +102,7 @@ class SparrowText:
     def _encode(self, text: str) -> list[int]:
         if _CAPITAL_SIGMA in text:
             text = _final_sigmas(text)
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return encode_plain(self.tokenizer, text).ids
 
     def _encode_short(self, text: str) -> tuple[int, ...]:
         return tuple(self._encode(text)[: self.max_tokens])
@@ -115,21 +114,30 @@ class SparrowText:
         return self.ids(text, self.max_tokens)
 
     def ids(self, text: str, budget: int) -> list[int]:
-        """The first ``budget`` WordPiece ids of ``text`` (no specials).
+        """The first ``budget`` WordPiece ids of ``text`` (no specials)."""
+        return self.read(text, budget)[0]
 
-        A long text is tokenized only as far as needed: a prefix cut at a space, tab or newline has
-        the whole text's first tokens, so its cost follows the budget, not the text's length.
+    def read(self, text: str, budget: int) -> tuple[list[int], bool]:
+        """The first ``budget`` WordPiece ids of ``text``, and whether the text has more tokens
+        than those (or may have: it was read only in part).
+
+        A long text is tokenized only as far as the budget needs (edge_runtime.text.bounds cuts it
+        where the tokenizer's probe proved a prefix keeps the whole text's first tokens), so its
+        cost follows the budget for every shape: words, punctuation or whitespace runs, one long
+        word, CJK. Capital sigmas are resolved on a growing prefix with context to spare.
         """
-        reach = budget * _FIRST_CUT_CHARS_PER_TOKEN
+        if _CAPITAL_SIGMA not in text:
+            read = self.reader.read(text, budget)
+            return read.ids[:budget].tolist(), not read.complete or len(read) > budget
+        reach = budget * _FIRST_CUT_CHARS_PER_TOKEN + _SIGMA_CONTEXT
         while reach < len(text):
-            m = _SAFE_CUT.search(text, reach)
-            if m is None:
-                break
-            ids = self._encode(text[: m.start()])
-            if len(ids) >= budget:
-                return ids[:budget]
+            # the prefix's last _SIGMA_CONTEXT characters only give context to the sigmas before them
+            read = self.reader.read(_final_sigmas(text[:reach]), budget)
+            if len(read) >= budget:
+                return read.ids[:budget].tolist(), True
             reach *= 4
-        return self._encode(text)[:budget]
+        ids = self._encode(text)
+        return ids[:budget], len(ids) > budget
 
     def options(self, question: Question) -> list[str]:
         """Each option as the model reads it: ``"{name} {description}"``."""
@@ -269,7 +277,7 @@ class SparrowFamily:
                 planned.slots.append(Slot(refused))
                 continue
             if state_ids is None:
-                state_ids = self.text.ids(content(entry.state), budget)
+                state_ids, planned.tokens_lower_bound = self.text.read(content(entry.state), budget)
             row = self.text.row(state_ids, q)
             planned.slots.append(Slot(q, row=len(rows)))
             planned.tokens += row.tokens

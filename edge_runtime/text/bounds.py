@@ -41,6 +41,19 @@ class Tokens:
         return int(self.ids.shape[0])
 
 
+# Above this many characters a text is encoded through encode_batch, which releases the GIL while
+# the tokenizer works (encode holds it): a text that must be read whole may take seconds, and the
+# event loop and the other requests' threads keep running meanwhile.
+RELEASE_GIL_CHARS = 16384
+
+
+def encode_plain(tokenizer: Tokenizer, text: str) -> Encoding:
+    """``tokenizer.encode(text, add_special_tokens=False)``, releasing the GIL for long texts."""
+    if len(text) > RELEASE_GIL_CHARS:
+        return tokenizer.encode_batch([text], add_special_tokens=False)[0]
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 def _tokens(ids: list[int], offsets: np.ndarray, n: int, complete: bool) -> Tokens:
     return Tokens(np.asarray(ids[:n], dtype=np.int64), offsets[:n], complete)
 
@@ -78,7 +91,7 @@ class BudgetReader:
 
     def whole(self, text: str) -> Tokens:
         """Tokenize all of ``text`` (no specials)."""
-        enc = self._tokenizer.encode(text, add_special_tokens=False)
+        enc = encode_plain(self._tokenizer, text)
         ids = enc.ids
         return _tokens(ids, _offsets(enc), len(ids), True)
 
@@ -101,7 +114,7 @@ class BudgetReader:
                 continue
             if cut.end != last_end:  # a cut that did not move keeps no more tokens
                 last_end = cut.end
-                enc = self._tokenizer.encode(text[: cut.end], add_special_tokens=False)
+                enc = encode_plain(self._tokenizer, text[: cut.end])
                 offsets = _offsets(enc)
                 over = np.nonzero(offsets[:, 1] > cut.keep)[0]
                 kept = int(over[0]) if len(over) else len(offsets)

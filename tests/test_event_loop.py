@@ -1,0 +1,127 @@
+"""The event loop is never held by a request's work, long inputs cost what their budget allows,
+and SIGTERM drains: every accepted request is answered and the process exits 0.
+
+Timings are printed for the record (docs/benchmarks.md), never asserted: what is asserted is
+order (liveness answered while the heavy request is still in flight) and outcome.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+
+from tests.server_harness import Server, write_models_file
+
+
+@pytest.fixture(scope="module")
+def sparrow_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from converters.sparrow import build_sparrow_package
+
+    return build_sparrow_package(tmp_path_factory.mktemp("loop-sparrow"))
+
+
+@pytest.fixture(scope="module")
+def server(sparrow_package: Path, fixture_package: Callable[..., Path],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    models = write_models_file(tmp_path_factory.mktemp("loop") / "models.yaml", [
+        {"name": "sparrow-nano", "package": str(sparrow_package), "device": "cpu", "threads": 1},
+        {"name": "emb", "package": str(fixture_package("embedding")), "device": "cpu", "threads": 1},
+    ])
+    srv = Server(models, "--max-request-bytes", str(16 << 20))
+    try:
+        srv.wait()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _probe_while(server: Server, path: str, body: dict[str, Any]) -> tuple[httpx.Response, list[float]]:
+    """POST ``body`` and poll /health/live until it is answered; the latencies of probes answered meanwhile."""
+    result: dict[str, httpx.Response] = {}
+
+    def send() -> None:
+        result["r"] = httpx.post(server.url + path, json=body, timeout=120)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    latencies = []
+    with httpx.Client(base_url=server.url, timeout=60) as probe:
+        while sender.is_alive():
+            started = time.perf_counter()
+            live = probe.get("/health/live")
+            if sender.is_alive():  # answered while the heavy request was still being handled
+                assert live.status_code == 200
+                latencies.append(time.perf_counter() - started)
+            time.sleep(0.01)
+    sender.join()
+    print(f"{path}: {len(latencies)} liveness probes in flight, slowest {max(latencies, default=0) * 1000:.1f} ms")
+    return result["r"], latencies
+
+
+def _noul(state: str) -> dict[str, Any]:
+    return {"model": "sparrow-nano", "state": state,
+            "questions": {"q": {"type": "noul", "instructions": "Is this a complaint?"}}}
+
+
+@pytest.mark.parametrize("unit", ["!?", "a", " ", "QUJD", "\u4e2d\u6587", "\U0001f600 ", "\u03a3\u03b1 "])
+def test_a_large_decisions_state_costs_its_budget_not_its_length(server: Server, unit: str) -> None:
+    state = unit * ((8 << 20) // len(unit.encode()) - 64)
+    big, latencies = _probe_while(server, "/v1/decisions", _noul(state))
+    assert big.status_code == 200, big.text
+    # The state is read only as far as max_input_tokens: its answer is the answer of a prefix.
+    small = server.client.post("/v1/decisions", json=_noul(state[:65536]))
+    assert big.json()["answers"] == small.json()["answers"]
+    usage = big.json()["usage"]
+    if not usage.get("tokens_lower_bound"):  # read whole: one long word (or base64) is one [UNK]
+        assert usage == small.json()["usage"]
+    if unit in ("!?", "\u4e2d\u6587"):  # millions of tokens, read 512 of them
+        assert usage["tokens_lower_bound"] is True
+
+
+def test_a_state_read_whole_reports_exact_tokens(server: Server) -> None:
+    usage = server.client.post("/v1/decisions", json=_noul("a short state")).json()["usage"]
+    assert "tokens_lower_bound" not in usage and usage["input_tokens"] > 0
+
+
+def test_liveness_is_answered_while_a_large_state_is_handled(server: Server) -> None:
+    _, latencies = _probe_while(server, "/v1/decisions", _noul("!?" * ((4 << 20) - 64)))
+    assert latencies, "no /health/live answer came back while the request was in flight"
+
+
+def test_liveness_is_answered_while_2048_texts_are_tokenized(server: Server) -> None:
+    texts = [f"text {i} " + "lorem ipsum dolor sit amet " * 133 for i in range(2048)]
+    big, latencies = _probe_while(server, "/v1/embeddings", {"model": "emb", "input": texts,
+                                                             "options": {"overflow": "truncate"}})
+    assert big.status_code == 200, big.text[:500]
+    assert len(big.json()["data"]) == 2048
+    assert latencies, "no /health/live answer came back while the request was in flight"
+
+
+def test_sigterm_answers_every_accepted_request_and_exits_0(
+    fixture_package: Callable[..., Path], tmp_path: Path
+) -> None:
+    models = write_models_file(tmp_path / "models.yaml", [
+        {"name": "emb", "package": str(fixture_package("embedding")), "device": "cpu", "threads": 1},
+    ])
+    srv = Server(models, "--drain-seconds", "20")
+    try:
+        srv.wait()
+        texts = ["slow request text " * 20] * 512
+        with ThreadPoolExecutor(6) as pool:
+            sent = [pool.submit(httpx.post, srv.url + "/v1/embeddings",
+                                json={"model": "emb", "input": texts}, timeout=60) for _ in range(6)]
+            time.sleep(0.5)  # all six are accepted and queued behind each other
+            srv.proc.send_signal(signal.SIGTERM)
+            statuses = [f.result().status_code for f in sent]
+        assert statuses == [200] * 6, statuses
+        assert srv.proc.wait(30) == 0, srv.log()
+        assert "terminate called" not in srv.log()
+    finally:
+        srv.stop()
