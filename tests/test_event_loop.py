@@ -125,3 +125,20 @@ def test_sigterm_answers_every_accepted_request_and_exits_0(
         assert "terminate called" not in srv.log()
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("bad_type", [["noul"], {"type": "noul"}, 7, None, True])
+def test_a_question_of_any_malformed_type_is_answered_in_place(server: Server, bad_type: Any) -> None:
+    questions = {"bad": {"type": bad_type, "instructions": "x"},
+                 "good": {"type": "noul", "instructions": "Is this a complaint?"}}
+    single = {"model": "sparrow-nano", "state": "I was charged twice", "questions": questions}
+    # System One fails the request for a failed question (422), naming it; never a 500.
+    refused = server.client.post("/v1/systemone", json=single)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["question"] == "bad" and refused.json()["reason"] == "question_malformed"
+    for path, body in (("/v1/decisions", single), ("/v1/bundle", {"tasks": [{"id": "t", "decisions": single}]})):
+        r = server.client.post(path, json=body)
+        assert r.status_code == 200, (path, r.text)
+        answers = r.json()["results"][0]["decisions"]["answers"] if path == "/v1/bundle" else r.json()["answers"]
+        assert "noul" in answers["good"], (path, answers)
+        assert answers["bad"]["error"] == "invalid_question", (path, answers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import itertools
 import time
 from functools import partial
@@ -26,6 +27,7 @@ from edge_runtime.timing import Timing
 from edge_runtime.work import keep_inline
 
 _app_ids = itertools.count()
+log = logging.getLogger("edge_runtime.api")
 
 Handler = Callable[[Any, Timing, Mapping[str, str]], Awaitable[Reply]]
 
@@ -177,7 +179,9 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     async def internal(request: Request, exc: Exception) -> HTTPResponse:
         if isinstance(exc, SanicException) and getattr(exc, "status_code", 500) < 500:
             return error_response(ApiError(exc.status_code, "invalid_request", str(exc)))
-        return error_response(ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}"))
+        # The exception's text may hold request data or internals: it goes to the log, not the client.
+        log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
+        return error_response(ApiError(500, "internal_error", "internal error; the server log has the details"))
 
     return app
 

@@ -309,7 +309,7 @@ def _parse_question(qid: str, raw: Any) -> Question:
     if not isinstance(raw, dict):
         raise _Malformed("a question must be an object")
     qtype = raw.get("type")
-    if qtype not in _FIELDS:
+    if not isinstance(qtype, str) or qtype not in _FIELDS:
         raise _Malformed(f"type must be one of {list(QUESTION_TYPES)}")
     unknown = sorted(set(raw) - _FIELDS[qtype])
     if unknown:
