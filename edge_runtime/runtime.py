@@ -125,10 +125,13 @@ class ServedModel:
 
 def _build_family(package: Package, session: Any, config: ModelConfig) -> Any:
     family = package.card.family
+    if config.max_scan_tokens is not None and family != "encoder":
+        raise ValueError(f"limits.max_scan_tokens applies to models that read inputs in windows; "
+                         f"the {family} family does not")
     if family == "encoder":
         from edge_runtime.families.encoder import EncoderModel
 
-        return EncoderModel(package, session, config.max_input_tokens)
+        return EncoderModel(package, session, config.max_input_tokens, config.max_scan_tokens)
     if family == "sparrow":
         from edge_runtime.families.sparrow import SparrowModel
 

@@ -39,7 +39,8 @@ def _failed(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Enc
 class EncoderModel:
     """One encoder package: its tokenizer, head settings and the forward over its graph."""
 
-    def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None) -> None:
+    def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None,
+                 max_scan_tokens: int | None = None) -> None:
         card = package.card
         self.kind = card.kind
         self.surfaces = frozenset(card.surfaces)
@@ -49,6 +50,8 @@ class EncoderModel:
             int(card.limits["max_input_tokens"]), max_input_tokens or int(card.limits["max_input_tokens"])
         )
         self.text = TextEncoder(package.file("tokenizer.json"), self.max_input_tokens)
+        # The models file's scan budget for overflow: window when options.max_tokens sets none.
+        self.max_scan_tokens = max_scan_tokens
         self.layers: dict[int, str] = {int(k): v for k, v in (self.head.get("layers") or {}).items()}
         self.dimension: int | None = self.head.get("dimension")
         self.dimensions: list[int] = sorted(set(self.head.get("dimensions") or []), reverse=True)
@@ -108,6 +111,12 @@ class EncoderModel:
             )
         return options.max_tokens
 
+    def _scan_budget(self, options: Options, budget: int) -> int:
+        """Tokens a windowed input may have: options.max_tokens, else the models file's max_scan_tokens."""
+        if options.max_tokens is None and self.max_scan_tokens is not None:
+            return self.max_scan_tokens
+        return budget
+
     def _encode_all(
         self, items: list[tuple[str, str | None]], options: Options, default_overflow: str
     ) -> tuple[list[Encoded | ItemError], list[Any], list[list[int]], int, bool]:
@@ -131,7 +140,7 @@ class EncoderModel:
         for text, pair in items:
             result = self.text.encode(
                 text, pair, max_tokens=budget, overflow=overflow, window=window,
-                scan_tokens=budget if overflow == "window" else None,
+                scan_tokens=self._scan_budget(options, budget) if overflow == "window" else None,
             )
             if isinstance(result, InputError):
                 encoded.append(ItemError(result.code, result.message))
