@@ -11,16 +11,7 @@ import numpy as np
 
 from edge_runtime import API_VERSION
 from edge_runtime.config import ModelConfig, ServeConfig
-from edge_runtime.engine import (
-    DeadlineExceeded,
-    ExecutorClosed,
-    ForwardError,
-    ModelExecutor,
-    Overloaded,
-    RequestTooLarge,
-    create_session,
-    probe_grouping,
-)
+from edge_runtime.engine import DeadlineExceeded, ModelExecutor, create_session, probe_grouping
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import ModelFamily, Plan
 from edge_runtime.packages import Package, PackageError, read_package
@@ -298,21 +289,21 @@ class Runtime:
             candidates = [m for m in self.models.values() if surface in m.surfaces or m.package is None]
             if len(candidates) != 1:
                 serving = sorted(m.name for m in self.models.values() if surface in m.surfaces)
-                raise ApiError(400, "invalid_request", f"model is required; models serving {surface}: {serving}")
+                raise ApiError("invalid_request", f"model is required; models serving {surface}: {serving}")
             model = candidates[0]
         else:
             found = self.models.get(name)
             if found is None:
                 raise ApiError(
-                    404, "model_not_found", f"model {name!r} is not served; served models: {sorted(self.models)}"
+                    "model_not_found", f"model {name!r} is not served; served models: {sorted(self.models)}"
                 )
             model = found
         if model.status != "ready":
-            raise ApiError(503, "not_ready", f"model {model.name!r} is {model.status}"
+            raise ApiError("not_ready", f"model {model.name!r} is {model.status}"
                            + (f": {model.reason}" if model.reason else ""))
         if surface not in model.surfaces:
             raise ApiError(
-                422, "unsupported_surface",
+                "unsupported_surface",
                 f"model {model.name!r} does not serve {surface}; it serves {sorted(model.surfaces)}",
             )
         return model
@@ -327,15 +318,9 @@ class Runtime:
             outputs = []
         else:
             try:
+                # Overloaded, RequestTooLarge, ExecutorClosed and ForwardError go up as they are:
+                # api/statuses.py gives each its code and status.
                 result = await model.executor.submit(plan.rows, deadline)
-            except Overloaded as exc:
-                raise ApiError(429, "overloaded", f"model {model.name!r} is overloaded: {exc}") from None
-            except RequestTooLarge as exc:
-                raise ApiError(413, "request_too_large", f"the forward ran out of memory: {exc}") from None
-            except ExecutorClosed:
-                raise ApiError(503, "not_ready", f"model {model.name!r} is shutting down") from None
-            except ForwardError as exc:
-                raise ApiError(500, "internal_error", f"the forward failed: {exc}") from None
             except DeadlineExceeded:
                 outputs = ItemError("deadline_exceeded", "options.deadline_ms passed before the input was run")
             else:

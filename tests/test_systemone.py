@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from converters.sparrow import build_sparrow_package
+from edge_runtime.api.statuses import status_of
 from edge_runtime.api.schema import request_validator, validate_response
 from edge_runtime.config import ModelConfig, ServeConfig
 from edge_runtime.engine import Overloaded
@@ -24,7 +25,7 @@ from edge_runtime.requests.systemone import (
 )
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
-from edge_runtime.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
+from edge_runtime.api.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.timing import Timing
 from tests.contract_examples import (
     DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS,
@@ -273,7 +274,7 @@ def test_every_question_error_has_its_status() -> None:
                   "usage": {"input_tokens": 3, "output_tokens": 0}}
         with pytest.raises(ApiError) as caught:
             systemone_answer(answer)
-        assert (caught.value.status, caught.value.question, caught.value.question_error) == (want, "b", code)
+        assert (status_of(caught.value), caught.value.question, caught.value.question_error) == (want, "b", code)
         for schema in SCHEMAS:
             status, body, _ = systemone_error(caught.value, schema)
             assert status == want
@@ -283,16 +284,16 @@ def test_every_question_error_has_its_status() -> None:
 
 
 def test_request_errors_in_each_schema() -> None:
-    surface = ApiError(422, "unsupported_surface", "model 'x' does not serve decisions")
+    surface = ApiError("unsupported_surface", "model 'x' does not serve decisions")
     status, body, _ = systemone_error(surface, SCHEMA_5)
     assert status == 422
     assert body == {"detail": [{"loc": ["body", "model"], "msg": surface.message, "type": "unsupported_surface"}],
                     "code": "unsupported_surface"}
-    too_large = ApiError(413, "request_too_large", "questions has 9 items, at most 8", limit=8)
+    too_large = ApiError("request_too_large", "questions has 9 items, at most 8", limit=8)
     status, body, _ = systemone_error(too_large, SCHEMA_4)
     assert (status, body["limit"], body["error"]["limit"], body["detail"]["error_type"]) == (
         413, 8, 8, "request_too_large")
-    status, body, headers = systemone_error(ApiError(503, "not_ready", "model is loading"), SCHEMA_5)
+    status, body, headers = systemone_error(ApiError("not_ready", "model is loading"), SCHEMA_5)
     assert (status, headers) == (503, {"Retry-After": "5"})
 
 
@@ -309,7 +310,7 @@ def test_unknown_model_names_the_served_models(runtime: Runtime) -> None:
 
 def test_overloaded_is_529_under_5_0_and_429_under_4_0(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     async def full(rows: Any, deadline: Any) -> Any:
-        raise Overloaded("1 job waiting", retry_after=1)
+        raise Overloaded("1 job waiting")
 
     monkeypatch.setattr(runtime.models[MODEL].executor, "submit", full)
     status, out, headers = call(runtime, GOLDEN, SCHEMA_5)

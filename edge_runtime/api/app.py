@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any, Awaitable, Callable, Mapping
 
 from sanic import Request, Sanic
-from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, SanicException
+from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, RequestTimeout, SanicException
 from sanic.response import HTTPResponse
 
 from edge_runtime import API_VERSION
@@ -21,8 +21,11 @@ from edge_runtime.config import ServeConfig
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
 from edge_runtime.runtime import Runtime, ServedModel
-from edge_runtime.service import serve, serve_bundle
-from edge_runtime.systemone import serve_systemone, systemone_error
+from edge_runtime.api.bundle import serve_bundle
+from edge_runtime.api.statuses import as_api_error
+from edge_runtime.api.systemone import serve_systemone, systemone_error
+from edge_runtime.engine.errors import EngineError
+from edge_runtime.service import serve
 from edge_runtime.timing import Timing
 from edge_runtime.work import keep_inline
 
@@ -79,14 +82,14 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         content_type = request.headers.get("content-type", "")
         if content_type.lower().startswith("multipart/"):
             if not multipart:
-                raise ApiError(400, "invalid_request", f"{request.path} reads JSON bodies, not {content_type}")
+                raise ApiError("invalid_request", f"{request.path} reads JSON bodies, not {content_type}")
             return await runtime.work.run(_multipart_body, raw, content_type)
         return await runtime.work.run(parse_json, raw)
 
     def surface_route(
         endpoint: str,
         handler: Handler,
-        on_error: Callable[[ApiError], Reply] = contract_error,
+        on_error: Callable[[ApiError | EngineError], Reply] = lambda exc: contract_error(as_api_error(exc)),
         multipart: bool = False,
     ) -> Callable[[Request], Awaitable[HTTPResponse]]:
         """A POST route: read the body, answer it, and format request-level errors with ``on_error``."""
@@ -99,7 +102,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
                 with timing.phase("parse"):
                     body = await read_request(request, multipart)
                 status, answer, headers = await handler(body, timing, request.headers)
-            except ApiError as exc:
+            except (ApiError, EngineError) as exc:
                 status, answer, headers = on_error(exc)
             except asyncio.CancelledError:
                 status = 499  # the client went away; its queued rows were dropped
@@ -168,20 +171,22 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     @app.exception(PayloadTooLarge)
     async def too_large(request: Request, exc: Exception) -> HTTPResponse:
         limit = config.max_request_bytes
-        return error_response(ApiError(413, "request_too_large", f"the body exceeds {limit} bytes", limit=limit))
+        return error_response(ApiError("request_too_large", f"the body exceeds {limit} bytes", limit=limit))
 
     @app.exception(NotFound, MethodNotAllowed)
     async def no_route(request: Request, exc: SanicException) -> HTTPResponse:
-        status = getattr(exc, "status_code", 404)
-        return error_response(ApiError(status, "invalid_request", f"no route {request.method} {request.path}"))
+        reason = "method_not_allowed" if isinstance(exc, MethodNotAllowed) else "route_not_found"
+        return error_response(ApiError("invalid_request", f"no route {request.method} {request.path}", reason))
 
     @app.exception(Exception)
     async def internal(request: Request, exc: Exception) -> HTTPResponse:
-        if isinstance(exc, SanicException) and getattr(exc, "status_code", 500) < 500:
-            return error_response(ApiError(exc.status_code, "invalid_request", str(exc)))
+        if isinstance(exc, RequestTimeout):
+            return error_response(ApiError("invalid_request", str(exc), "request_timeout"))
+        if isinstance(exc, SanicException) and exc.status_code < 500:
+            return error_response(ApiError("invalid_request", str(exc)))
         # The exception's text may hold request data or internals: it goes to the log, not the client.
         log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
-        return error_response(ApiError(500, "internal_error", "internal error; the server log has the details"))
+        return error_response(ApiError("internal_error", "internal error; the server log has the details"))
 
     return app
 
@@ -256,4 +261,4 @@ def _content_length(request: Request) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise ApiError(400, "invalid_request", "Content-Length is not a number") from None
+        raise ApiError("invalid_request", "Content-Length is not a number") from None

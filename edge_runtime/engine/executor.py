@@ -144,7 +144,7 @@ class ModelExecutor:
             if self._closed:
                 raise ExecutorClosed(f"model {self.name} is shut down")
             if len(self._waiting) >= self.max_queue:
-                raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting", retry_after=1)
+                raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting")
             self._waiting.append(job)
             depth = len(self._waiting)
             self._cond.notify()
@@ -304,7 +304,7 @@ class ModelExecutor:
             if oom and len(jobs) == 1:
                 error = RequestTooLarge(f"model {self.name}: the request's forward ran out of memory")
             elif oom:
-                error = Overloaded(f"model {self.name}: a shared forward ran out of memory", retry_after=1)
+                error = Overloaded(f"model {self.name}: a shared forward ran out of memory")
             else:
                 error = ForwardError(f"model {self.name}: the forward failed: {type(exc).__name__}: {exc}")
             error.__cause__ = exc

@@ -372,7 +372,7 @@ class DecisionCodesFamily:
             total = len(state_ids) + sum(len(s.ids or ()) for s in run)
             if total > self.max_request_tokens:
                 return planned, ApiError(
-                    400, "invalid_request",
+                    "invalid_request",
                     f"the state once and every question take {total} tokens, more than the model's "
                     f"max_request_tokens {self.max_request_tokens}",
                     reason="request_tokens", limit=self.max_request_tokens)

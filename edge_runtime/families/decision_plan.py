@@ -91,10 +91,10 @@ def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
                   request: DecisionsRequest) -> ApiError | None:
     """The 400 for images or videos (or request assets) that a model of these modalities cannot read."""
     if (entry.images or request.assets) and "image" not in modalities:
-        return ApiError(400, "invalid_request", f"model {model!r} reads text only, not images",
+        return ApiError("invalid_request", f"model {model!r} reads text only, not images",
                         reason="image_unsupported")
     if entry.videos and "video" not in modalities:
-        return ApiError(400, "invalid_request", f"model {model!r} reads text only, not videos",
+        return ApiError("invalid_request", f"model {model!r} reads text only, not videos",
                         reason="video_unsupported")
     return None
 

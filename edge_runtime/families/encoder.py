@@ -244,7 +244,7 @@ class EncoderModel:
                     continue
                 vector = embed(outputs[own[0]][output], pooling, normalized, dims)
                 if not np.all(np.isfinite(vector)):
-                    raise ApiError(500, "internal_error", "the model produced a non-finite embedding")
+                    raise ApiError("internal_error", "the model produced a non-finite embedding")
                 value: Any = (
                     base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
                     if req.encoding_format == "base64"

@@ -105,7 +105,7 @@ def check_count(count: int, where: str, max_items: int) -> None:
     """More items than the process takes in one request is 413 request_too_large, with the limit."""
     if count > max_items:
         raise ApiError(
-            413, "request_too_large", f"{where} has {count} items, at most {max_items}", limit=max_items
+            "request_too_large", f"{where} has {count} items, at most {max_items}", limit=max_items
         )
 
 

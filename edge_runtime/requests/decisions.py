@@ -138,7 +138,7 @@ class DecisionsRequest:
 
 
 class NoValidQuestion(ApiError):
-    """400 invalid_request for a request none of whose questions is valid.
+    """invalid_request (400) for a request none of whose questions is valid.
 
     ``reason`` and ``question`` are the first failed question's; the message lists them all.
     """
@@ -148,7 +148,7 @@ class NoValidQuestion(ApiError):
         for entry, q in failed:
             where = f"{entry}.{q.id}" if entry is not None else q.id
             parts.append(f"{where} ({q.reason}): {q.message}")
-        super().__init__(400, "invalid_request", "no question is valid: " + "; ".join(parts),
+        super().__init__("invalid_request", "no question is valid: " + "; ".join(parts),
                          reason=failed[0][1].reason)
         self.question = failed[0][1].id
         self.state = failed[0][0]
