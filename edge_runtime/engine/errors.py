@@ -2,7 +2,7 @@
 
 This module imports neither onnxruntime nor sanic, so api/ can import it freely.
 
-    Overloaded        -> overloaded (429, Retry-After 1)
+    Overloaded        -> overloaded (429)
     RequestTooLarge   -> request_too_large (413)
     DeadlineExceeded  -> deadline_exceeded, per item (the family answers it in place)
     ForwardError      -> internal_error (500)
