@@ -375,9 +375,10 @@ def load_torch_decider(source: Path, package: Path, threads: int) -> Callable[[d
     from transformers import AutoModel
 
     from edge_runtime.families.decision_codes import DecisionCodesFamily
-    from edge_runtime.families.decision_plan import decision_answer
+    from edge_runtime.questions import answer as decision_answer
     from edge_runtime.packages import read_package
-    from edge_runtime.requests.decisions import Question, parse_decisions_request
+    from edge_runtime.questions import Question
+    from edge_runtime.requests.decisions import parse_decisions_request
 
     family = DecisionCodesFamily(read_package(package))  # no session: planning and prompt only
     if family.state_once or family.bias is not None or family.softcap:

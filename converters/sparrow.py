@@ -35,7 +35,8 @@ from converters.package_writer import write_package
 from converters.progress import log
 from edge_runtime.families.sparrow import INPUTS, KINDS, OUTPUTS, SparrowText, content
 from edge_runtime.packages.card import CARD_FORMAT
-from edge_runtime.requests.decisions import Question, parse_decisions_request
+from edge_runtime.questions import Question
+from edge_runtime.requests.decisions import parse_decisions_request
 
 PACKAGE_NAME = "sparrow-nano"
 SOURCE_MODEL = "sparrow-nano-general-v1.1"

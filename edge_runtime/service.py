@@ -13,7 +13,8 @@ from typing import Any, Callable
 from edge_runtime.requests.decisions import parse_decisions_request
 from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
 from edge_runtime.families.base import Plan
-from edge_runtime.runtime import Runtime, ServedModel
+from edge_runtime.loading import ServedModel
+from edge_runtime.runtime import Runtime
 from edge_runtime.timing import Timing
 
 Parser = Callable[[Any, int], Any]

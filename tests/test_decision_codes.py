@@ -113,7 +113,7 @@ def _random_request(rng: random.Random, n: int) -> dict[str, Any]:
 
 
 def test_cards_configs_and_goldens(built, causal, once) -> None:
-    from edge_runtime.runtime import self_check
+    from edge_runtime.loading import self_check
 
     for key, usage in (("causal", "per_question"), ("once", "state_once")):
         package = read_package(built[key].path)

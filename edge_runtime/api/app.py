@@ -20,7 +20,8 @@ from edge_runtime.api.schema import openapi_bytes
 from edge_runtime.config import ServeConfig
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
-from edge_runtime.runtime import Runtime, ServedModel
+from edge_runtime.loading import ServedModel
+from edge_runtime.runtime import Runtime
 from edge_runtime.api.bundle import serve_bundle
 from edge_runtime.api.statuses import as_api_error
 from edge_runtime.api.systemone import serve_systemone, systemone_error
@@ -223,7 +224,7 @@ def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:
     card = model.package.card
     entry: dict[str, Any] = {"name": model.name, "description": card.description, "release_date": card.release_date}
     if extended:
-        question_types = list(card.raw.get("question_types", []))
+        question_types = list(card.question_types)
         features = question_types + [m for m in card.modalities if m != "text"]
         if card.raw.get("usage") == "state_once":
             features.append("state_once")

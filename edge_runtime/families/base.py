@@ -23,10 +23,14 @@ class Plan:
 
 
 class ModelFamily(Protocol):
-    """A loaded model of some family: knows its surfaces, plans requests and reads outputs."""
+    """A loaded model of some family: every capability the runtime calls, and nothing it must probe for."""
 
     surfaces: frozenset[str]
     forward: Forward
+    #: The most tokens one row reads (the probe's longest row, /v1/models' limit).
+    max_input_tokens: int
+    #: False when rows must always run alone (their shapes differ, or a row batches itself).
+    batchable: bool
 
     def plan(self, surface: str, request: Any) -> Plan:
         """Validate against the model and tokenize; raises ApiError for request-level failures."""
@@ -36,7 +40,10 @@ class ModelFamily(Protocol):
         """A synthetic row of ``length`` tokens for the load-time batch-invariance probe."""
         ...
 
+    def warm(self) -> None:
+        """Work done once at load so the first request does not pay for it (may do nothing)."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """Surface-specific members of the model's /v1/models entry (labels, dimensions, ...)."""
         ...
-

@@ -46,11 +46,12 @@ from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, bran
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
-    DecisionPlan, Entry, Slot, assemble, decision_answer, failed_answer, media_refusal, refused_entry, unsupported,
+    DecisionPlan, Entry, Slot, answered_types, assemble, media_refusal, refused_entry,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import Package
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, InvalidQuestion, NoValidQuestion, Question
+from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
 
 SURFACE = "decisions"
 CONFIG_FORMAT = "decision-codes-config/1"
@@ -242,7 +243,7 @@ class DecisionCodesFamily:
         self.validated_input_tokens = None if validated is None else min(int(validated), self.max_input_tokens)
         request_cap = limits.get("max_request_tokens")
         self.max_request_tokens = int(request_cap) if request_cap is not None else self.max_input_tokens
-        self.question_types = tuple(t for t in card.raw.get("question_types", QUESTION_TYPES) if t in QUESTION_TYPES)
+        self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         self.pad_id = int(config.get("pad_token_id", 0))
         self.forward: CausalForward | None = None
@@ -261,6 +262,9 @@ class DecisionCodesFamily:
     def probe_row(self, length: int) -> CausalRow:
         """A fresh random row of ``length`` tokens on every call (the probe needs distinct rows)."""
         return causal_row(self._probe_rng.integers(0, self._vocab, size=max(1, length)))
+
+    def warm(self) -> None:
+        """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
 
     def describe(self) -> dict[str, Any]:
         return {}
@@ -322,7 +326,7 @@ class DecisionCodesFamily:
         return cap
 
     def _unsupported(self, q: Question) -> InvalidQuestion | None:
-        refused = unsupported(q, self.name, self.question_types)
+        refused = refusal(q, self.name, self.question_types)
         if refused is None and len(q.options) > len(self.prompt.codes):
             return InvalidQuestion(q.id, q.type, "too_many_options",
                                    f"model {self.name!r} lists at most {len(self.prompt.codes)} options under its "
@@ -400,10 +404,7 @@ class DecisionCodesFamily:
     def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
         """A question's answer from its row's hidden state (its branch's, state-once)."""
         hidden = output if slot.branch is None else output[slot.branch]
-        return decision_answer(q, self.probabilities(hidden, len(q.options), entry.temperature))
+        return answer(q, self.probabilities(hidden, len(q.options), entry.temperature))
 
 
-#: The name the runtime loads the family by.
-DecisionCodesModel = DecisionCodesFamily
-
-__all__ = ["CodesPrompt", "DecisionCodesFamily", "DecisionCodesModel", "check_config", "describe", "option_texts"]
+__all__ = ["CodesPrompt", "DecisionCodesFamily", "check_config", "describe", "option_texts"]

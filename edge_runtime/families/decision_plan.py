@@ -5,23 +5,21 @@ A decisions request becomes one :class:`Entry` per state (one for a standard req
 engine to run, or an answer decided in place while planning (an invalid or refused question, a
 question too long, a refused batch entry). :func:`assemble` turns the engine's outputs back into the
 body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch. A family supplies only
-how one row's output becomes a question's answer (``read``), typically through :func:`decision_answer`.
+how one row's output becomes a question's answer (``read``), typically through
+:func:`edge_runtime.questions.answer`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan
-from edge_runtime.heads.decisions import (
-    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, noul_from_pair, score_answer,
-)
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, InvalidQuestion, Question
+from edge_runtime.packages.card import Card
+from edge_runtime.questions import InvalidQuestion, Question, failed_answer
+from edge_runtime.questions.answers import DecisionAnswers
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 
 
 @dataclass
@@ -76,11 +74,6 @@ class DecisionPlan:
 Read = Callable[[Question, Slot, Entry, Any], dict[str, Any]]
 
 
-def failed_answer(qtype: str | None, error: str, reason: str, message: str) -> dict[str, Any]:
-    """A question's in-place error: ``{type, error, reason, message}``."""
-    return {"type": qtype, "error": error, "reason": reason, "message": message}
-
-
 def refused_entry(name: str | None, entry: DecisionState, refusal: ApiError) -> Entry:
     """A batch entry refused as a whole: every question fails in place with invalid_input."""
     return Entry(name, [Slot(q, answer=failed_answer(q.type, "invalid_input", "input_malformed", refusal.message))
@@ -99,37 +92,10 @@ def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
     return None
 
 
-def unsupported(q: Question, model: str, question_types: Sequence[str]) -> InvalidQuestion | None:
-    """A question of a type the model's card does not list, failed in place with its fixed reason."""
-    if q.type in question_types:
-        return None
-    if q.type in ("box", "track"):
-        return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported",
-                               f"model {model!r} does not answer {q.type} questions")
-    return InvalidQuestion(q.id, q.type, "question_type_unsupported",
-                           f"model {model!r} answers {', '.join(question_types)} questions, not {q.type}")
-
-
-def legend_text(value: Any) -> str:
-    """A score level as the legend shows it: the request's string, or canonical JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def decision_answer(q: Question, probs: np.ndarray | Sequence[float]) -> dict[str, Any]:
-    """A Choice, Noul or Score question's answer from its option probabilities.
-
-    A vector that is not a distribution answers the question with invalid_model_output in place.
-    """
-    try:
-        if q.type == "choice":
-            return choice_answer([o.key for o in q.options], probs)
-        if q.type == "noul":
-            return noul_from_pair(probs)
-        return score_answer([legend_text(o.description) for o in q.options], probs)
-    except InvalidModelOutput as e:
-        return failed_answer(q.type, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+def answered_types(card: Card, family_types: Sequence[str]) -> tuple[str, ...]:
+    """The question types a model answers: its card's ``question_types`` (all, when it lists none)
+    that its family can answer."""
+    return tuple(t for t in card.question_types or family_types if t in family_types)
 
 
 def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str, read: Read) -> dict[str, Any]:
@@ -168,5 +134,4 @@ def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
     return usage
 
 
-__all__ = ["DecisionPlan", "Entry", "Read", "Slot", "assemble", "decision_answer", "failed_answer",
-           "legend_text", "media_refusal", "refused_entry"]
+__all__ = ["DecisionPlan", "Entry", "Read", "Slot", "answered_types", "assemble", "media_refusal", "refused_entry"]

@@ -36,8 +36,10 @@ def _failed(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Enc
     return outputs if isinstance(outputs, ItemError) and not isinstance(encoded, ItemError) else encoded
 
 
-class EncoderModel:
+class EncoderFamily:
     """One encoder package: its tokenizer, head settings and the forward over its graph."""
+
+    batchable = True  # the load-time probe decides how rows may share a forward
 
     def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None,
                  max_scan_tokens: int | None = None) -> None:
