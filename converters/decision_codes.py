@@ -125,14 +125,16 @@ def choose_codes(prompt_tokenizer: Any, given: Sequence[str] | None = None) -> t
         return ids[0] if len(ids) == 1 else None
 
     if given is not None:
-        ids = [single(c) for c in given]
-        bad = [c for c, i in zip(given, ids) if i is None]
+        found = {c: single(c) for c in given}
+        bad = [c for c, i in found.items() if i is None]
         if bad:
             raise ConversionError(f"codes {bad[:5]} are not single tokens of the tokenizer; every code must be one")
-        if len(set(ids)) != len(ids):
+        given_ids = [i for i in found.values() if i is not None]
+        if len(set(given_ids)) != len(given_ids) or len(found) != len(given):
             raise ConversionError("two codes read as the same token")
-        return list(given), [int(i) for i in ids]  # type: ignore[arg-type]
-    codes, ids = [], []
+        return list(given), given_ids
+    codes: list[str] = []
+    ids: list[int] = []
     for code in code_candidates():
         tid = single(code)
         if tid is not None and tid not in ids:
@@ -627,7 +629,7 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     import io
 
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as its allow_pickle flag
     return buf.getvalue()
 
 

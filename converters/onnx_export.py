@@ -47,8 +47,7 @@ class _HiddenStatesPatcher(ModelPatcher):
             args, kwargs = override_arguments(args, kwargs, signature, model_kwargs=self.model_kwargs)
             index = list(signature.parameters).index("output_hidden_states")
             if index < len(args):
-                args = list(args)
-                args[index] = True
+                args = (*args[:index], True, *args[index + 1:])
             else:
                 kwargs["output_hidden_states"] = True
             out = self.orig_forward(*args, **kwargs)

@@ -245,7 +245,9 @@ def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.Mod
 
 def _question(state: Any, raw: dict[str, Any]) -> Question:
     """A golden question in the validated form the family plans from, through the server's parser."""
-    return parse_decisions_request({"state": state, "questions": {"golden": raw}}).single.valid[0]
+    request = parse_decisions_request({"state": state, "questions": {"golden": raw}})
+    assert request.single is not None
+    return request.single.valid[0]
 
 
 def _reference(decider: Any, state: Any, raw: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.config import ModelConfig
-from edge_runtime.engine import GraphSession, ModelExecutor, create_session, probe_grouping
+from edge_runtime.engine import GraphSession, Grouping, ModelExecutor, create_session, probe_grouping
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family
 from edge_runtime.packages import Package, PackageError, read_package
@@ -35,7 +35,7 @@ class ServedModel:
     family: ModelFamily | None = None
     session: GraphSession | None = None
     executor: ModelExecutor | None = None
-    grouping: str | None = None
+    grouping: Grouping | None = None
     numerics: str = "exact"
     self_check: dict[str, Any] = field(default_factory=lambda: {"status": "unverified"})
 
@@ -173,7 +173,7 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
         model.reason = str(exc) or type(exc).__name__
         log.error("model %s failed: %s", model.name, model.reason)
 
-def grouping(model: ServedModel) -> tuple[str, str]:
+def grouping(model: ServedModel) -> tuple[Grouping, str]:
     """Which rows may share a forward, and whether that keeps answers exact."""
     family = model.family
     assert family is not None

@@ -7,9 +7,10 @@ import logging
 import itertools
 import time
 from functools import partial
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, cast
 
 from sanic import Request, Sanic
+from sanic.http import Http
 from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, RequestTimeout, SanicException
 from sanic.response import HTTPResponse
 
@@ -92,7 +93,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         handler: Handler,
         on_error: Callable[[ApiError | EngineError], Reply] = lambda exc: contract_error(as_api_error(exc)),
         multipart: bool = False,
-    ) -> Callable[[Request], Awaitable[HTTPResponse]]:
+    ) -> Callable[[Request], Coroutine[Any, Any, HTTPResponse]]:
         """A POST route: read the body, answer it, and format request-level errors with ``on_error``."""
 
         async def route(request: Request) -> HTTPResponse:
@@ -137,8 +138,8 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         app.add_route(
             surface_route(
                 path,
-                lambda body, timing, headers, b=batch: serve_systemone(runtime, body, timing, schema, headers, b),
-                lambda exc: systemone_error(exc, schema),
+                partial(_systemone_handler, runtime, schema, batch),
+                partial(systemone_error, schema=schema),
                 multipart=True,
             ),
             path, methods=["POST"], stream=True,
@@ -190,6 +191,11 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         return error_response(ApiError("internal_error", "internal error; the server log has the details"))
 
     return app
+
+
+async def _systemone_handler(runtime: Runtime, schema: str, batch: bool, body: Any, timing: Timing,
+                             headers: Mapping[str, str]) -> Reply:
+    return await serve_systemone(runtime, body, timing, schema, headers, batch)
 
 
 def _multipart_body(raw: bytes, content_type: str) -> Any:
@@ -248,8 +254,10 @@ def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:
 
 async def _stream_chunks(request: Request) -> Any:
     """The request body as it arrives (routes are declared with stream=True)."""
+    # Routes are declared with stream=True, so the stream is HTTP's own, which reads the body.
+    stream = cast(Http, request.stream)
     while True:
-        chunk = await request.stream.read()
+        chunk = await stream.read()
         if chunk is None:
             return
         yield chunk

@@ -25,12 +25,25 @@ class Plan:
 class ModelFamily(Protocol):
     """A loaded model of some family: every capability the runtime calls, and nothing it must probe for."""
 
-    surfaces: frozenset[str]
-    forward: Forward
-    #: The most tokens one row reads (the probe's longest row, /v1/models' limit).
-    max_input_tokens: int
-    #: False when rows must always run alone (their shapes differ, or a row batches itself).
-    batchable: bool
+    @property
+    def surfaces(self) -> frozenset[str]:
+        """The endpoints this model serves."""
+        ...
+
+    @property
+    def forward(self) -> Forward:
+        """The engine's forward over the model's session."""
+        ...
+
+    @property
+    def max_input_tokens(self) -> int:
+        """The most tokens one row reads (the probe's longest row, /v1/models' limit)."""
+        ...
+
+    @property
+    def batchable(self) -> bool:
+        """False when rows must always run alone (their shapes differ, or a row batches itself)."""
+        ...
 
     def plan(self, surface: str, request: Any) -> Plan:
         """Validate against the model and tokenize; raises ApiError for request-level failures."""

@@ -246,18 +246,25 @@ class DecisionCodesFamily:
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         self.pad_id = int(config.get("pad_token_id", 0))
-        self.forward: CausalForward | None = None
+        self._forward: CausalForward | None = None
         if session is not None:
-            self.forward = CausalForward(session, pad_id=self.pad_id)
+            self._forward = CausalForward(session, pad_id=self.pad_id)
             hidden = session.outputs["last_hidden_state"].shape[-1]
             if isinstance(hidden, int) and hidden != self.readout.shape[1]:
                 raise ValueError(f"the graph's hidden size {hidden} differs from the readout's {self.readout.shape[1]}")
-            if self.state_once and not self.forward.has_past:
+            if self.state_once and not self._forward.has_past:
                 raise ValueError("attention_mode prefix_causal needs a graph with past key/value inputs")
         self._vocab = self.prompt.text.get_vocab_size()
         self._probe_rng = np.random.default_rng(0)
 
     # -- engine hooks -----------------------------------------------------------------------
+
+    @property
+    def forward(self) -> CausalForward:
+        """The graph's forward; a family built without a session (converters, benches) only plans."""
+        if self._forward is None:
+            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
+        return self._forward
 
     def probe_row(self, length: int) -> CausalRow:
         """A fresh random row of ``length`` tokens on every call (the probe needs distinct rows)."""

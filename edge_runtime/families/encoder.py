@@ -20,7 +20,7 @@ from edge_runtime.heads.pooling import embed
 from edge_runtime.heads.tokens import decode_bio
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
 from edge_runtime.packages import Package
-from edge_runtime.requests.common import Options
+from edge_runtime.requests.common import Options, Overflow
 from edge_runtime.requests.encoder import ClassifyRequest, EmbeddingsRequest, RerankRequest, TextItem
 from edge_runtime.text import Encoded, InputError, TextEncoder, Window
 
@@ -34,6 +34,11 @@ class ProbeRow:
 def _failed(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Encoded | ItemError:
     """An item keeps its own error; otherwise a failure of the whole forward (a deadline) becomes its error."""
     return outputs if isinstance(outputs, ItemError) and not isinstance(encoded, ItemError) else encoded
+
+
+def _ran(outputs: list[Any] | ItemError) -> list[Any]:
+    """The forward's outputs; none when the job failed as a whole (then _failed fails every item)."""
+    return [] if isinstance(outputs, ItemError) else outputs
 
 
 class EncoderFamily:
@@ -120,7 +125,7 @@ class EncoderFamily:
         return budget
 
     def _encode_all(
-        self, items: list[tuple[str, str | None]], options: Options, default_overflow: str
+        self, items: list[tuple[str, str | None]], options: Options, default_overflow: Overflow
     ) -> tuple[list[Encoded | ItemError], list[Any], list[list[int]], int, bool]:
         """Tokenize every item: per item its Encoded (or ItemError) and the row indices it owns."""
         budget = self._budget(options)
@@ -180,7 +185,7 @@ class EncoderFamily:
                 if isinstance(enc, ItemError):
                     results.append({"index": index, "error": enc.body()})
                     continue
-                result = self._classify_one(item, enc, [outputs[r] for r in own])
+                result = self._classify_one(item, enc, [_ran(outputs)[r] for r in own])
                 result["index"] = index
                 if len(own) > 1:
                     result["windows"] = len(own)
@@ -244,7 +249,7 @@ class EncoderFamily:
                 if isinstance(enc, ItemError):
                     data.append({"object": "embedding", "index": index, "embedding": None, "error": enc.body()})
                     continue
-                vector = embed(outputs[own[0]][output], pooling, normalized, dims)
+                vector = embed(_ran(outputs)[own[0]][output], pooling, normalized, dims)
                 if not np.all(np.isfinite(vector)):
                     raise ApiError("internal_error", "the model produced a non-finite embedding")
                 value: Any = (
@@ -279,13 +284,14 @@ class EncoderFamily:
         name = self.head.get("output", "logits")
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
-            scored, failed = [], []
+            scored: list[dict[str, Any]] = []
+            failed: list[dict[str, Any]] = []
             for index, (enc, own) in enumerate(zip(encoded, owners)):
                 enc = _failed(enc, outputs)
                 if isinstance(enc, ItemError):
                     failed.append({"index": index, "relevance_score": None, "error": enc.body()})
                     continue
-                logits = np.asarray(outputs[own[0]][name], dtype=np.float64).reshape(-1)
+                logits = np.asarray(_ran(outputs)[own[0]][name], dtype=np.float64).reshape(-1)
                 score = float(sigmoid(logits[:1])[0]) if logits.size == 1 else float(softmax(logits)[-1])
                 entry: dict[str, Any] = {"index": index, "relevance_score": score}
                 if req.return_documents:

@@ -163,7 +163,7 @@ class SparrowText:
             n = max(1, len(o))
             ids[0, k, : len(o)] = o
             mask[0, k, :n] = 1.0
-        feeds = {
+        feeds: dict[str, np.ndarray] = {
             "state_ids": np.asarray([list(state_ids) or [EMPTY_ID]], dtype=np.int64),
             "question_ids": np.asarray([list(question_ids) or [EMPTY_ID]], dtype=np.int64),
             "option_ids": ids,
@@ -206,10 +206,17 @@ class SparrowFamily:
         self.question_types = answered_types(card, tuple(KINDS))
         self.text = SparrowText.from_files(package.file("tokenizer.json"), config)
         self.modalities = frozenset(card.modalities)
-        self.forward = SparrowForward(session) if session is not None else None
+        self._forward = SparrowForward(session) if session is not None else None
         self._vocab_size = self.text.tokenizer.get_vocab_size()
 
     # -- engine hooks -----------------------------------------------------------------------
+
+    @property
+    def forward(self) -> SparrowForward:
+        """The graph's forward; a family built without a session (converters, benches) only plans."""
+        if self._forward is None:
+            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
+        return self._forward
 
     def probe_row(self, length: int) -> SparrowRow:
         """A question about ``length`` random state tokens (seeded by the length)."""

@@ -120,7 +120,8 @@ def parse_decisions_request(body: Any, max_inputs: int | None = None) -> Decisio
         entries = _states(obj["states"])
         if max_inputs is not None:
             check_count(sum(len(e.questions) for _, e in entries), "questions", max_inputs)
-        failed = [(name, q) for name, e in entries for q in e.questions if isinstance(q, InvalidQuestion)]
+        failed: list[tuple[str | None, InvalidQuestion]] = [
+            (name, q) for name, e in entries for q in e.questions if isinstance(q, InvalidQuestion)]
         if not any(e.valid for _, e in entries):
             raise NoValidQuestion(failed)
         return DecisionsRequest(model=model, options=options, states=entries, assets=assets)
