@@ -13,6 +13,7 @@ from typing import Any
 # The contract's request-level codes and their statuses, in one place.
 STATUS_OF: dict[str, int] = {
     "invalid_request": 400,
+    "unauthorized": 401,
     "model_not_found": 404,
     "request_too_large": 413,
     "unsupported_media_type": 415,

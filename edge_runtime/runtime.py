@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime import API_VERSION
-from edge_runtime.config import ModelConfig, ServeConfig
+from edge_runtime.config import ModelConfig, ServeConfig, canonical_name, served_names
 from edge_runtime.engine import (
     DeadlineExceeded,
     ExecutorClosed,
@@ -296,15 +296,18 @@ class Runtime:
         """The model a request names (or the only one serving the surface); 404, 422 or 503 otherwise."""
         if name is None:
             candidates = [m for m in self.models.values() if surface in m.surfaces or m.package is None]
+            if not candidates:  # the contract's 422: no served model serves this endpoint
+                raise ApiError(422, "unsupported_surface", f"no served model serves {surface}")
             if len(candidates) != 1:
                 serving = sorted(m.name for m in self.models.values() if surface in m.surfaces)
                 raise ApiError(400, "invalid_request", f"model is required; models serving {surface}: {serving}")
             model = candidates[0]
         else:
-            found = self.models.get(name)
+            found = self.models.get(canonical_name(self.config.models, name))  # an alias names its model
             if found is None:
                 raise ApiError(
-                    404, "model_not_found", f"model {name!r} is not served; served models: {sorted(self.models)}"
+                    404, "model_not_found",
+                    f"model {name!r} is not served; served models: {served_names(self.config.models)}",
                 )
             model = found
         if model.status != "ready":
