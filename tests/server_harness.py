@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -45,8 +46,8 @@ class Server:
              "--host", "127.0.0.1", "--port", str(self.port), *extra],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
-        self.client = httpx.Client(base_url=self.url, timeout=60.0, headers=headers,
-                                   verify=str(tls_ca) if tls_ca else True)
+        verify = ssl.create_default_context(cafile=str(tls_ca)) if tls_ca else True
+        self.client = httpx.Client(base_url=self.url, timeout=60.0, headers=headers, verify=verify)
 
     def wait(self, status: tuple[str, ...] = ("ready",), timeout: float = 120.0) -> dict[str, Any]:
         """Wait until /health reports one of `status`; raises with the server log otherwise."""

@@ -363,3 +363,101 @@ def test_a_bad_key_file_stops_the_server(models_file: Path, tmp_path: Path) -> N
         done = subprocess.run([sys.executable, "-m", "edge_runtime", "serve", "--models", str(models_file), *flags],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and "error:" in done.stderr, (flags, done.stderr)
+
+
+# ---- TLS --------------------------------------------------------------------------------------
+
+
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, made here (it is also its own trust anchor)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edge-runtime test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    public = key.public_key()
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                       critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+@pytest.fixture(scope="module")
+def tls(models_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    root = tmp_path_factory.mktemp("tls")
+    cert, private = make_certificate(root)
+    keys = root / "keys"
+    keys.write_text(f"{KEY}\n", encoding="utf-8")
+    srv = Server(models_file, "--api-key-file", str(keys), "--tls-cert", str(cert), "--tls-key", str(private),
+                 "--metrics-require-key", "--no-access-log", tls_ca=cert)
+    try:
+        srv.wait()
+        yield srv, cert
+    finally:
+        srv.stop()
+
+
+def test_tls_with_keys(tls: tuple[Server, Path]) -> None:
+    srv, _ = tls
+    assert srv.url.startswith("https://")
+    for method, path, body, ok in ROUTES:
+        assert_unauthorized(call(srv, method, path, body), path)
+        assert_unauthorized(call(srv, method, path, body, key=WRONG), path)
+        assert call(srv, method, path, body, key=KEY).status_code == ok, path
+    assert_unauthorized(call(srv, "GET", "/metrics"), "/metrics")  # --metrics-require-key
+    assert call(srv, "GET", "/metrics", key=KEY).status_code == 200
+    assert call(srv, "GET", "/health").status_code == 200
+    with httpx.Client(timeout=10) as plain:  # the port speaks TLS only
+        with pytest.raises(httpx.HTTPError):
+            plain.get(srv.url.replace("https://", "http://") + "/health").raise_for_status()
+
+
+def test_tls_with_the_official_clients(tls: tuple[Server, Path]) -> None:
+    import ssl
+
+    import httpx2
+    import openai
+    from typesafe_sdk import Noul, RetryPolicy, TypeSafeAuthenticationError, TypeSafeClient
+
+    srv, cert = tls
+    context = ssl.create_default_context(cafile=str(cert))
+    questions = {"billing": Noul(instructions="Is this message about billing?")}
+    for key in (KEY, WRONG):
+        with httpx2.Client(verify=context) as http, TypeSafeClient(
+            api_key=key, base_url=srv.url, http_client=http, retry=RetryPolicy(max_retries=0), compression=False,
+        ) as client:
+            if key == WRONG:
+                with pytest.raises(TypeSafeAuthenticationError):
+                    client.system_one(state=STATE, questions=questions)
+                continue
+            result = client.system_one(state=STATE, questions=questions)
+            assert result.model == DECIDER and result.request_id
+    with openai.DefaultHttpxClient(verify=context) as http:
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=KEY, max_retries=0, http_client=http)
+        assert len(client.embeddings.create(model="emb", input=["tls"]).data) == 1
+
+
+def test_the_access_log_can_be_turned_off(tls: tuple[Server, Path]) -> None:
+    srv, _ = tls
+    r = call(srv, "POST", "/v1/decisions", DECISIONS, key=KEY, headers={"X-Request-Id": "quiet-1"})
+    assert r.status_code == 200 and r.headers["x-request-id"] == "quiet-1"
+    assert access_lines(srv) == []
