@@ -461,3 +461,20 @@ def test_the_access_log_can_be_turned_off(tls: tuple[Server, Path]) -> None:
     r = call(srv, "POST", "/v1/decisions", DECISIONS, key=KEY, headers={"X-Request-Id": "quiet-1"})
     assert r.status_code == 200 and r.headers["x-request-id"] == "quiet-1"
     assert access_lines(srv) == []
+
+
+# ---- asset references -------------------------------------------------------------------------
+
+
+def test_asset_references_are_refused_with_their_own_reasons(keyed: Server) -> None:
+    image = {"type": "image", "data_base64": "iVBORw0KGgo="}
+    cases = [({"": image}, "asset_reference_empty", 1),
+             ({"<" + "r" * 1023 + ">": image}, "asset_reference_too_long", 1024),
+             ({f"<{i:03d}{'x' * 1000}>": image for i in range(66)}, "asset_references_too_long", 65536)]
+    for assets, reason, limit in cases:
+        r = call(keyed, "POST", "/v1/decisions", {**DECISIONS, "assets": assets}, key=KEY)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+        assert (r.json()["error"]["reason"], r.json()["error"]["limit"]) == (reason, limit)
+        assert "<r" not in r.json()["error"]["message"]  # a fixed reason; the reference itself is not echoed
+        s1 = call(keyed, "POST", "/v1/systemone", {**SYSTEMONE, "assets": assets}, key=KEY)
+        assert s1.status_code == 400 and (s1.json()["reason"], s1.json()["limit"]) == (reason, limit)
