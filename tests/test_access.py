@@ -402,7 +402,7 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def tls(models_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+def tls(models_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path, Path]]:
     root = tmp_path_factory.mktemp("tls")
     cert, private = make_certificate(root)
     keys = root / "keys"
@@ -411,13 +411,23 @@ def tls(models_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                  "--metrics-require-key", "--no-access-log", tls_ca=cert)
     try:
         srv.wait()
-        yield srv, cert
+        yield srv, cert, keys
     finally:
         srv.stop()
 
 
-def test_tls_with_keys(tls: tuple[Server, Path]) -> None:
-    srv, _ = tls
+def rotate(srv: Server, key_file: Path, new_key: str) -> None:
+    """Write ``new_key`` as the only key, SIGHUP, and wait until the server takes it."""
+    key_file.write_text(f"{new_key}\n", encoding="utf-8")
+    srv.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while call(srv, "GET", "/v1/models", key=new_key).status_code != 200:
+        assert time.monotonic() < deadline, srv.log()
+        time.sleep(0.05)
+
+
+def test_tls_with_keys(tls: tuple[Server, Path, Path]) -> None:
+    srv, _, key_file = tls
     assert srv.url.startswith("https://")
     for method, path, body, ok in ROUTES:
         assert_unauthorized(call(srv, method, path, body), path)
@@ -426,19 +436,26 @@ def test_tls_with_keys(tls: tuple[Server, Path]) -> None:
     assert_unauthorized(call(srv, "GET", "/metrics"), "/metrics")  # --metrics-require-key
     assert call(srv, "GET", "/metrics", key=KEY).status_code == 200
     assert call(srv, "GET", "/health").status_code == 200
+    rotate(srv, key_file, ROTATED)
+    try:
+        for method, path, body, ok in ROUTES:
+            assert call(srv, method, path, body, key=ROTATED).status_code == ok, path
+            assert_unauthorized(call(srv, method, path, body, key=KEY), path)
+    finally:
+        rotate(srv, key_file, KEY)
     with httpx.Client(timeout=10) as plain:  # the port speaks TLS only
         with pytest.raises(httpx.HTTPError):
             plain.get(srv.url.replace("https://", "http://") + "/health").raise_for_status()
 
 
-def test_tls_with_the_official_clients(tls: tuple[Server, Path]) -> None:
+def test_tls_with_the_official_clients(tls: tuple[Server, Path, Path]) -> None:
     import ssl
 
     import httpx2
     import openai
     from typesafe_sdk import Noul, RetryPolicy, TypeSafeAuthenticationError, TypeSafeClient
 
-    srv, cert = tls
+    srv, cert, _ = tls
     context = ssl.create_default_context(cafile=str(cert))
     questions = {"billing": Noul(instructions="Is this message about billing?")}
     for key in (KEY, WRONG):
@@ -456,11 +473,11 @@ def test_tls_with_the_official_clients(tls: tuple[Server, Path]) -> None:
         assert len(client.embeddings.create(model="emb", input=["tls"]).data) == 1
 
 
-def test_the_access_log_can_be_turned_off(tls: tuple[Server, Path]) -> None:
-    srv, _ = tls
+def test_the_access_log_can_be_turned_off(tls: tuple[Server, Path, Path]) -> None:
+    srv, _, _ = tls
     r = call(srv, "POST", "/v1/decisions", DECISIONS, key=KEY, headers={"X-Request-Id": "quiet-1"})
     assert r.status_code == 200 and r.headers["x-request-id"] == "quiet-1"
-    assert access_lines(srv) == []
+    assert access_lines(srv) == [] and "quiet-1" not in srv.log()
 
 
 # ---- asset references -------------------------------------------------------------------------
@@ -478,3 +495,19 @@ def test_asset_references_are_refused_with_their_own_reasons(keyed: Server) -> N
         assert "<r" not in r.json()["error"]["message"]  # a fixed reason; the reference itself is not echoed
         s1 = call(keyed, "POST", "/v1/systemone", {**SYSTEMONE, "assets": assets}, key=KEY)
         assert s1.status_code == 400 and (s1.json()["reason"], s1.json()["limit"]) == (reason, limit)
+
+
+def test_unauthorized_bodies_in_each_schema() -> None:
+    from edge_runtime.api.access import unauthorized_response
+
+    for schema in ("vllm-sr/5.0", "vllm-sr/4.0"):
+        for path in ("/v1/systemone", "/v1/systemone/batch"):
+            r = unauthorized_response(path, schema)
+            body = orjson.loads(r.body)
+            validate_response(path, "post", 401, body)
+            assert r.status == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+            assert body["detail"]["error_type"] == "authentication_error" and body["code"] == "unauthorized"
+            assert ("error" in body) == (schema == "vllm-sr/4.0")
+    r = unauthorized_response("/v1/embeddings", "vllm-sr/4.0")
+    error = orjson.loads(r.body)["error"]
+    assert set(error) == {"code", "message"} and error["code"] == "unauthorized"
