@@ -13,7 +13,9 @@ Errors take the process's System One schema:
 
 - vllm-sr/5.0: the standard's ``detail`` (a list of validation issues on a 422,
   ``{"error_type", "message"}`` otherwise) with the flat ``code``, ``question_error``,
-  ``question``, ``state``, ``reason`` and ``limit`` beside it; overloaded is 529.
+  ``question``, ``state``, ``reason`` and ``limit`` beside it; overloaded is 529. A body that is
+  not JSON, or whose ``state`` or ``questions`` is missing, wrongly typed or empty, is a 422 with
+  the standard's issues (:mod:`edge_runtime.requests.validation`); an unknown member stays 400.
 - vllm-sr/4.0: the runtime's ``{"error": {...}}`` with ``detail`` and the flat fields beside it;
   overloaded is 429.
 
