@@ -511,3 +511,12 @@ def test_unauthorized_bodies_in_each_schema() -> None:
     r = unauthorized_response("/v1/embeddings", "vllm-sr/4.0")
     error = orjson.loads(r.body)["error"]
     assert set(error) == {"code", "message"} and error["code"] == "unauthorized"
+
+
+def test_errors_outside_the_routes_carry_a_request_id(server: Server) -> None:
+    for method, path in (("GET", "/v1/nope"), ("DELETE", "/v1/models"), ("GET", "/nope")):
+        r = server.client.request(method, path, headers={"X-Request-Id": "err-1"})
+        assert r.status_code in (404, 405) and r.headers["x-request-id"] == "err-1", path
+    big = server.client.post("/v1/embeddings", content=b"x" * (2 * 1048576),
+                             headers={"content-type": "application/json", "X-Request-Id": "big-1"})
+    assert big.status_code == 413 and big.headers["x-request-id"] == "big-1"
