@@ -276,8 +276,11 @@ def parse_json(data: bytes) -> Any:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        message = _json_error_message(data, exc)
+        if "depth limit" in str(exc):  # valid JSON past our nesting limit: a limit, not a malformed body
+            raise ApiError(400, "invalid_request", message) from None
         # JsonInvalid is a 400 invalid_request; it keeps where decoding failed for System One's 422.
-        raise JsonInvalid(_json_error_message(data, exc), int(getattr(exc, "pos", 0) or 0)) from None
+        raise JsonInvalid(message, int(getattr(exc, "pos", 0) or 0)) from None
     _check_depth(value, data)
     _check_integers(data)
     return value
