@@ -520,3 +520,9 @@ def test_errors_outside_the_routes_carry_a_request_id(server: Server) -> None:
     big = server.client.post("/v1/embeddings", content=b"x" * (2 * 1048576),
                              headers={"content-type": "application/json", "X-Request-Id": "big-1"})
     assert big.status_code == 413 and big.headers["x-request-id"] == "big-1"
+
+
+def test_spellings_of_a_v1_path_do_not_skip_the_key(keyed: Server) -> None:
+    for path in ("/%761/models", "/v1/models/", "//v1/models", "/v1/./models", "/v1%2Fmodels", "/V1/models"):
+        r = keyed.client.get(path)  # no key
+        assert r.status_code in (401, 404), (path, r.status_code)

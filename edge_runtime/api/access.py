@@ -52,7 +52,11 @@ def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool) -
         request_ids.current.set(rid)
         request.ctx.bytes_in = 0
         request.ctx.model = None
-        if needs_key(request.path, keys, metrics_require_key) and not keys.check(bearer_token(request.headers)):
+        # The matched route as well as the raw path: no spelling of a /v1 path may skip the check.
+        route = getattr(request.route, "path", None)
+        paths = {request.path} | ({"/" + route.lstrip("/")} if isinstance(route, str) else set())
+        needed = any(needs_key(p, keys, metrics_require_key) for p in paths)
+        if needed and not keys.check(bearer_token(request.headers)):
             log.info("refused %s %s: no valid API key", request.method, request.path)
             return unauthorized_response(request.path, schema)
         return None
