@@ -151,6 +151,8 @@ def test_reload_keeps_keys_when_the_file_goes_bad(tmp_path: Path) -> None:
     assert not keys.reload() and keys.check("two")  # an empty file must not open the server
     assert not ApiKeys(None, env={}).enabled
     assert ApiKeys(None, env={"EDGE_RUNTIME_API_KEY": "e"}).check("e")
+    with pytest.raises(KeyFileError, match="EDGE_RUNTIME_API_KEY"):
+        ApiKeys(None, env={"EDGE_RUNTIME_API_KEY": "two words"})
 
 
 def test_the_key_check_is_hmac_compare_digest(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -434,7 +436,10 @@ def test_tls_with_keys(tls: tuple[Server, Path, Path]) -> None:
         assert_unauthorized(call(srv, method, path, body, key=WRONG), path)
         assert call(srv, method, path, body, key=KEY).status_code == ok, path
     assert_unauthorized(call(srv, "GET", "/metrics"), "/metrics")  # --metrics-require-key
-    assert call(srv, "GET", "/metrics", key=KEY).status_code == 200
+    metrics = call(srv, "GET", "/metrics", key=KEY)
+    assert metrics.status_code == 200
+    # Refused requests are counted, under their route and 401.
+    assert 'edge_runtime_requests_total{endpoint="/v1/models",status="401"}' in metrics.text
     assert call(srv, "GET", "/health").status_code == 200
     rotate(srv, key_file, ROTATED)
     try:

@@ -41,8 +41,12 @@ def unauthorized_response(path: str, schema: str) -> HTTPResponse:
     return response
 
 
-def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool) -> None:
-    """Register the middleware, and SIGHUP to re-read the key file once the server runs."""
+def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool, metrics: Any = None) -> None:
+    """Register the middleware, and SIGHUP to re-read the key file once the server runs.
+
+    ``metrics`` (edge_runtime.metrics.Metrics) counts refused requests under status 401, so a
+    client with a stale key shows on a dashboard.
+    """
 
     @app.on_request(priority=100)
     async def identify_and_authorize(request: Request) -> HTTPResponse | None:
@@ -58,6 +62,10 @@ def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool) -
         needed = any(needs_key(p, keys, metrics_require_key) for p in paths)
         if needed and not keys.check(bearer_token(request.headers)):
             log.info("refused %s %s: no valid API key", request.method, request.path)
+            if metrics is not None:
+                # The route's own path as the label: a refused request never adds a label value.
+                metrics.requests.labels("/" + route.lstrip("/") if isinstance(route, str) else request.path,
+                                        "401").inc()
             return unauthorized_response(request.path, schema)
         return None
 

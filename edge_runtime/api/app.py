@@ -50,7 +50,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     app.ctx.metrics = metrics
     # API keys, request ids and the access log (edge_runtime/api/access.py).
     app.ctx.keys = ApiKeys(config.api_key_file)
-    access.install(app, app.ctx.keys, config.systemone_schema, config.metrics_require_key)
+    access.install(app, app.ctx.keys, config.systemone_schema, config.metrics_require_key, metrics)
 
     @app.after_server_start
     async def start_loading(app: Sanic) -> None:

@@ -44,10 +44,19 @@ def read_key_file(path: Path) -> tuple[str, ...]:
     if not keys:
         raise KeyFileError(f"API key file {path} holds no key")
     for number, key in enumerate(keys, 1):
-        # A key is sent in a header: it must be printable ASCII without spaces (RFC 6750 b64token-ish).
-        if not key.isascii() or not key.isprintable() or " " in key or "\t" in key:
-            raise KeyFileError(f"API key {number} of {path} is not printable ASCII without spaces")
+        check_key(key, f"API key {number} of {path}")
+    try:
+        if path.stat().st_mode & 0o004:
+            log.warning("API key file %s is readable by every user: chmod o-r it", path)
+    except OSError:  # pragma: no cover - it was just read
+        pass
     return keys
+
+
+def check_key(key: str, where: str) -> None:
+    """A key is sent in a header: printable ASCII without spaces (RFC 6750's b64token, loosely)."""
+    if not key.isascii() or not key.isprintable() or " " in key or "\t" in key:
+        raise KeyFileError(f"{where} is not printable ASCII without spaces")
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -94,6 +103,7 @@ class ApiKeys:
                 log.error("API keys not reloaded, the %d in force stay: %s", len(self._keys), exc)
                 return False
         if self._env_key is not None:
+            check_key(self._env_key, ENV_VAR)  # fatal at start only: the value never changes
             keys.append(self._env_key)
         with self._lock:
             self._keys = tuple(k.encode("utf-8") for k in keys)
