@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from edge_runtime import API_VERSION
-from edge_runtime.config import ServeConfig
+from edge_runtime.config import ServeConfig, canonical_name, served_names
 from edge_runtime.engine import DeadlineExceeded
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan
@@ -94,15 +94,18 @@ class Runtime:
         """The model a request names (or the only one serving the surface); 404, 422 or 503 otherwise."""
         if name is None:
             candidates = [m for m in self.models.values() if surface in m.surfaces or m.package is None]
+            if not candidates:  # the contract's 422: no served model serves this endpoint
+                raise ApiError("unsupported_surface", f"no served model serves {surface}")
             if len(candidates) != 1:
                 serving = sorted(m.name for m in self.models.values() if surface in m.surfaces)
                 raise ApiError("invalid_request", f"model is required; models serving {surface}: {serving}")
             model = candidates[0]
         else:
-            found = self.models.get(name)
+            found = self.models.get(canonical_name(self.config.models, name))  # an alias names its model
             if found is None:
                 raise ApiError(
-                    "model_not_found", f"model {name!r} is not served; served models: {sorted(self.models)}"
+                    "model_not_found",
+                    f"model {name!r} is not served; served models: {served_names(self.config.models)}",
                 )
             model = found
         if model.status != "ready":

@@ -150,7 +150,7 @@ def test_every_endpoint_of_the_contract_is_described() -> None:
     assert described == set(CONTRACT_ENDPOINTS)
 
 
-SURFACE_STATUSES = {"200", "400", "404", "413", "415", "422", "429", "500", "503"}
+SURFACE_STATUSES = {"200", "400", "401", "404", "413", "415", "422", "429", "500", "503"}
 
 
 @pytest.mark.parametrize("path", ["/v1/decisions", "/v1/classify", "/v1/embeddings", "/v1/rerank"])
@@ -168,7 +168,7 @@ def test_system_one_statuses() -> None:
     paths = load_openapi()["paths"]
     assert set(paths["/v1/systemone"]["post"]["responses"]) == SURFACE_STATUSES | {"504", "529"}
     assert {"529", "429"} <= set(paths["/v1/systemone/batch"]["post"]["responses"])
-    assert set(paths["/v1/bundle"]["post"]["responses"]) == {"200", "400", "413", "415", "500"}
+    assert set(paths["/v1/bundle"]["post"]["responses"]) == {"200", "400", "401", "413", "415", "500"}
     assert set(paths["/health"]["get"]["responses"]) == {"200", "503"}
     assert set(paths["/health/live"]["get"]["responses"]) == {"200", "503"}
 

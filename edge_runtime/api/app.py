@@ -15,6 +15,8 @@ from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, Reques
 from sanic.response import HTTPResponse
 
 from edge_runtime import API_VERSION
+from edge_runtime.api import access
+from edge_runtime.api.auth import ApiKeys
 from edge_runtime.api.body import inline_parts, parse_json, parse_multipart, read_body
 from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
 from edge_runtime.api.schema import openapi_bytes
@@ -24,7 +26,7 @@ from edge_runtime.metrics import Metrics
 from edge_runtime.loading import ServedModel
 from edge_runtime.runtime import Runtime
 from edge_runtime.api.bundle import serve_bundle
-from edge_runtime.api.statuses import as_api_error
+from edge_runtime.api.statuses import RETRY_AFTER, as_api_error
 from edge_runtime.api.systemone import serve_systemone, systemone_error
 from edge_runtime.engine.errors import EngineError
 from edge_runtime.service import serve
@@ -51,6 +53,9 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     app.config.GRACEFUL_SHUTDOWN_TIMEOUT = config.drain_seconds
     app.ctx.runtime = runtime
     app.ctx.metrics = metrics
+    # API keys, request ids and the access log (edge_runtime/api/access.py).
+    app.ctx.keys = ApiKeys(config.api_key_file)
+    access.install(app, app.ctx.keys, config.systemone_schema, config.metrics_require_key, metrics)
 
     @app.after_server_start
     async def start_loading(app: Sanic) -> None:
@@ -75,7 +80,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     async def read_request(request: Request, multipart: bool) -> Any:
         """The decoded JSON request; decisions routes also read multipart/form-data bodies."""
         raw = await read_body(
-            _stream_chunks(request),
+            _stream_chunks(request, partial(access.count_bytes_in, request)),
             _content_length(request),
             request.headers.get("content-encoding"),
             config.max_request_bytes,
@@ -103,6 +108,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
             try:
                 with timing.phase("parse"):
                     body = await read_request(request, multipart)
+                access.note_request(request, body)
                 status, answer, headers = await handler(body, timing, request.headers)
             except (ApiError, EngineError) as exc:
                 status, answer, headers = on_error(exc)
@@ -149,7 +155,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     async def health(request: Request) -> HTTPResponse:
         status, body = runtime.health()
         metrics.set_ready(status == 200)
-        return json_response(body, status, {"Retry-After": "5"} if status != 200 else None)
+        return json_response(body, status, {"Retry-After": str(RETRY_AFTER["not_ready"])} if status != 200 else None)
 
     @app.get("/health/live")
     async def live(request: Request) -> HTTPResponse:
@@ -205,12 +211,15 @@ def _multipart_body(raw: bytes, content_type: str) -> Any:
 
 def list_models(runtime: Runtime) -> dict[str, Any]:
     """GET /v1/models: each model's card and state, the decision models in the SDK's shape, the limits."""
-    data = [m.info() for m in runtime.models.values()]
-    decision = [
-        _decision_model(m, runtime.config.systemone_schema == "vllm-sr/5.0")
-        for m in runtime.models.values()
-        if m.package is not None and "decisions" in m.package.card.surfaces
-    ]
+    data = [{**m.info(), "aliases": list(m.config.aliases)} for m in runtime.models.values()]
+    extended = runtime.config.systemone_schema == "vllm-sr/5.0"
+    decision = []
+    for m in runtime.models.values():
+        if m.package is not None and "decisions" in m.package.card.surfaces:
+            entry = _decision_model(m, extended)
+            decision.append(entry)
+            if extended:  # as System One lists jev-latest beside the versioned ids
+                decision.extend({**entry, "name": alias, "alias_of": m.name} for alias in m.config.aliases)
     return {
         "object": "list",
         "api_version": API_VERSION,
@@ -252,14 +261,15 @@ def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:
     return entry
 
 
-async def _stream_chunks(request: Request) -> Any:
-    """The request body as it arrives (routes are declared with stream=True)."""
+async def _stream_chunks(request: Request, count: Callable[[int], None]) -> Any:
+    """The request body as it arrives; ``count`` sees each chunk's size."""
     # Routes are declared with stream=True, so the stream is HTTP's own, which reads the body.
     stream = cast(Http, request.stream)
     while True:
         chunk = await stream.read()
         if chunk is None:
             return
+        count(len(chunk))
         yield chunk
 
 

@@ -25,6 +25,7 @@ import orjson
 import zstandard
 
 from edge_runtime.errors import ApiError
+from edge_runtime.requests.validation import JsonInvalid
 
 #: Containers (objects and arrays) a JSON body may nest; a deeper one is refused.
 MAX_JSON_DEPTH = 64
@@ -275,7 +276,11 @@ def parse_json(data: bytes) -> Any:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise ApiError("invalid_request", _json_error_message(data, exc)) from None
+        message = _json_error_message(data, exc)
+        if "depth limit" in str(exc):  # valid JSON past our nesting limit: a limit, not a malformed body
+            raise ApiError("invalid_request", message) from None
+        # JsonInvalid is a 400 invalid_request; it keeps where decoding failed for System One's 422.
+        raise JsonInvalid(message, int(getattr(exc, "pos", 0) or 0)) from None
     _check_depth(value, data)
     _check_integers(data)
     return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from edge_runtime.engine.errors import EngineError, ExecutorClosed, ForwardError, Overloaded, RequestTooLarge
 from edge_runtime.errors import ApiError, QuestionFailed
+from edge_runtime.requests.validation import ShapeInvalid
 
 #: The contract's request-level codes.
 STATUS_OF: dict[str, int] = {
@@ -43,6 +44,9 @@ QUESTION_ERROR_STATUS: dict[str, int] = {
 #: A question error the contract does not list is the server's fault.
 UNLISTED_QUESTION_STATUS = 500
 
+#: A request whose shape is wrong, as the System One standard (FastAPI) answers it.
+SHAPE_INVALID_STATUS = 422
+
 #: Under System One's vllm-sr/5.0 schema an overloaded process answers 529, as System One does.
 OVERLOADED_SYSTEMONE_5 = 529
 
@@ -62,6 +66,8 @@ def status_of(error: ApiError) -> int:
     """The HTTP status of a request-level error."""
     if isinstance(error, QuestionFailed):
         return QUESTION_ERROR_STATUS.get(error.question_error, UNLISTED_QUESTION_STATUS)
+    if isinstance(error, ShapeInvalid):
+        return SHAPE_INVALID_STATUS
     if error.reason in STATUS_OF_REASON:
         return STATUS_OF_REASON[error.reason]
     return STATUS_OF[error.code]

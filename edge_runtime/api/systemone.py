@@ -13,7 +13,9 @@ Errors take the process's System One schema:
 
 - vllm-sr/5.0: the standard's ``detail`` (a list of validation issues on a 422,
   ``{"error_type", "message"}`` otherwise) with the flat ``code``, ``question_error``,
-  ``question``, ``state``, ``reason`` and ``limit`` beside it; overloaded is 529.
+  ``question``, ``state``, ``reason`` and ``limit`` beside it; overloaded is 529. A body that is
+  not JSON, or whose ``state`` or ``questions`` is missing, wrongly typed or empty, is a 422 with
+  the standard's issues (:mod:`edge_runtime.requests.validation`); an unknown member stays 400.
 - vllm-sr/4.0: the runtime's ``{"error": {...}}`` with ``detail`` and the flat fields beside it;
   overloaded is 429.
 
@@ -33,6 +35,7 @@ from edge_runtime.requests.decisions import NoValidQuestion
 from edge_runtime.requests.systemone import (
     SCHEMA_5, check_schema, internal_body, long_context_header, parse_systemone_batch,
 )
+from edge_runtime.requests.validation import JsonInvalid, ShapeInvalid, check_systemone_shape
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
 
@@ -76,6 +79,8 @@ def from_no_valid_question(exc: NoValidQuestion) -> QuestionFailed:
 
 def _issues(exc: ApiError) -> list[dict[str, Any]]:
     """A 422's detail list: one issue per failed question, else one for the whole request."""
+    if isinstance(exc, ShapeInvalid):
+        return exc.issues
     if isinstance(exc, QuestionFailed):
         issues = []
         for f in exc.failed:
@@ -110,6 +115,8 @@ def systemone_error(error: ApiError | EngineError, schema: str) -> Response:
     exc = as_api_error(error)
     if isinstance(exc, NoValidQuestion):
         exc = from_no_valid_question(exc)
+    if isinstance(exc, JsonInvalid) and schema == SCHEMA_5:
+        exc = ShapeInvalid(exc.issues())  # the standard answers a body that is not JSON 422 json_invalid
     status = status_of(exc)
     detail: Any = _issues(exc) if status == 422 else {"error_type": exc.code, "message": exc.message}
     if schema == SCHEMA_5:
@@ -127,7 +134,10 @@ def systemone_error(error: ApiError | EngineError, schema: str) -> Response:
 async def _answer_one(runtime: Any, body: Any, timing: Timing, schema: str, long_context: bool) -> Response:
     """One System One request: decode, take the decisions path, judge the answer."""
     try:
-        answer = await serve(runtime, "decisions", internal_body(body, schema, long_context), timing)
+        internal = internal_body(body, schema, long_context)  # an unknown member stays 400, named
+        if schema == SCHEMA_5:
+            check_systemone_shape(body)  # 422 with the standard's detail list
+        answer = await serve(runtime, "decisions", internal, timing)
         return 200, systemone_answer(answer), {}
     except (ApiError, EngineError) as exc:
         return systemone_error(exc, schema)

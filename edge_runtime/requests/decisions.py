@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from edge_runtime.errors import ApiError, invalid_request
 from edge_runtime.questions import InvalidQuestion, Json, Question, check_clashes, parse_question
 from edge_runtime.questions.forms import encodable, json_encodable
+from edge_runtime.requests.assets import check_references
 from edge_runtime.requests.common import (
     Options, check_count, model_name, parse_options, reject_unknown, require_object,
 )
@@ -193,9 +194,8 @@ def _assets(raw: Any) -> Mapping[str, Any] | None:
         return None
     if not isinstance(raw, dict) or not raw:
         raise invalid_request("assets must be a non-empty object of placeholders to assets")
+    check_references(raw)  # empty or over-long references: their own reasons and limits
     for key, value in raw.items():
-        if not key:
-            raise invalid_request("assets placeholders must be non-empty strings")
         if not isinstance(value, dict):
             raise invalid_request(f"assets[{key!r}] must be an object")
     return raw
