@@ -17,13 +17,13 @@ from sanic.response import HTTPResponse
 from edge_runtime import API_VERSION
 from edge_runtime.api import access
 from edge_runtime.api.auth import ApiKeys
+from edge_runtime.api.listing import list_models
 from edge_runtime.api.body import inline_parts, parse_json, parse_multipart, read_body
 from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
 from edge_runtime.api.schema import openapi_bytes
 from edge_runtime.config import ServeConfig
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
-from edge_runtime.loading import ServedModel
 from edge_runtime.runtime import Runtime
 from edge_runtime.api.bundle import serve_bundle
 from edge_runtime.api.statuses import RETRY_AFTER, as_api_error
@@ -207,58 +207,6 @@ async def _systemone_handler(runtime: Runtime, schema: str, batch: bool, body: A
 def _multipart_body(raw: bytes, content_type: str) -> Any:
     body, parts = parse_multipart(raw, content_type)
     return inline_parts(body, parts)
-
-
-def list_models(runtime: Runtime) -> dict[str, Any]:
-    """GET /v1/models: each model's card and state, the decision models in the SDK's shape, the limits."""
-    data = [{**m.info(), "aliases": list(m.config.aliases)} for m in runtime.models.values()]
-    extended = runtime.config.systemone_schema == "vllm-sr/5.0"
-    decision = []
-    for m in runtime.models.values():
-        if m.package is not None and "decisions" in m.package.card.surfaces:
-            entry = _decision_model(m, extended)
-            decision.append(entry)
-            if extended:  # as System One lists jev-latest beside the versioned ids
-                decision.extend({**entry, "name": alias, "alias_of": m.name} for alias in m.config.aliases)
-    return {
-        "object": "list",
-        "api_version": API_VERSION,
-        "data": data,
-        "models": decision,
-        "limits": {
-            "max_bundle_tasks": runtime.config.max_bundle_tasks,
-            "max_request_bytes": runtime.config.max_request_bytes,
-            "max_inputs": runtime.config.max_inputs,
-        },
-    }
-
-
-def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:
-    """A decision model as the System One SDKs read it; vllm-sr/5.0 adds version, features and card."""
-    assert model.package is not None
-    card = model.package.card
-    entry: dict[str, Any] = {"name": model.name, "description": card.description, "release_date": card.release_date}
-    if extended:
-        question_types = list(card.question_types)
-        features = question_types + [m for m in card.modalities if m != "text"]
-        if card.raw.get("usage") == "state_once":
-            features.append("state_once")
-        if "validated_input_tokens" in card.limits:
-            features.append("long_context")
-        entry.update(
-            version=card.version,
-            features=features,
-            card={
-                "family": card.family,
-                "question_types": question_types,
-                "modalities": list(card.modalities),
-                "usage": card.raw.get("usage", "per_question"),
-                "limits": dict(card.limits),
-                "revision": card.revision,
-                "model_sha256": model.package.digest,
-            },
-        )
-    return entry
 
 
 async def _stream_chunks(request: Request, count: Callable[[int], None]) -> Any:
