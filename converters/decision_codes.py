@@ -31,21 +31,35 @@ import string
 import tempfile
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.export import (
-    ExportResult, PackageIdentity, identity_card, notice_files, package_tokenizer, sanitize_name,
+    ExportResult,
+    PackageIdentity,
+    identity_card,
+    notice_files,
+    package_tokenizer,
+    sanitize_name,
 )
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes import (
-    ATTENTION_MODES, CONFIG_FORMAT, PROMPT, QUESTION_TYPES, READOUT, READOUT_BIAS, SYSTEM, CodesPrompt, check_config,
+    ATTENTION_MODES,
+    CONFIG_FORMAT,
+    PROMPT,
+    QUESTION_TYPES,
+    READOUT,
+    READOUT_BIAS,
+    SYSTEM,
+    CodesPrompt,
+    check_config,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages.card import CARD_FORMAT
@@ -229,8 +243,8 @@ def _stamp(src: Path) -> str:
 
 def export_graph(base: Any, attention_mode: str, work: Path) -> Path:
     """Export the backbone (no LM head): ``last_hidden_state``, with past key/values for prefix_causal."""
-    from optimum.exporters.onnx import onnx_export_from_model
     import optimum.exporters.onnx.model_configs  # noqa: F401 - fills the task registry (feasibility B.3.1)
+    from optimum.exporters.onnx import onnx_export_from_model
     from optimum.exporters.tasks import TasksManager
 
     custom = None

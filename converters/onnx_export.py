@@ -10,8 +10,9 @@ import functools
 import inspect
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from optimum.exporters.onnx import onnx_export_from_model
 from optimum.exporters.onnx.model_patcher import ModelPatcher, override_arguments

@@ -126,7 +126,7 @@ def _dequant(weights: dict[str, np.ndarray], name: str) -> np.ndarray:
 # ---- tokenizer ---------------------------------------------------------------------------
 
 
-def build_tokenizer(vocab: dict[str, int]) -> "Any":
+def build_tokenizer(vocab: dict[str, int]) -> Any:
     """BERT-uncased WordPiece as the package's pure-Python one: no specials, no truncation."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -297,7 +297,7 @@ def _licenses() -> dict[str, bytes]:
         "Code: Apache-2.0 (sparrow-decider-LICENSE), with its NOTICE (sparrow-decider-NOTICE).\n"
         "The sparrow-nano weights are fine-tuned from potion-base-8M (Model2Vec, MinishLab), whose\n"
         "MIT licence applies to them (potion-base-8M-MIT): https://github.com/MinishLab/model2vec\n"
-    ).encode("utf-8")
+    ).encode()
     return out
 
 

@@ -9,9 +9,10 @@ position holds is unspecified and no head reads it). An export above the toleran
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort

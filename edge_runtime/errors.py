@@ -8,8 +8,9 @@ document) is an :class:`ItemError` answered in place, and never fails its siblin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 
 class ApiError(Exception):

@@ -8,12 +8,13 @@ failures go up as typed errors (ApiError, the engine's errors); api/statuses.py 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from edge_runtime.requests.decisions import parse_decisions_request
-from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
 from edge_runtime.families.base import Plan
 from edge_runtime.loading import ServedModel
+from edge_runtime.requests.decisions import parse_decisions_request
+from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
 from edge_runtime.runtime import Runtime
 from edge_runtime.timing import Timing
 

@@ -40,7 +40,7 @@ class Server:
         self.url = f"{'https' if tls_ca else 'http'}://127.0.0.1:{self.port}"
         self.log_path = log or models_file.with_suffix(f".{self.port}.log")
         env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", **(env or {}))
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - the child process writes it until stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edge_runtime", "serve", "--models", str(models_file),
              "--host", "127.0.0.1", "--port", str(self.port), *extra],

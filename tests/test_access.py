@@ -13,8 +13,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 import orjson
@@ -382,7 +383,7 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edge-runtime test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     public = key.public_key()
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(public)
@@ -448,9 +449,8 @@ def test_tls_with_keys(tls: tuple[Server, Path, Path]) -> None:
             assert_unauthorized(call(srv, method, path, body, key=KEY), path)
     finally:
         rotate(srv, key_file, KEY)
-    with httpx.Client(timeout=10) as plain:  # the port speaks TLS only
-        with pytest.raises(httpx.HTTPError):
-            plain.get(srv.url.replace("https://", "http://") + "/health").raise_for_status()
+    with httpx.Client(timeout=10) as plain, pytest.raises(httpx.HTTPError):  # the port speaks TLS only
+        plain.get(srv.url.replace("https://", "http://") + "/health").raise_for_status()
 
 
 def test_tls_with_the_official_clients(tls: tuple[Server, Path, Path]) -> None:

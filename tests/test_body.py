@@ -8,12 +8,11 @@ import os
 import struct
 import tracemalloc
 import zlib
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import zstandard
 
-from edge_runtime.api.statuses import status_of
 from edge_runtime.api.body import (
     MAX_JSON_DEPTH,
     ZSTD_MAX_WINDOW,
@@ -23,6 +22,7 @@ from edge_runtime.api.body import (
     parse_multipart,
     read_body,
 )
+from edge_runtime.api.statuses import status_of
 from edge_runtime.errors import ApiError
 
 LIMIT = 8 << 20
@@ -114,7 +114,7 @@ def test_zstd_bombs_are_refused_in_bounded_memory() -> None:
     for declare in (False, True):
         bomb = _zstd_of_zeros(1024, declare)
         assert len(bomb) < 100_000
-        growth, error = peak_growth(lambda: decode_body(bomb, "zstd", LIMIT))
+        growth, error = peak_growth(lambda bomb=bomb: decode_body(bomb, "zstd", LIMIT))
         assert (status_of(error), error.code, error.limit) == (413, "request_too_large", LIMIT)
         assert growth < 50 * MIB
 
@@ -255,7 +255,7 @@ def test_over_limit_as_decoded() -> None:
     body = b"[" + b"1," * 60000 + b"1]"
     for encoding, sent in (("gzip", gzip.compress(body)), ("zstd", zstandard.ZstdCompressor().compress(body))):
         assert len(sent) < 100_000 < len(body)
-        error = refused(lambda: decode_body(sent, encoding, 100_000))
+        error = refused(lambda sent=sent, encoding=encoding: decode_body(sent, encoding, 100_000))
         assert (status_of(error), error.code, error.limit, error.reason) == (
             413, "request_too_large", 100_000, "decoded_body_too_large",
         )

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_codes import build_decision_codes_fixture_result, export_decision_codes, DecisionCodesOptions
+from converters.decision_codes import DecisionCodesOptions, build_decision_codes_fixture_result, export_decision_codes
 from converters.errors import ConversionError
 from converters.samples import SAMPLE_TEXTS
 from edge_runtime.api.statuses import status_of
@@ -159,7 +159,7 @@ def test_readout_matches_transformers_logits(causal, torch_lm) -> None:
     rng = random.Random(20260301)
     token_ids = causal.config["token_ids"]
     worst, spread, count = 0.0, 0.0, 0
-    for i in range(8):
+    for _ in range(8):
         body = _random_request(rng, rng.randint(1, 4))
         plan, answer = run(causal, body)
         entry = plan.entries[0]

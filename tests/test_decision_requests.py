@@ -12,7 +12,11 @@ from edge_runtime.errors import ApiError
 from edge_runtime.questions import DecisionOption, InvalidQuestion, Question
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 from tests.contract_examples import (
-    BUNDLE_EXAMPLE, DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS,
+    BUNDLE_EXAMPLE,
+    DECISIONS_EXAMPLE_1,
+    DECISIONS_EXAMPLE_2,
+    DECISIONS_EXAMPLE_BATCH,
+    SYSTEMONE_EXAMPLE_ASSETS,
     SYSTEMONE_EXAMPLE_MEDIA,
 )
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from edge_runtime.questions import (
-    QUESTION_TYPES, REGISTRY, InvalidQuestion, Question, answer, check_clashes, parse_question, refusal,
+    QUESTION_TYPES,
+    REGISTRY,
+    InvalidQuestion,
+    Question,
+    answer,
+    check_clashes,
+    parse_question,
+    refusal,
 )
 
 

@@ -9,26 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from converters.sparrow import build_sparrow_package
-from edge_runtime.api.statuses import status_of
 from edge_runtime.api.schema import request_validator, validate_response
+from edge_runtime.api.statuses import status_of
+from edge_runtime.api.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.config import ModelConfig, ServeConfig
 from edge_runtime.engine import Overloaded
 from edge_runtime.errors import ApiError
 from edge_runtime.requests.systemone import (
-    SCHEMA_4, SCHEMA_5, internal_body, long_context_header, parse_systemone_request,
+    SCHEMA_4,
+    SCHEMA_5,
+    internal_body,
+    long_context_header,
+    parse_systemone_request,
 )
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
-from edge_runtime.api.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.timing import Timing
 from tests.contract_examples import (
-    DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS,
+    DECISIONS_EXAMPLE_1,
+    DECISIONS_EXAMPLE_2,
+    DECISIONS_EXAMPLE_BATCH,
+    SYSTEMONE_EXAMPLE_ASSETS,
     SYSTEMONE_EXAMPLE_MEDIA,
 )
 from tests.server_harness import Server, write_models_file
@@ -394,7 +402,13 @@ def _server(package: Path, tmp_path: Path, *flags: str) -> Server:
 
 def test_official_sdk_calls_systemone_and_lists_models(package: Path, tmp_path: Path) -> None:
     from typesafe_sdk import (
-        Choice, Noul, RetryPolicy, Score, TypeSafeClient, TypeSafeNotFoundError, TypeSafeUnprocessableEntityError,
+        Choice,
+        Noul,
+        RetryPolicy,
+        Score,
+        TypeSafeClient,
+        TypeSafeNotFoundError,
+        TypeSafeUnprocessableEntityError,
     )
 
     srv = _server(package, tmp_path)

@@ -20,8 +20,8 @@ from sanic.response import BaseHTTPResponse, HTTPResponse
 from edge_runtime.api import access_log, request_ids
 from edge_runtime.api.auth import ApiKeys, bearer_token, needs_key
 from edge_runtime.api.responses import error_response, json_response
-from edge_runtime.errors import ApiError
 from edge_runtime.api.systemone import systemone_error
+from edge_runtime.errors import ApiError
 
 log = logging.getLogger("edge_runtime.api")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -54,7 +54,7 @@ def access_record(
 ) -> dict[str, Any]:
     """One access line's fields."""
     return {
-        "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
         "id": rid,
         "method": method,
         "route": route,

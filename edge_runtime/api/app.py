@@ -3,32 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import itertools
+import logging
 import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
-from typing import Any, Awaitable, Callable, Coroutine, Mapping, cast
+from typing import Any, cast
 
 from sanic import Request, Sanic
-from sanic.http import Http
 from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, RequestTimeout, SanicException
+from sanic.http import Http
 from sanic.response import HTTPResponse
 
 from edge_runtime import API_VERSION
 from edge_runtime.api import access
 from edge_runtime.api.auth import ApiKeys
-from edge_runtime.api.listing import list_models
 from edge_runtime.api.body import inline_parts, parse_json, parse_multipart, read_body
+from edge_runtime.api.bundle import serve_bundle
+from edge_runtime.api.listing import list_models
 from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
 from edge_runtime.api.schema import openapi_bytes
+from edge_runtime.api.statuses import RETRY_AFTER, as_api_error
+from edge_runtime.api.systemone import serve_systemone, systemone_error
 from edge_runtime.config import ServeConfig
+from edge_runtime.engine.errors import EngineError
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
 from edge_runtime.runtime import Runtime
-from edge_runtime.api.bundle import serve_bundle
-from edge_runtime.api.statuses import RETRY_AFTER, as_api_error
-from edge_runtime.api.systemone import serve_systemone, systemone_error
-from edge_runtime.engine.errors import EngineError
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
 from edge_runtime.work import keep_inline

@@ -15,8 +15,8 @@ import hmac
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 ENV_VAR = "EDGE_RUNTIME_API_KEY"
 

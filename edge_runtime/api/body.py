@@ -17,9 +17,10 @@ from __future__ import annotations
 import base64
 import re
 import zlib
+from collections.abc import AsyncIterator
 from email import policy
 from email.parser import BytesHeaderParser, HeaderParser
-from typing import Any, AsyncIterator
+from typing import Any
 
 import orjson
 import zstandard

@@ -16,7 +16,7 @@ import contextvars
 import logging
 import re
 import uuid
-from typing import Mapping
+from collections.abc import Mapping
 
 HEADER = "X-Request-Id"
 SYSTEMONE_HEADER = "x-typesafe-request-id"

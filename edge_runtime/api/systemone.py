@@ -26,14 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from edge_runtime.api.statuses import OVERLOADED_SYSTEMONE_5, as_api_error, retry_headers, status_of
 from edge_runtime.engine.errors import EngineError
 from edge_runtime.errors import ApiError, FailedQuestion, QuestionFailed
 from edge_runtime.requests.decisions import NoValidQuestion
 from edge_runtime.requests.systemone import (
-    SCHEMA_5, check_schema, internal_body, long_context_header, parse_systemone_batch,
+    SCHEMA_5,
+    check_schema,
+    internal_body,
+    long_context_header,
+    parse_systemone_batch,
 )
 from edge_runtime.requests.validation import JsonInvalid, ShapeInvalid, check_systemone_shape
 from edge_runtime.service import serve

@@ -9,6 +9,7 @@ so a new short request waits at most for the forward in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -326,10 +327,8 @@ class ModelExecutor:
 
     def _finish(self, job: _Job, result: JobResult | None = None, error: BaseException | None = None) -> None:
         job.done = True
-        try:
+        with contextlib.suppress(RuntimeError):  # the job's event loop is closed: nobody is waiting
             job.loop.call_soon_threadsafe(_settle, job.future, result, error)
-        except RuntimeError:
-            pass  # the job's event loop is closed: nobody is waiting
 
     def _drop(self, n: int) -> None:
         """Count rows that will never run (lock not held)."""

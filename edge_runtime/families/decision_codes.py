@@ -34,24 +34,31 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_runtime.text.bounds import encode_plain
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
-    DecisionPlan, Entry, Slot, answered_types, assemble, media_refusal, refused_entry,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    assemble,
+    media_refusal,
+    refused_entry,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+from edge_runtime.text.bounds import encode_plain
 
 SURFACE = "decisions"
 CONFIG_FORMAT = "decision-codes-config/1"
@@ -145,7 +152,7 @@ class CodesPrompt:
         self._cached = lru_cache(maxsize=8192)(self._encode_text)
 
     @classmethod
-    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> "CodesPrompt":
+    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> CodesPrompt:
         return cls(Tokenizer.from_file(str(tokenizer_path)), config)
 
     def _markup(self, text: str) -> tuple[int, ...]:

@@ -11,8 +11,9 @@ how one row's output becomes a question's answer (``read``), typically through
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan
@@ -65,7 +66,7 @@ class DecisionPlan:
         """The tokens the request reads: every entry's, each state counted as its family runs it."""
         return sum(e.tokens for e in self.entries)
 
-    def engine_plan(self, finish: Callable[["DecisionPlan", list[Any] | ItemError], dict[str, Any]]) -> Plan:
+    def engine_plan(self, finish: Callable[[DecisionPlan, list[Any] | ItemError], dict[str, Any]]) -> Plan:
         """The runtime's Plan: these rows, finished by ``finish(self, outputs)``."""
         return Plan(self.rows, lambda outputs: finish(self, outputs), self.input_tokens)
 

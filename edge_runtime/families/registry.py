@@ -6,8 +6,9 @@ family what it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import ModelFamily

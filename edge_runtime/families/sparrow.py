@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -26,7 +27,13 @@ from tokenizers import Tokenizer
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
-    DecisionPlan, Entry, Slot, answered_types, assemble, media_refusal, refused_entry,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    assemble,
+    media_refusal,
+    refused_entry,
 )
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, refusal
@@ -95,7 +102,7 @@ class SparrowText:
         self.reader = BudgetReader(tokenizer, analyze(tokenizer))
 
     @classmethod
-    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> "SparrowText":
+    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> SparrowText:
         return cls(Tokenizer.from_file(str(tokenizer_path)), config)
 
     def _encode(self, text: str) -> list[int]:

@@ -13,7 +13,8 @@ rounding gives a score that is exactly the expectation. A vector that is not a d
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

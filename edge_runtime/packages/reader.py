@@ -20,7 +20,11 @@ from edge_runtime.packages.card import CARD_FILE, DECISION_FAMILIES, Card, parse
 from edge_runtime.packages.errors import PackageError
 from edge_runtime.packages.golden import GoldenCase, read_golden
 from edge_runtime.packages.manifest import (
-    MANIFEST_FILE, MANIFEST_FORMAT, compute_digest, file_sha256, list_package_files,
+    MANIFEST_FILE,
+    MANIFEST_FORMAT,
+    compute_digest,
+    file_sha256,
+    list_package_files,
 )
 
 TOKENIZER_FILE = "tokenizer.json"

@@ -9,15 +9,22 @@ families refuse the types their card does not list through :func:`refusal` and a
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT, InvalidModelOutput
-from edge_runtime.questions import box, choice, noul, score, span, track
-from edge_runtime.questions import sets
+from edge_runtime.questions import box, choice, noul, score, sets, span, track
 from edge_runtime.questions.base import (
-    QUESTION_MALFORMED, TYPE_UNSUPPORTED, DecisionOption, InvalidQuestion, Json, Malformed, Question, QuestionType,
+    QUESTION_MALFORMED,
+    TYPE_UNSUPPORTED,
+    DecisionOption,
+    InvalidQuestion,
+    Json,
+    Malformed,
+    Question,
+    QuestionType,
 )
 from edge_runtime.questions.forms import optional_text
 

@@ -7,7 +7,8 @@ the argmax, ties to the first option in request order, with
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,7 +6,8 @@ always both, false first. A Noul has no confidence, by the standard.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

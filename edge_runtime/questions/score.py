@@ -9,7 +9,8 @@ most likely level and ``MAD_unif = sum_i |i - (n - 1)/2| / n``; legend and proba
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,7 +6,8 @@ end exclusive); the question's own answer is a Noul under its ID; ``thresholds.<
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from edge_runtime.heads.tokens import Span
 from edge_runtime.questions.base import Json, Question, QuestionType

@@ -7,7 +7,7 @@ own fixed reason and the limit, so the Router can pass the reason on without the
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from edge_runtime.errors import ApiError
 

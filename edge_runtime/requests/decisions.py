@@ -13,15 +13,21 @@ whether a model answers box, track, set or span questions, or reads images, is t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from edge_runtime.errors import ApiError, invalid_request
 from edge_runtime.questions import InvalidQuestion, Json, Question, check_clashes, parse_question
 from edge_runtime.questions.forms import encodable, json_encodable
 from edge_runtime.requests.assets import check_references
 from edge_runtime.requests.common import (
-    Options, check_count, model_name, parse_options, reject_unknown, require_object,
+    Options,
+    check_count,
+    model_name,
+    parse_options,
+    reject_unknown,
+    require_object,
 )
 
 ROLES: tuple[str, ...] = ("user", "context", "answer")

@@ -13,8 +13,9 @@ import gzip
 import socket
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 import orjson
@@ -203,7 +204,7 @@ def _read_reply(sock: socket.socket) -> bytes:
     while True:
         try:
             chunk = sock.recv(65536)
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             break
         if not chunk:
             break
