@@ -27,7 +27,7 @@ from .errors import (
     RequestTooLarge,
     is_out_of_memory,
 )
-from .forward import GROUPINGS, Forward, Grouping, row_length
+from .forward import GROUPINGS, Forward, Grouping
 
 __all__ = ["ExecutorMetrics", "Forward", "JobResult", "ModelExecutor"]
 
@@ -126,7 +126,7 @@ class ModelExecutor:
         rows = list(rows)
         if not rows:
             return JobResult([], 0.0, 0.0, 0)
-        lengths = [row_length(self.forward, row) for row in rows]
+        lengths = [self.forward.length(row) for row in rows]
         now = time.monotonic()
         if deadline is not None and deadline <= now:
             raise DeadlineExceeded("the deadline passed before the job was queued", [None] * len(rows))
