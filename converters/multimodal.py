@@ -480,6 +480,7 @@ def build_multimodal_fixture(arch: str, out: Path, seed: int = 0) -> MultimodalR
     opts = MultimodalOptions(kind=kind, name=f"fixture-{arch}", version="0.0.1", release_date="2025-01-01",
                              license="Apache-2.0", source_name=f"edge-runtime fixture {arch}-tiny (seed {seed})",
                              description=f"Tiny random-weight {arch} {kind} fixture (seed {seed}); for tests",
+                             dimensions=[8],  # a Matryoshka size, so truncation is exercised per modality
                              limits={"audio_max_seconds": 8, "image_source_max_pixels": 4_000_000,
                                      "image_max_bytes": 2 * 1024 * 1024, "audio_max_bytes": 2 * 1024 * 1024})
     with tempfile.TemporaryDirectory(prefix="er-mm-fixture-") as tmp:

@@ -140,6 +140,10 @@ def _build_family(package: Package, session: Any, config: ModelConfig) -> Any:
         from edge_runtime.families.decision_codes import DecisionCodesModel
 
         return DecisionCodesModel(package, session, name=config.name, max_input_tokens=config.max_input_tokens)
+    if family == "multimodal-embedding":
+        from edge_runtime.families.multimodal_embedding import MultimodalEmbeddingModel
+
+        return MultimodalEmbeddingModel(package, session, max_input_tokens=config.max_input_tokens)
     raise PackageError("card.json", f"family {family!r} is not served by this runtime")
 
 

@@ -152,10 +152,11 @@ def log_mel(samples: np.ndarray, spec: dict[str, Any]) -> np.ndarray:
 
 
 def whisper_real_positions(num_samples: int, spec: dict[str, Any], positions: int) -> int:
-    """Encoder positions that saw sound: mel frame i is centered on sample i*hop, and the encoder's
-    stride-2 convolution maps mel frames 2j-1..2j+1 to position j, so a clip of n samples reaches
-    positions 0..(n // hop) // 2. Capped at the window's positions; at least 1."""
+    """Encoder positions that saw sound, as Transformers counts them for Whisper's attention mask:
+    mel frame i is real when its center sample i*hop lies in the clip (ceil(n / hop) frames), and
+    the encoder's stride-2 convolution maps f frames to (f - 1) // 2 + 1 positions. Capped at the
+    window's positions; at least 1."""
     hop = int(spec["hop_length"])
     window = int(spec["chunk_length"]) * int(spec["sampling_rate"])
-    n = min(num_samples, window)
-    return max(1, min(positions, (n // hop) // 2 + 1))
+    frames = -(-min(num_samples, window) // hop)
+    return max(1, min(positions, (max(frames, 1) - 1) // 2 + 1))
