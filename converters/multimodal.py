@@ -17,7 +17,6 @@ card's verification member, per tower; an export above the tolerance is refused.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import tempfile
 import warnings
@@ -474,8 +473,12 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
     return d
 
 
-def build_multimodal_fixture(arch: str, out: Path, seed: int = 0) -> MultimodalResult:
-    """Build the tiny fixture package of ``arch`` at ``out`` through export_multimodal."""
+def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Path | None = None) -> MultimodalResult:
+    """Build the tiny fixture package of ``arch`` at ``out`` through export_multimodal.
+
+    ``source_dir``: where to write (and keep) the Hugging Face source, for tests that compare with
+    PyTorch; by default it lives in a temporary directory.
+    """
     kind = "audio-embedding" if arch == "whisper" else "image-text-embedding"
     opts = MultimodalOptions(kind=kind, name=f"fixture-{arch}", version="0.0.1", release_date="2025-01-01",
                              license="Apache-2.0", source_name=f"edge-runtime fixture {arch}-tiny (seed {seed})",
@@ -483,10 +486,8 @@ def build_multimodal_fixture(arch: str, out: Path, seed: int = 0) -> MultimodalR
                              dimensions=[8],  # a Matryoshka size, so truncation is exercised per modality
                              limits={"audio_max_seconds": 8, "image_source_max_pixels": 4_000_000,
                                      "image_max_bytes": 2 * 1024 * 1024, "audio_max_bytes": 2 * 1024 * 1024})
+    if source_dir is not None:
+        return export_multimodal(build_multimodal_source(arch, Path(source_dir), seed=seed), out, opts)
     with tempfile.TemporaryDirectory(prefix="er-mm-fixture-") as tmp:
         src = build_multimodal_source(arch, Path(tmp) / f"fixture-{arch}", seed=seed)
         return export_multimodal(src, out, opts)
-
-
-def today() -> str:
-    return dt.datetime.now(dt.timezone.utc).date().isoformat()
