@@ -141,7 +141,8 @@ def mm_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path
 @pytest.fixture(scope="session")
 def mm_server(mm_sources: dict[str, tuple[Path, Path]], fixture_package: Any,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    models = [{"name": arch, "package": str(pkg), "device": "cpu", "threads": 1} for arch, (_, pkg) in mm_sources.items()]
+    models = [{"name": arch, "package": str(pkg), "device": "cpu", "threads": 1}
+              for arch, (_, pkg) in mm_sources.items()]
     models.append({"name": "emb", "package": str(fixture_package("embedding")), "device": "cpu", "threads": 1})
     srv = Server(write_models_file(tmp_path_factory.mktemp("mm-server") / "models.yaml", models),
                  "--max-request-bytes", str(8 << 20))
@@ -318,11 +319,12 @@ def test_missing_modality_is_422_naming_the_models_modalities(mm_server: Server)
 def test_hostile_media_over_http(mm_server: Server) -> None:
     bomb = {"type": "image_url", "image_url": {"url": data_url(image_bytes(Image.new("L", (3000, 2000)), "PNG"),
                                                                  "image/png")}}
+    huge = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * (3 << 20)}}
+    mislabelled = image_part(picture(16, 16, 1), "PNG", "image/jpeg")
     cases = [
         ({"model": "siglip", "input": ["ok", bomb]}, "image_too_large", 4_000_000),
-        ({"model": "siglip", "input": {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * (3 << 20)}}},
-         "image_too_large", 2 * 1024 * 1024),
-        ({"model": "clip", "input": image_part(picture(16, 16, 1), "PNG", "image/jpeg")}, "image_format_mismatch", None),
+        ({"model": "siglip", "input": huge}, "image_too_large", 2 * 1024 * 1024),
+        ({"model": "clip", "input": mislabelled}, "image_format_mismatch", None),
         ({"model": "clip", "input": {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}},
          "image_url_unsupported", None),
         ({"model": "whisper", "input": audio_part(encode_audio(tone(9.0, 8000), 8000))}, "audio_too_long", 8),
@@ -335,8 +337,8 @@ def test_hostile_media_over_http(mm_server: Server) -> None:
         error = embed(mm_server, body, 400)["error"]
         assert error["code"] == "invalid_request" and error["reason"] == reason, error
         assert error.get("limit") == limit
-    bad = mm_server.client.post("/v1/embeddings", json={"model": "whisper", "input": {"type": "input_audio",
-                                                                                      "input_audio": {"data": "AAAA", "format": "aac"}}})
+    aac = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "aac"}}
+    bad = mm_server.client.post("/v1/embeddings", json={"model": "whisper", "input": aac})
     assert bad.status_code == 400 and bad.json()["error"]["reason"] == "audio_format_unsupported"
 
 

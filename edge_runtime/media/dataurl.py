@@ -36,7 +36,8 @@ def parse_data_url(url: str, max_bytes: int, kind: str) -> tuple[str | None, byt
     The runtime never fetches anything (edge nodes must not phone out), so only data: URLs are read.
     """
     if not isinstance(url, str) or not url.startswith("data:"):
-        raise MediaError(f"{kind}_url_unsupported", f"the {kind} must be a base64 data: URL; remote URLs are not fetched")
+        raise MediaError(f"{kind}_url_unsupported",
+                         f"the {kind} must be a base64 data: URL; remote URLs are not fetched")
     m = _DATA_URL.match(url)
     if m is None or not m.group(3):
         raise MediaError(f"{kind}_malformed", f"the {kind} data URL must be base64 (data:<type>;base64,...)")
