@@ -30,6 +30,7 @@ from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.export import PackageIdentity
 from converters.progress import Step, log
+from converters.ctranslate2_whisper import is_ct2_whisper
 from converters.source import resolve_source, source_stamp
 from edge_runtime.packages import read_package
 from edge_runtime.packages.golden import golden_bytes
@@ -212,6 +213,7 @@ def _sample_clips(rate: int, window_s: int) -> list[np.ndarray]:
 
 def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict]:
     """(towers, files, goldens by golden file, verification) for a SigLIP or CLIP model."""
+    import torch
     from transformers import AutoImageProcessor
 
     from converters.export import package_tokenizer
@@ -239,9 +241,10 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
         if not siglip:
             feeds["attention_mask"] = np.ones_like(padded)
         text_feeds.append(feeds)
-    text_path = _export(wrappers["text"](model, not siglip), tuple(
-        [__import__("torch").from_numpy(text_feeds[1][k]) for k in text_inputs]), work / "model.onnx", text_inputs,
-        "text_embeds", {**{k: {0: "batch", 1: "sequence"} for k in text_inputs}, "text_embeds": {0: "batch"}})
+    text_path = _export(wrappers["text"](model, not siglip),
+                        tuple(torch.from_numpy(text_feeds[1][k]) for k in text_inputs), work / "model.onnx",
+                        text_inputs, "text_embeds",
+                        {**{k: {0: "batch", 1: "sequence"} for k in text_inputs}, "text_embeds": {0: "batch"}})
     text_session = _session(text_path)
     text_diff, text_cases = _compare("text", text_session, wrappers["text"](model, not siglip), text_feeds)
     log(f"text tower: max |onnx - torch| = {text_diff:.3g}")
@@ -255,7 +258,7 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
         prep_diff = max(prep_diff, float(np.max(np.abs(ours - ref))))
         pixel_feeds.append({"pixel_values": ours})
     log(f"image preprocessing: max |numpy - {type(proc).__name__}| = {prep_diff:.3g}")
-    image_path = _export(wrappers["image"](model), (__import__("torch").from_numpy(pixel_feeds[0]["pixel_values"]),),
+    image_path = _export(wrappers["image"](model), (torch.from_numpy(pixel_feeds[0]["pixel_values"]),),
                          work / "towers" / "image.onnx", ["pixel_values"], "image_embeds",
                          {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}})
     image_session = _session(image_path)
@@ -287,13 +290,13 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
 
 
 def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict]:
-    """(towers, files, goldens, extra) for a Whisper encoder."""
+    """(towers, files, goldens, extra) for a Whisper encoder; src_dir holds its feature extractor."""
     import torch
     from transformers import WhisperFeatureExtractor
 
     from edge_runtime.media.features import log_mel, whisper_real_positions
 
-    encoder = model.get_encoder() if hasattr(model, "get_encoder") else model.encoder
+    encoder = model if type(model).__name__ == "WhisperEncoder" else model.get_encoder()
     spec = _audio_spec(src_dir)
     fe = WhisperFeatureExtractor.from_pretrained(src_dir)
     positions = int(model.config.max_source_positions)
@@ -341,8 +344,7 @@ def _goldens(session: Any, feeds_list: list[dict[str, np.ndarray]], output: str)
 
 def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> MultimodalResult:
     """Export ``src`` (SigLIP, CLIP or Whisper) as a multimodal embedding package at ``out``."""
-    from converters.export import identity_card, notice_files, sanitize_name
-    from converters.package_writer import check_replaceable, write_package
+    from converters.package_writer import check_replaceable
 
     if opts.kind not in MULTIMODAL_KINDS:
         raise ConversionError(f"unknown kind {opts.kind!r} (one of {', '.join(MULTIMODAL_KINDS)})")
@@ -351,6 +353,8 @@ def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> Mu
     except ValueError as e:
         raise ConversionError(str(e)) from None
     src_dir = resolve_source(str(src))
+    if opts.kind == "audio-embedding" and is_ct2_whisper(src_dir):
+        return _export_ct2_whisper(src_dir, Path(out), opts)
     config = _read_config(src_dir)
     model_type = config.get("model_type")
     wanted = {"image-text-embedding": ("siglip", "clip"), "audio-embedding": ("whisper",)}[opts.kind]
@@ -358,20 +362,49 @@ def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> Mu
         raise ConversionError(f"{src_dir}: model_type {model_type!r}; --kind {opts.kind} reads {', '.join(wanted)}")
     timings: dict[str, float] = {}
     with Step("loading PyTorch and transformers") as s:
-        import torch
-        import transformers
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         model = AutoModel.from_pretrained(src_dir, attn_implementation="eager").eval()
     timings["load"] = s.seconds
-    with tempfile.TemporaryDirectory(prefix="er-mm-export-") as tmp, Step("exporting and checking towers") as s:
+    return _write(model, src_dir, src_dir, Path(out), opts, config, timings)
+
+
+def _export_ct2_whisper(src_dir: Path, out: Path, opts: MultimodalOptions) -> MultimodalResult:
+    """A CTranslate2 Whisper directory (model.bin): its encoder, with Whisper's standard features."""
+    from transformers import WhisperFeatureExtractor
+
+    from converters.ctranslate2_whisper import whisper_encoder_from_ct2
+
+    with Step(f"reading the CTranslate2 Whisper encoder in {src_dir}") as s:
+        encoder = whisper_encoder_from_ct2(src_dir)
+    timings = {"load": s.seconds}
+    with tempfile.TemporaryDirectory(prefix="er-ct2-fe-") as tmp:
+        # CTranslate2 directories hold no preprocessor_config.json: Whisper's own defaults (30 s
+        # windows at 16 kHz, 400-point FFT, hop 160) with the model's mel count.
+        WhisperFeatureExtractor(feature_size=int(encoder.config.num_mel_bins)).save_pretrained(tmp)
+        config = {"model_type": "whisper", "architectures": ["WhisperEncoder (from CTranslate2 model.bin)"]}
+        return _write(encoder, src_dir, Path(tmp), out, opts, config, timings)
+
+
+def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: MultimodalOptions,
+           config: dict[str, Any], timings: dict[str, float]) -> MultimodalResult:
+    """Export the towers of a loaded model, check them, and write the package."""
+    import torch
+    import transformers
+
+    from converters.export import identity_card, notice_files, sanitize_name
+    from converters.package_writer import write_package
+
+    model_type = config.get("model_type")
+    with tempfile.TemporaryDirectory(prefix="er-mm-export-") as tmp:
         work = Path(tmp)
-        if opts.kind == "image-text-embedding":
-            towers, files, goldens, extra = _image_text(model, src_dir, work, model_type)
-        else:
-            towers, files, goldens, extra = _audio(model, src_dir, work)
+        with Step("exporting and checking towers") as s:
+            if opts.kind == "image-text-embedding":
+                towers, files, goldens, extra = _image_text(model, processor_dir, work, str(model_type))
+            else:
+                towers, files, goldens, extra = _audio(model, processor_dir, work)
         timings["export"] = s.seconds
         dim = next(iter(towers.values()))["dimension"]
         dims = sorted({dim, *[d for d in opts.dimensions if d < dim]}, reverse=True)
@@ -383,7 +416,7 @@ def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> Mu
                 limits[key] = opts.limits.get(key, value)
         if "audio" in towers and "max_input_tokens" in limits:
             limits["max_input_tokens"] = towers["audio"]["positions"]
-        stamp = source_stamp(src_dir, src_dir)
+        stamp = _stamp(src_dir)
         architecture = (config.get("architectures") or [type(model).__name__])[0]
         name = sanitize_name(opts.name or src_dir.name)
         space = "image-text" if opts.kind == "image-text-embedding" else "audio"
@@ -420,6 +453,16 @@ def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> Mu
         timings["write"] = s.seconds
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return MultimodalResult(Path(out), digest, read_package(Path(out)).card.raw, timings)
+
+
+def _stamp(src_dir: Path) -> str:
+    """source_stamp for Hugging Face directories; for CTranslate2 ones, a sha256 over model.bin and config.json."""
+    if is_ct2_whisper(src_dir):
+        from edge_runtime.packages.manifest import compute_digest, file_sha256
+
+        return compute_digest({rel: file_sha256(src_dir / rel) for rel in ("model.bin", "config.json")
+                               if (src_dir / rel).is_file()})
+    return source_stamp(src_dir, src_dir)
 
 
 def _primary(towers: dict[str, Any]) -> str:
