@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--quantize", choices=("int8",))
-    f.add_argument("--arch", choices=("siglip", "clip", "whisper"),
+    f.add_argument("--arch", choices=("siglip", "clip", "whisper", "clap"),
                    help="multimodal kinds: the tiny architecture (default siglip, or whisper for audio)")
     add_cli_arguments(f, fixture=True)
 

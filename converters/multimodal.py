@@ -98,7 +98,15 @@ def _wrappers() -> dict[str, Any]:
         def forward(self, input_features: Any) -> Any:
             return self.encoder(input_features=input_features).last_hidden_state
 
-    return {"text": TextTower, "image": ImageTower, "audio": AudioTower}
+    class ClapAudioTower(torch.nn.Module):
+        def __init__(self, model: Any) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_features: Any) -> Any:
+            return self.model.get_audio_features(input_features=input_features)
+
+    return {"text": TextTower, "image": ImageTower, "audio": AudioTower, "clap_audio": ClapAudioTower}
 
 
 def _export(module: Any, args: tuple, path: Path, inputs: list[str], output: str,
@@ -211,44 +219,56 @@ def _sample_clips(rate: int, window_s: int) -> list[np.ndarray]:
 # ---- export -----------------------------------------------------------------------------------
 
 
-def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict]:
-    """(towers, files, goldens by golden file, verification) for a SigLIP or CLIP model."""
+def _text_tower(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict, int]:
+    """(tower, files, goldens, verification, max tokens) of a dual encoder's text tower (model.onnx)."""
     import torch
-    from transformers import AutoImageProcessor
 
     from converters.export import package_tokenizer
-    from edge_runtime.media.features import image_pixels
 
     wrappers = _wrappers()
     tok = package_tokenizer(src_dir)
     text_cfg = model.config.text_config
-    max_pos = int(text_cfg.max_position_embeddings)
+    # CLAP's text tower is RoBERTa: positions start after the padding index, so two fewer tokens fit.
+    max_pos = int(text_cfg.max_position_embeddings) - (2 if arch == "clap" else 0)
     siglip = arch == "siglip"
     pad_id = int(text_cfg.pad_token_id if text_cfg.pad_token_id is not None else 0)
     # SigLIP was trained on text padded to its full length with no mask ("padding=max_length" in
-    # its model card); CLIP reads a mask and pools at the end token, so it is padded only in batches.
+    # its model card); CLIP and CLAP read a mask, so they are padded only in batches.
     text_inputs = ["input_ids"] if siglip else ["input_ids", "attention_mask"]
-    rows = []
-    for text in SAMPLE_TEXTS:
-        ids = tok.encode(text).ids[:max_pos]
-        rows.append(np.array(ids, dtype=np.int64))
     text_feeds = []
-    for ids in rows:
-        width = max_pos if siglip else len(ids)
-        padded = np.full((1, width), pad_id, dtype=np.int64)
+    for text in SAMPLE_TEXTS:
+        ids = np.array(tok.encode(text).ids[:max_pos], dtype=np.int64)
+        padded = np.full((1, max_pos if siglip else len(ids)), pad_id, dtype=np.int64)
         padded[0, : len(ids)] = ids
         feeds = {"input_ids": padded}
         if not siglip:
             feeds["attention_mask"] = np.ones_like(padded)
         text_feeds.append(feeds)
-    text_path = _export(wrappers["text"](model, not siglip),
-                        tuple(torch.from_numpy(text_feeds[1][k]) for k in text_inputs), work / "model.onnx",
-                        text_inputs, "text_embeds",
-                        {**{k: {0: "batch", 1: "sequence"} for k in text_inputs}, "text_embeds": {0: "batch"}})
-    text_session = _session(text_path)
-    text_diff, text_cases = _compare("text", text_session, wrappers["text"](model, not siglip), text_feeds)
-    log(f"text tower: max |onnx - torch| = {text_diff:.3g}")
+    wrapper = wrappers["text"](model, not siglip)
+    path = _export(wrapper, tuple(torch.from_numpy(text_feeds[1][k]) for k in text_inputs), work / "model.onnx",
+                   text_inputs, "text_embeds",
+                   {**{k: {0: "batch", 1: "sequence"} for k in text_inputs}, "text_embeds": {0: "batch"}})
+    session = _session(path)
+    diff, cases = _compare("text", session, wrapper, text_feeds)
+    log(f"text tower: max |onnx - torch| = {diff:.3g}")
+    dim = int(session.run(None, text_feeds[0])[0].shape[-1])
+    tower = {"graph": "model.onnx", "golden": "golden.npz", "inputs": text_inputs, "output": "text_embeds",
+             "dimension": dim, "layers": int(text_cfg.num_hidden_layers), "pooling": "none",
+             "text": {"pad_to": max_pos if siglip else None, "pad_id": pad_id}}
+    return (tower, {"model.onnx": path, "tokenizer.json": tok.to_str().encode("utf-8")},
+            {"golden.npz": _goldens(session, text_feeds[:2], "text_embeds")},
+            {"max_abs_diff": diff, "cases": cases}, max_pos)
 
+
+def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict]:
+    """(towers, files, goldens by golden file, extra) for a SigLIP or CLIP model."""
+    import torch
+    from transformers import AutoImageProcessor
+
+    from edge_runtime.media.features import image_pixels
+
+    text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, arch)
+    wrapper = _wrappers()["image"](model)
     spec = _image_spec(src_dir)
     proc = AutoImageProcessor.from_pretrained(src_dir, use_fast=False)
     pixel_feeds, prep_diff = [], 0.0
@@ -258,34 +278,85 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
         prep_diff = max(prep_diff, float(np.max(np.abs(ours - ref))))
         pixel_feeds.append({"pixel_values": ours})
     log(f"image preprocessing: max |numpy - {type(proc).__name__}| = {prep_diff:.3g}")
-    image_path = _export(wrappers["image"](model), (torch.from_numpy(pixel_feeds[0]["pixel_values"]),),
+    image_path = _export(wrapper, (torch.from_numpy(pixel_feeds[0]["pixel_values"]),),
                          work / "towers" / "image.onnx", ["pixel_values"], "image_embeds",
                          {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}})
     image_session = _session(image_path)
-    image_diff, image_cases = _compare("image", image_session, wrappers["image"](model), pixel_feeds)
+    image_diff, image_cases = _compare("image", image_session, wrapper, pixel_feeds)
     log(f"image tower: max |onnx - torch| = {image_diff:.3g}")
-
     vcfg = model.config.vision_config
     height, width = pixel_feeds[0]["pixel_values"].shape[2:]
     patches = (height // int(vcfg.patch_size)) * (width // int(vcfg.patch_size))
-    dim = int(text_session.get_outputs()[0].shape[-1] if isinstance(text_session.get_outputs()[0].shape[-1], int)
-              else text_session.run(None, text_feeds[0])[0].shape[-1])
     towers = {
-        "text": {"graph": "model.onnx", "golden": "golden.npz", "inputs": text_inputs, "output": "text_embeds",
-                 "dimension": dim, "layers": int(text_cfg.num_hidden_layers), "pooling": "none",
-                 "text": {"pad_to": max_pos if siglip else None, "pad_id": pad_id}},
+        "text": text,
         "image": {"graph": "towers/image.onnx", "golden": "towers/image.golden.npz", "inputs": ["pixel_values"],
-                  "output": "image_embeds", "dimension": dim, "layers": int(vcfg.num_hidden_layers),
+                  "output": "image_embeds", "dimension": text["dimension"], "layers": int(vcfg.num_hidden_layers),
                   "pooling": "none", "preprocess": spec, "tokens": patches},
     }
-    goldens = {"golden.npz": _goldens(text_session, text_feeds[:2], "text_embeds"),
-               "towers/image.golden.npz": _goldens(image_session, pixel_feeds[:2], "image_embeds")}
-    files = {"model.onnx": text_path, "towers/image.onnx": image_path,
-             "tokenizer.json": tok.to_str().encode("utf-8")}
-    verification = {"text": {"max_abs_diff": text_diff, "cases": text_cases},
+    goldens["towers/image.golden.npz"] = _goldens(image_session, pixel_feeds[:2], "image_embeds")
+    files["towers/image.onnx"] = image_path
+    verification = {"text": text_check,
                     "image": {"max_abs_diff": image_diff, "cases": image_cases,
                               "preprocess_max_abs_diff": prep_diff,
                               "preprocess_reference": f"{type(proc).__name__} (slow, PIL)"}}
+    return towers, files, goldens, {"verification": verification, "max_tokens": max_pos}
+
+
+def _clap_spec(src_dir: Path) -> dict[str, Any]:
+    from transformers import ClapFeatureExtractor
+
+    fe = ClapFeatureExtractor.from_pretrained(src_dir)
+    if fe.padding != "repeatpad":
+        raise ConversionError(f"CLAP padding {fe.padding!r}: only repeatpad is reproduced")
+    return {"sampling_rate": int(fe.sampling_rate), "n_fft": int(fe.fft_window_size),
+            "hop_length": int(fe.hop_length), "n_mels": int(fe.feature_size), "max_length_s": int(fe.max_length_s),
+            "fmin": float(fe.frequency_min), "fmax": float(fe.frequency_max), "norm": "slaney",
+            "mel_scale": "slaney", "log": "clap_db", "padding": "repeatpad"}
+
+
+def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict]:
+    """(towers, files, goldens, extra) for an unfused CLAP model: text and audio in one space."""
+    import torch
+    from transformers import ClapFeatureExtractor
+
+    from edge_runtime.media.features import clap_log_mel, clap_window
+
+    acfg = model.config.audio_config
+    if getattr(acfg, "enable_fusion", False):
+        raise ConversionError("fused CLAP reads a data-dependent is_longer flag that ONNX Runtime cannot run; "
+                              "export an unfused checkpoint (clap-htsat-unfused)")
+    text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, "clap")
+    spec = _clap_spec(src_dir)
+    fe = ClapFeatureExtractor.from_pretrained(src_dir)
+    feeds, prep_diff = [], 0.0
+    for clip in _sample_clips(spec["sampling_rate"], spec["max_length_s"]):
+        ours = clap_log_mel(clip, spec)[None]
+        # The reference crops long clips at a random offset; compare on the window we take (offset 0).
+        ref = fe._np_extract_fbank_features(clap_window(clip, spec), fe.mel_filters_slaney)[None, None]
+        if len(clip) <= spec["max_length_s"] * spec["sampling_rate"]:
+            ref = fe(clip, sampling_rate=spec["sampling_rate"], truncation="rand_trunc",
+                     return_tensors="np")["input_features"]
+        prep_diff = max(prep_diff, float(np.max(np.abs(ours - ref))))
+        feeds.append({"input_features": ours})
+    log(f"CLAP log-mel: max |numpy - ClapFeatureExtractor| = {prep_diff:.3g}")
+    wrapper = _wrappers()["clap_audio"](model)
+    path = _export(wrapper, (torch.from_numpy(feeds[0]["input_features"]),), work / "towers" / "audio.onnx",
+                   ["input_features"], "audio_embeds", {"input_features": {0: "batch"}, "audio_embeds": {0: "batch"}})
+    session = _session(path)
+    diff, cases = _compare("audio", session, wrapper, feeds)
+    log(f"audio tower: max |onnx - torch| = {diff:.3g}")
+    patches = (int(acfg.spec_size) // int(acfg.patch_size)) ** 2
+    towers = {
+        "text": text,
+        "audio": {"graph": "towers/audio.onnx", "golden": "towers/audio.golden.npz", "inputs": ["input_features"],
+                  "output": "audio_embeds", "dimension": text["dimension"], "layers": int(sum(acfg.depths)),
+                  "pooling": "none", "tokens": patches, "long_audio": "first_window", "preprocess": spec},
+    }
+    goldens["towers/audio.golden.npz"] = _goldens(session, feeds[:1], "audio_embeds")
+    files["towers/audio.onnx"] = path
+    verification = {"text": text_check,
+                    "audio": {"max_abs_diff": diff, "cases": cases, "preprocess_max_abs_diff": prep_diff,
+                              "preprocess_reference": "ClapFeatureExtractor (rand_trunc, first window)"}}
     return towers, files, goldens, {"verification": verification, "max_tokens": max_pos}
 
 
@@ -357,7 +428,7 @@ def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> Mu
         return _export_ct2_whisper(src_dir, Path(out), opts)
     config = _read_config(src_dir)
     model_type = config.get("model_type")
-    wanted = {"image-text-embedding": ("siglip", "clip"), "audio-embedding": ("whisper",)}[opts.kind]
+    wanted = {"image-text-embedding": ("siglip", "clip"), "audio-embedding": ("whisper", "clap")}[opts.kind]
     if model_type not in wanted:
         raise ConversionError(f"{src_dir}: model_type {model_type!r}; --kind {opts.kind} reads {', '.join(wanted)}")
     timings: dict[str, float] = {}
@@ -403,6 +474,8 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
         with Step("exporting and checking towers") as s:
             if opts.kind == "image-text-embedding":
                 towers, files, goldens, extra = _image_text(model, processor_dir, work, str(model_type))
+            elif model_type == "clap":
+                towers, files, goldens, extra = _clap(model, processor_dir, work)
             else:
                 towers, files, goldens, extra = _audio(model, processor_dir, work)
         timings["export"] = s.seconds
@@ -414,12 +487,12 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
         for key, value in DEFAULT_LIMITS.items():
             if key.split("_")[0] in towers:
                 limits[key] = opts.limits.get(key, value)
-        if "audio" in towers and "max_input_tokens" in limits:
+        if "text" not in towers:  # an audio-only package's token limit is its window's positions
             limits["max_input_tokens"] = towers["audio"]["positions"]
         stamp = _stamp(src_dir)
         architecture = (config.get("architectures") or [type(model).__name__])[0]
         name = sanitize_name(opts.name or src_dir.name)
-        space = "image-text" if opts.kind == "image-text-embedding" else "audio"
+        space = "-".join(sorted(towers, key=lambda t: ("text" == t, t)))  # image-text, audio-text, audio
         worst = max(v["max_abs_diff"] for v in extra["verification"].values())
         card = {
             "format": "edge-runtime-package/1", "name": name, "family": "multimodal-embedding", "kind": opts.kind,
@@ -471,15 +544,15 @@ def _primary(towers: dict[str, Any]) -> str:
 
 # ---- fixtures ---------------------------------------------------------------------------------
 
-FIXTURE_ARCHS = ("siglip", "clip", "whisper")
+FIXTURE_ARCHS = ("siglip", "clip", "whisper", "clap")
 
 
 def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
     """A tiny random-weight SigLIP, CLIP or Whisper directory (config, weights, tokenizer, processor)."""
     import torch
-    from transformers import (CLIPConfig, CLIPImageProcessor, CLIPModel, PreTrainedTokenizerFast, SiglipConfig,
-                              SiglipImageProcessor, SiglipModel, WhisperConfig, WhisperFeatureExtractor,
-                              WhisperModel)
+    from transformers import (ClapConfig, ClapFeatureExtractor, ClapModel, CLIPConfig, CLIPImageProcessor, CLIPModel,
+                              PreTrainedTokenizerFast, SiglipConfig, SiglipImageProcessor, SiglipModel, WhisperConfig,
+                              WhisperFeatureExtractor, WhisperModel)
 
     from converters.fixture import train_tokenizer
 
@@ -502,6 +575,20 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
                                          cls_token="[CLS]", sep_token="[SEP]", model_max_length=16)
         hf_tok.save_pretrained(d)
         proc.save_pretrained(d)
+    elif arch == "clap":
+        tok = train_tokenizer()
+        text = dict(tiny, vocab_size=tok.get_vocab_size(), max_position_embeddings=40,
+                    pad_token_id=tok.token_to_id("[PAD]"))
+        # HTSAT at a tiny scale: a 64 x 64 spectrogram image (16 mels x 4 folds), 4 x 4 patches.
+        audio = dict(spec_size=64, num_mel_bins=16, window_size=4, patch_size=4, patch_stride=[4, 4], depths=[1, 1],
+                     num_attention_heads=[1, 2], patch_embeds_hidden_size=16, hidden_size=32, enable_fusion=False)
+        model = ClapModel(ClapConfig(text_config=text, audio_config=audio, projection_dim=32)).eval()
+        hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                         cls_token="[CLS]", sep_token="[SEP]", model_max_length=38)
+        hf_tok.save_pretrained(d)
+        ClapFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, max_length_s=2,
+                             fft_window_size=400, frequency_min=50, frequency_max=8000, truncation="rand_trunc",
+                             padding="repeatpad").save_pretrained(d)
     elif arch == "whisper":
         config = WhisperConfig(d_model=32, encoder_layers=2, encoder_attention_heads=2, decoder_layers=1,
                                decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=80,
@@ -522,7 +609,7 @@ def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Pa
     ``source_dir``: where to write (and keep) the Hugging Face source, for tests that compare with
     PyTorch; by default it lives in a temporary directory.
     """
-    kind = "audio-embedding" if arch == "whisper" else "image-text-embedding"
+    kind = "audio-embedding" if arch in ("whisper", "clap") else "image-text-embedding"
     opts = MultimodalOptions(kind=kind, name=f"fixture-{arch}", version="0.0.1", release_date="2025-01-01",
                              license="Apache-2.0", source_name=f"edge-runtime fixture {arch}-tiny (seed {seed})",
                              description=f"Tiny random-weight {arch} {kind} fixture (seed {seed}); for tests",

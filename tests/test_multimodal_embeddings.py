@@ -26,7 +26,7 @@ from tests.media_samples import b64, data_url, encode_audio, image_bytes, pictur
 from tests.server_harness import Server, write_models_file
 
 PARITY = 1e-5
-ARCHS = ("siglip", "clip", "whisper")
+ARCHS = ("siglip", "clip", "whisper", "clap")
 
 # ---- media decoding, without a server ----------------------------------------------------------
 
@@ -239,6 +239,32 @@ def test_whisper_parity_with_transformers(mm_server: Server, mm_sources: dict[st
         want = _unit(hidden.double().mean(0).numpy())
         assert np.max(np.abs(np.asarray(item["embedding"]) - want)) <= PARITY
     assert answer["usage"]["prompt_tokens"] > 0
+
+
+def test_clap_parity_with_transformers(mm_server: Server, mm_sources: dict[str, tuple[Path, Path]]) -> None:
+    """CLAP (unfused): text and audio in one space; clips shorter than the window are repeat-padded."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer, ClapFeatureExtractor
+
+    src = mm_sources["clap"][0]
+    model = AutoModel.from_pretrained(src).eval()
+    tokenizer = AutoTokenizer.from_pretrained(src)
+    fe = ClapFeatureExtractor.from_pretrained(src)
+    clips = [encode_audio(tone(s, 16000, f, seed=int(f)), 16000, "wav") for s, f in ((0.6, 500.0), (1.5, 900.0))]
+    answer = embed(mm_server, {"model": "clap", "input": ["a dog barking", *(audio_part(c) for c in clips)],
+                               "options": {"return_meta": True}})
+    got = [np.asarray(d["embedding"]) for d in answer["data"]]
+    assert answer["meta"]["representation"]["space"] == "audio-text"
+    with torch.no_grad():
+        enc = tokenizer("a dog barking", return_tensors="pt")
+        want = _unit(model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]))
+        assert np.max(np.abs(got[0] - want)) <= PARITY
+        for clip, vector in zip(clips, got[1:]):
+            with wave.open(io.BytesIO(clip)) as w:
+                samples = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+            features = fe(samples, sampling_rate=16000, return_tensors="pt")["input_features"]
+            want = _unit(model.get_audio_features(input_features=features).numpy())
+            assert np.max(np.abs(vector - want)) <= PARITY
 
 
 def test_every_input_form_with_the_openai_client(mm_server: Server) -> None:

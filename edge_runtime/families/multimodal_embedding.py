@@ -25,7 +25,7 @@ from edge_runtime.heads.pooling import normalize
 from edge_runtime.media.audio import AudioLimits, decode_audio
 from edge_runtime.media.dataurl import b64_bytes, parse_data_url
 from edge_runtime.media.errors import MediaError
-from edge_runtime.media.features import image_pixels, log_mel, whisper_real_positions
+from edge_runtime.media.features import clap_log_mel, image_pixels, log_mel, whisper_real_positions
 from edge_runtime.media.image import ImageLimits, decode_image
 from edge_runtime.packages import Package, PackageError
 from edge_runtime.packages.golden import read_golden
@@ -179,6 +179,10 @@ class MultimodalEmbeddingModel:
             data = self._rng.standard_normal((3, int(crop["height"]), int(crop["width"]))).astype(np.float32)
             return TowerRow("image", data, int(spec["tokens"]))
         pre = spec["preprocess"]
+        if pre["log"] == "clap_db":
+            frames = int(pre["max_length_s"]) * int(pre["sampling_rate"]) // int(pre["hop_length"]) + 1
+            data = self._rng.standard_normal((1, frames, int(pre["n_mels"]))).astype(np.float32)
+            return TowerRow("audio", data, int(spec["tokens"]))
         frames = int(pre["chunk_length"]) * int(pre["sampling_rate"]) // int(pre["hop_length"])
         data = self._rng.standard_normal((int(pre["n_mels"]), shape[-1] or frames)).astype(np.float32)
         real = int(self._rng.integers(1, int(spec["positions"]) + 1))
@@ -284,6 +288,8 @@ class MultimodalEmbeddingModel:
             limits = AudioLimits(int(self.limits["audio_max_bytes"]), float(self.limits["audio_max_seconds"]))
             samples = decode_audio(b64_bytes(part.data, limits.max_bytes, "audio"), limits,
                                    int(pre["sampling_rate"]), part.format)
+            if pre["log"] == "clap_db":  # CLAP: the graph pools; a clip counts as its spectrogram's patches
+                return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))
             real = whisper_real_positions(len(samples), pre, int(spec["positions"]))
             return TowerRow("audio", log_mel(samples, pre), real, real)
         assert self.text is not None

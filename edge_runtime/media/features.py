@@ -160,3 +160,30 @@ def whisper_real_positions(num_samples: int, spec: dict[str, Any], positions: in
     window = int(spec["chunk_length"]) * int(spec["sampling_rate"])
     frames = -(-min(num_samples, window) // hop)
     return max(1, min(positions, (max(frames, 1) - 1) // 2 + 1))
+
+
+def clap_window(samples: np.ndarray, spec: dict[str, Any]) -> np.ndarray:
+    """The samples CLAP's unfused tower reads, in float64 as its feature extractor holds them: a clip
+    longer than the window keeps its first window (the reference crops at a random offset, which no
+    server may do: answers must not change from call to call); a shorter one is repeated whole as
+    many times as it fits, then zero padded ("repeatpad")."""
+    n = int(spec["max_length_s"]) * int(spec["sampling_rate"])
+    wave = samples.astype(np.float64)
+    if wave.shape[0] > n:
+        return wave[:n]
+    if wave.shape[0] < n:
+        wave = np.tile(wave, int(n / len(wave)))
+        wave = np.pad(wave, (0, n - wave.shape[0]), mode="constant", constant_values=0)
+    return wave
+
+
+def clap_log_mel(samples: np.ndarray, spec: dict[str, Any]) -> np.ndarray:
+    """input_features [1, frames, n_mels] float32 of ClapFeatureExtractor (truncation rand_trunc,
+    Slaney filters, power in dB) on clap_window's samples."""
+    n_fft, hop = int(spec["n_fft"]), int(spec["hop_length"])
+    filters = mel_filters(n_fft // 2 + 1, int(spec["n_mels"]), float(spec["fmin"]), float(spec["fmax"]),
+                          int(spec["sampling_rate"]), spec.get("norm", "slaney"), spec.get("mel_scale", "slaney"))
+    power = _power_spectrogram(clap_window(samples, spec), n_fft, hop)
+    mel = np.maximum(1e-10, np.dot(filters.T, power))
+    db = 10.0 * (np.log10(np.clip(mel, 1e-10, None)) - np.log10(1.0))
+    return np.asarray(db, dtype=np.float32).T[None, :]

@@ -24,7 +24,7 @@ TOWER_LIMITS: dict[str, tuple[str, ...]] = {
 TOWER_MEMBERS: dict[str, tuple[str, ...]] = {
     "text": ("text",),
     "image": ("preprocess", "tokens"),
-    "audio": ("preprocess", "positions", "pooling", "long_audio"),
+    "audio": ("preprocess", "pooling", "long_audio"),
 }
 
 
@@ -65,8 +65,15 @@ def check_multimodal_card(card: dict[str, Any]) -> None:
         for limit in TOWER_LIMITS[name]:
             if limit not in card["limits"]:
                 raise bad(f"limits.{limit} is required for the {name} tower")
-    if "audio" in towers and towers["audio"]["pooling"] != "mean_real_frames":
-        raise bad("towers.audio.pooling must be mean_real_frames")
+    audio = towers.get("audio")
+    if audio is not None:
+        # Whisper encoders: hidden states averaged over the positions that saw sound (positions
+        # needed); CLAP: the graph gives the vector (tokens needed, as for images).
+        need = "positions" if audio["pooling"] == "mean_real_frames" else "tokens"
+        if need not in audio:
+            raise bad(f"towers.audio with pooling {audio['pooling']} needs {need}")
+        if audio["preprocess"].get("log") not in ("whisper", "clap_db"):
+            raise bad("towers.audio.preprocess.log must be whisper or clap_db")
 
 
 def multimodal_required_files(card: dict[str, Any]) -> dict[str, str]:
