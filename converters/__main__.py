@@ -72,8 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--quantize", choices=("int8",))
-    f.add_argument("--arch", choices=("siglip", "clip", "whisper", "clap"),
-                   help="multimodal kinds: the tiny architecture (default siglip, or whisper for audio)")
+    f.add_argument("--arch", choices=("siglip", "clip", "whisper", "clap", "siglip-base-vision"),
+                   help="multimodal kinds: the tiny architecture (default siglip, or whisper for audio); "
+                        "siglip-base-vision is SigLIP base's vision tower at its real shape, for benchmarks")
+    f.add_argument("--keep-source", type=Path, help="multimodal kinds: write the Hugging Face source here and keep it")
     add_cli_arguments(f, fixture=True)
 
     d = sub.add_parser("default", help="build the embedded default packages offline")
@@ -101,7 +103,7 @@ def _multimodal(args: argparse.Namespace) -> object:
         if args.quantize:
             raise ConversionError("--quantize is not supported for multimodal fixtures")
         arch = args.arch or ("whisper" if args.kind == "audio-embedding" else "siglip")
-        return build_multimodal_fixture(arch, args.out, seed=args.seed)
+        return build_multimodal_fixture(arch, args.out, seed=args.seed, source_dir=args.keep_source)
     unsupported = [flag for flag, value in (("--quantize", args.quantize), ("--layers", args.layers),
                                             ("--pooling", args.pooling), ("--thresholds", args.thresholds),
                                             ("--normalize", args.normalize is not None)) if value]
@@ -142,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from converters.fixture import build_fixture_result
 
             reject_cli_arguments(args)
+            if args.arch or args.keep_source:
+                raise ConversionError("--arch and --keep-source apply to image-text-embedding and audio-embedding")
             _summary(build_fixture_result(args.kind, args.out, seed=args.seed, quantize=args.quantize == "int8"))
         else:
             from converters.default import build_defaults

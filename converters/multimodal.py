@@ -544,7 +544,7 @@ def _primary(towers: dict[str, Any]) -> str:
 
 # ---- fixtures ---------------------------------------------------------------------------------
 
-FIXTURE_ARCHS = ("siglip", "clip", "whisper", "clap")
+FIXTURE_ARCHS = ("siglip", "clip", "whisper", "clap", "siglip-base-vision")
 
 
 def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
@@ -559,7 +559,19 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     tiny = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
-    if arch in ("siglip", "clip"):
+    if arch == "siglip-base-vision":
+        # For benchmarks: SigLIP base's vision tower at its real shape (google/siglip-base-patch16-224:
+        # hidden 768, 12 layers, 224 px in 16 px patches), random weights, beside a tiny text tower.
+        tok = train_tokenizer()
+        text = dict(tiny, vocab_size=tok.get_vocab_size(), max_position_embeddings=16, projection_size=768,
+                    pad_token_id=tok.token_to_id("[PAD]"), eos_token_id=tok.token_to_id("[SEP]"))
+        vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                      image_size=224, patch_size=16)
+        model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).eval()
+        PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                sep_token="[SEP]", model_max_length=16).save_pretrained(d)
+        SiglipImageProcessor(size={"height": 224, "width": 224}).save_pretrained(d)
+    elif arch in ("siglip", "clip"):
         tok = train_tokenizer()
         text = dict(tiny, vocab_size=tok.get_vocab_size(), max_position_embeddings=16,
                     pad_token_id=tok.token_to_id("[PAD]"), eos_token_id=tok.token_to_id("[SEP]"),
@@ -616,6 +628,8 @@ def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Pa
                              dimensions=[8],  # a Matryoshka size, so truncation is exercised per modality
                              limits={"audio_max_seconds": 8, "image_source_max_pixels": 4_000_000,
                                      "image_max_bytes": 2 * 1024 * 1024, "audio_max_bytes": 2 * 1024 * 1024})
+    if arch == "siglip-base-vision":  # the benchmark shape: no Matryoshka size, default limits
+        opts.dimensions, opts.limits = [], {}
     if source_dir is not None:
         return export_multimodal(build_multimodal_source(arch, Path(source_dir), seed=seed), out, opts)
     with tempfile.TemporaryDirectory(prefix="er-mm-fixture-") as tmp:
