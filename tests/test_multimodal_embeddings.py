@@ -80,6 +80,11 @@ def test_hostile_audio_is_refused_with_fixed_reasons() -> None:
     long_wav = encode_audio(tone(3.0, 8000), 8000, "wav")
     err = _refused(lambda: decode_audio(long_wav, limits, 16000, "wav"))
     assert (err.reason, err.limit) == ("audio_too_long", 2)
+    # An audio bomb: a minute of silence compresses to a few kB; refused from the container's duration.
+    silence = encode_audio(np.zeros(60 * 16000, dtype=np.float32), 16000, "flac")
+    assert len(silence) < 50_000
+    err = _refused(lambda: decode_audio(silence, limits, 16000, "flac"))
+    assert (err.reason, err.limit) == ("audio_too_long", 2)
     wav = encode_audio(tone(0.5, 16000), 16000, "wav")
     assert _refused(lambda: decode_audio(wav, limits, 16000, "mp3")).reason == "audio_format_mismatch"
     assert _refused(lambda: decode_audio(b"\x00garbage" * 50, limits, 16000, "wav")).reason == "audio_malformed"
