@@ -387,3 +387,26 @@ def test_base64_vectors_decode_to_the_float_ones(mm_server: Server) -> None:
     encoded = embed(mm_server, {**body, "encoding_format": "base64"})["data"]
     for f, e in zip(floats, encoded):
         assert np.frombuffer(base64.b64decode(e["embedding"]), dtype="<f4").tolist() == f["embedding"]
+
+
+def _forwards(server: Server, model: str) -> tuple[float, float]:
+    """(forwards, rows) the model has run so far, from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    count = rows = 0.0
+    for family in text_string_to_metric_families(server.client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.labels.get("model") == model and sample.name.endswith("batch_rows_count"):
+                count = sample.value
+            if sample.labels.get("model") == model and sample.name.endswith("batch_rows_sum"):
+                rows = sample.value
+    return count, rows
+
+
+def test_clips_of_different_lengths_share_one_forward(mm_server: Server) -> None:
+    """A Whisper clip always fills its window: short and long clips plan as equals and share a forward."""
+    before = _forwards(mm_server, "whisper")
+    parts = [audio_part(encode_audio(tone(s, 16000, seed=9), 16000)) for s in (0.2, 1.9, 0.9)]
+    embed(mm_server, {"model": "whisper", "input": parts})
+    after = _forwards(mm_server, "whisper")
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 3)

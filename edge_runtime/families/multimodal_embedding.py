@@ -49,6 +49,7 @@ class TowerRow:
     data: np.ndarray
     tokens: int
     real: int = 0
+    width: int = 0  # what the forward computes over, for the engine's batch planning (0: tokens)
 
 
 class Tower:
@@ -99,7 +100,9 @@ class MultimodalForward:
         self.towers = towers
 
     def length(self, row: TowerRow) -> int:
-        return row.tokens
+        """The row's cost for batch planning: a Whisper clip always fills its window, however short,
+        so rows of one tower plan as equals instead of being kept apart by their real lengths."""
+        return row.width or row.tokens
 
     def __call__(self, rows: Sequence[TowerRow]) -> list[np.ndarray]:
         results: list[Any] = [None] * len(rows)
@@ -186,7 +189,7 @@ class MultimodalEmbeddingModel:
         frames = int(pre["chunk_length"]) * int(pre["sampling_rate"]) // int(pre["hop_length"])
         data = self._rng.standard_normal((int(pre["n_mels"]), shape[-1] or frames)).astype(np.float32)
         real = int(self._rng.integers(1, int(spec["positions"]) + 1))
-        return TowerRow("audio", data, real, real)
+        return TowerRow("audio", data, real, real, int(spec["positions"]))
 
     def probe_row(self, length: int) -> TowerRow:
         """Rows of the text tower when there is one (lengths vary there), else of the first tower."""
@@ -291,7 +294,7 @@ class MultimodalEmbeddingModel:
             if pre["log"] == "clap_db":  # CLAP: the graph pools; a clip counts as its spectrogram's patches
                 return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))
             real = whisper_real_positions(len(samples), pre, int(spec["positions"]))
-            return TowerRow("audio", log_mel(samples, pre), real, real)
+            return TowerRow("audio", log_mel(samples, pre), real, real, int(spec["positions"]))
         assert self.text is not None
         budget = self._budget(req)
         result = self.text.encode(part, None, max_tokens=budget, overflow=req.options.overflow or "reject")
@@ -299,7 +302,7 @@ class MultimodalEmbeddingModel:
             return ItemError(result.code, result.message)
         assert isinstance(result, Encoded)
         ids = np.asarray(result.rows[0].ids, dtype=np.int64)
-        return TowerRow("text", ids, int(len(ids)))
+        return TowerRow("text", ids, int(len(ids)), width=self.towers["text"].pad_to or 0)
 
     def _budget(self, req: EmbeddingsRequest) -> int:
         if req.options.max_tokens is None:
