@@ -59,6 +59,8 @@ def test_hostile_images_are_refused_with_fixed_reasons() -> None:
     assert _refused(lambda: decode_image(png, LIMITS, "image/jpeg")).reason == "image_format_mismatch"
     gif = image_bytes(picture(8, 8, 3), "GIF")
     assert _refused(lambda: decode_image(gif, LIMITS)).reason == "image_format_unsupported"
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n"  # never handed to Ghostscript
+    assert _refused(lambda: decode_image(eps, LIMITS)).reason == "image_malformed"
     frames = [picture(16, 16, s) for s in (4, 5)]
     buf = io.BytesIO()
     frames[0].save(buf, format="PNG", save_all=True, append_images=frames[1:])
@@ -179,6 +181,32 @@ def audio_part(raw: bytes, fmt: str = "wav") -> dict[str, Any]:
 def _unit(v: Any) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64).reshape(-1)
     return v / np.linalg.norm(v)
+
+
+def test_the_contract_admits_the_content_parts_and_nothing_else() -> None:
+    import jsonschema
+
+    validator = request_validator("/v1/embeddings")
+    good = ["text", {"type": "text", "text": "t"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+            {"type": "input_audio", "input_audio": {"data": "AA==", "format": "flac"}}]
+    validator.validate({"input": good})
+    for part in good[1:]:
+        validator.validate({"input": part})
+    for bad in ({"type": "video_url", "video_url": {"url": "x"}}, {"type": "input_audio", "input_audio": {"data": "A"}},
+                {"type": "input_audio", "input_audio": {"data": "A", "format": "aac"}}, {"type": "text"}):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate({"input": [bad]})
+
+
+def test_bundle_tasks_embed_images(mm_server: Server) -> None:
+    body = {"tasks": [{"id": "img", "embeddings": {"model": "siglip", "input": [image_part(picture(24, 24, 8)), "x"]}},
+                      {"id": "snd", "embeddings": {"model": "whisper", "input": image_part(picture(8, 8, 1))}}]}
+    response = mm_server.client.post("/v1/bundle", json=body)
+    validate_response("/v1/bundle", "post", response.status_code, response.json())
+    results = {r["id"]: r for r in response.json()["results"]}
+    assert results["img"]["status"] == 200 and len(results["img"]["embeddings"]["data"]) == 2
+    assert results["snd"]["status"] == 422 and results["snd"]["error"]["reason"] == "modality_unsupported"
 
 
 def test_card_records_parity_and_the_long_audio_rule(mm_sources: dict[str, tuple[Path, Path]]) -> None:

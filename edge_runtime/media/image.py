@@ -18,6 +18,9 @@ from edge_runtime.media.errors import MediaError
 #: Pillow format -> the media type a data URL may declare for it
 IMAGE_FORMATS: dict[str, str] = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 _MIME_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg"}
+# Formats Pillow may even parse the header of: the served ones, and a few common ones it reads safely,
+# so that they are named as unsupported. Never every plugin (EPS would start Ghostscript on load).
+_OPENED = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,13 @@ def decode_image(raw: bytes, limits: ImageLimits, declared: str | None = None) -
         # Pillow warns on large canvases; our own pixel limit below is the rule, so errors not warnings.
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
-            image = Image.open(io.BytesIO(raw), formats=None)
+            image = Image.open(io.BytesIO(raw), formats=_OPENED)
         except (Image.DecompressionBombError, Image.DecompressionBombWarning):
             raise MediaError("image_too_large", f"the image has more than {limits.max_pixels} pixels",
                              limits.max_pixels) from None
         except (OSError, ValueError, SyntaxError):
-            raise MediaError("image_malformed", "the image could not be read (not an image, or corrupt)") from None
+            raise MediaError("image_malformed",
+                             "the image could not be read (not a PNG, JPEG or WebP image, or corrupt)") from None
     fmt = image.format or ""
     if fmt not in IMAGE_FORMATS:
         raise MediaError("image_format_unsupported", f"images must be PNG, JPEG or WebP, not {fmt or 'unknown'}")
