@@ -96,7 +96,8 @@ def _summary(result: object) -> None:
 def _multimodal(args: argparse.Namespace) -> object:
     """export/fixture for image-text-embedding (SigLIP, CLIP) and audio-embedding (Whisper encoders)."""
     from converters.decision_codes import reject_cli_arguments
-    from converters.multimodal import MultimodalOptions, build_multimodal_fixture, export_multimodal
+    from converters.multimodal import MultimodalOptions, export_multimodal
+    from converters.multimodal_fixture import build_multimodal_fixture
 
     reject_cli_arguments(args)
     if args.command == "fixture":
