@@ -1,4 +1,5 @@
-"""Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch and Optimum in-process.
+"""Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch and Optimum in-process,
+then image and audio embeddings against the same towers in PyTorch (bench/media.py).
 
 Every contestant has the same intra-op thread count. Rounds are interleaved in a rotating order so
 that drift on a shared machine spreads over every contestant alike.
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench import media
 from bench.lab import Lab
 from bench.report import Table, fmt_ms, fmt_ratio
 from bench.runners import Contestant, HttpContestant, cosines
@@ -76,8 +78,9 @@ def run(lab: Lab) -> list[Table]:
             b32[key].append(contestants[key].time(batch, CALLS_BATCH32))
     results = {k: Result(k, contestants[k], summarize(b1[k]), summarize(b32[k])) for k in keys}
     vectors = {k: contestants[k].embed(batch) for k in keys}
-    return [latency_table(results, lab.settings.threads, rounds), throughput_table(results),
-            agreement_table(results, vectors)]
+    tables = [latency_table(results, lab.settings.threads, rounds), throughput_table(results),
+              agreement_table(results, vectors)]
+    return tables + media.run(lab)  # image and audio rows: SigLIP base vision, Whisper tiny.en
 
 
 def latency_table(results: dict[str, Result], threads: int, rounds: int) -> Table:

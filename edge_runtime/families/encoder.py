@@ -21,6 +21,7 @@ from edge_runtime.heads.tokens import decode_bio
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
 from edge_runtime.packages import Package
 from edge_runtime.requests.common import Options, Overflow
+from edge_runtime.requests.embedding_inputs import modality_unsupported
 from edge_runtime.requests.encoder import ClassifyRequest, EmbeddingsRequest, RerankRequest, TextItem
 from edge_runtime.text import Encoded, InputError, TextEncoder, Window
 
@@ -224,6 +225,8 @@ class EncoderFamily:
     # embeddings --------------------------------------------------------------------------------
 
     def _plan_embeddings(self, req: EmbeddingsRequest) -> Plan:
+        if req.modalities != {"text"}:
+            raise modality_unsupported(req.modalities, ("text",))
         full = self.dimension
         if req.dimensions is not None and req.dimensions != full and req.dimensions not in self.dimensions:
             offered = sorted(set(self.dimensions) | ({full} if full else set()))

@@ -14,6 +14,7 @@ from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.decision_codes import DecisionCodesFamily
 from edge_runtime.families.encoder import EncoderFamily
+from edge_runtime.families.multimodal_embedding import MultimodalEmbeddingModel
 from edge_runtime.families.sparrow import SparrowFamily
 from edge_runtime.packages import Package, PackageError
 
@@ -39,6 +40,10 @@ FAMILIES: dict[str, FamilySpec] = {
     "decision-codes": FamilySpec(
         lambda package, session, config: DecisionCodesFamily(
             package, session, name=config.name, max_input_tokens=config.max_input_tokens),
+    ),
+    "multimodal-embedding": FamilySpec(
+        lambda package, session, config: MultimodalEmbeddingModel(
+            package, session, max_input_tokens=config.max_input_tokens),
     ),
 }
 

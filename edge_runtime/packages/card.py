@@ -26,6 +26,8 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "rerank": ("rerank",),
     "sparrow": ("decisions",),
     "decision-codes": ("decisions",),
+    "image-text-embedding": ("embeddings",),
+    "audio-embedding": ("embeddings",),
 }
 DECISION_FAMILIES = frozenset({"sparrow", "decision-codes"})
 
