@@ -60,6 +60,9 @@ class ExportOptions(PackageIdentity):
     pooling: str | None = None
     normalize: bool | None = None
     max_input_tokens: int | None = None
+    #: embedding int8: the least cosine to fp32 over the sample set for the variant to be recommended
+    #: (recorded in the card with whether it was met); None records no floor
+    int8_min_cosine: float | None = None
 
 
 @dataclass
@@ -300,7 +303,8 @@ def build_options(opts: ExportOptions) -> dict[str, Any]:
     """The converter options recorded in card.build.options (compared by `converters default`)."""
     return {"kind": opts.kind, "quantize": opts.quantize, "layers": sorted(set(opts.layers)),
             "dimensions": sorted(set(opts.dimensions), reverse=True), "thresholds": opts.thresholds or {},
-            "pooling": opts.pooling, "normalize": opts.normalize, "max_input_tokens": opts.max_input_tokens}
+            "pooling": opts.pooling, "normalize": opts.normalize, "max_input_tokens": opts.max_input_tokens,
+            **({"int8_min_cosine": opts.int8_min_cosine} if opts.int8_min_cosine is not None else {})}
 
 
 def _card(opts: ExportOptions, *, name: str, src_dir: Path, architecture: str, labels: list[str],
@@ -406,6 +410,9 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
                 q_path = quantize.quantize_variant(variant, graph_path, work / quantize.variant_file(variant))
                 q_session = verify.create_session(q_path)
                 agreement = quantize.measure_agreement(opts.kind, head, labels, session, q_session, rows)
+                if opts.int8_min_cosine is not None and "min_cosine" in agreement:
+                    agreement["floor"] = {"min_cosine": opts.int8_min_cosine,
+                                          "met": agreement["min_cosine"] >= opts.int8_min_cosine}
             timings["quantize"] = s.seconds
             log(f"{variant} agreement with fp32: {agreement}")
             variants[variant] = quantize.variant_entry(variant, agreement)

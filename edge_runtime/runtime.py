@@ -11,6 +11,7 @@ import numpy as np
 
 from edge_runtime import API_VERSION
 from edge_runtime.config import ModelConfig, ServeConfig
+from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
 from edge_runtime.engine import (
     DeadlineExceeded,
     ExecutorClosed,
@@ -214,7 +215,8 @@ class Runtime:
                 raise RuntimeError(f"self-check failed: {model.self_check['reason']}")
             model.grouping, model.numerics = self._grouping(model)
             model.executor = ModelExecutor(
-                model.name, model.family.forward, model.grouping, cfg.max_queue, metrics=self.metrics
+                model.name, model.family.forward, model.grouping, cfg.max_queue, metrics=self.metrics,
+                inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
             )
             model.status = "ready"
             if self.metrics is not None:
