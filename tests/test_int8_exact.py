@@ -84,3 +84,16 @@ def test_quantize_weight_is_symmetric_per_channel() -> None:
     # each channel's largest weight maps to +-127 and no weight is off by more than half a step
     assert np.all(np.abs(q[:, :4]).max(axis=0) == 127)
     assert np.all(np.abs(q * scale - w) <= scale / 2 + 1e-6 * np.abs(w))
+
+
+@pytest.mark.minilm
+def test_default_minilm_serves_exact_int8_within_its_floor(minilm_package: Path) -> None:
+    """The default package's int8 is the exact one, meets the card's floor, and the probe batches it."""
+    from converters.default import MINILM_INT8_MIN_COSINE
+
+    entry = read_package(minilm_package).card.raw["variants"]["int8"]
+    assert (entry["quantization"], entry["numerics"]) == ("per-token", "exact")
+    agreement = entry["agreement"]
+    assert agreement["floor"] == {"min_cosine": MINILM_INT8_MIN_COSINE, "met": True}
+    assert MINILM_INT8_MIN_COSINE <= agreement["min_cosine"] <= agreement["mean_cosine"] < 1.0
+    assert _probe(_served(minilm_package, "int8")) == "padded"
