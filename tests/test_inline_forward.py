@@ -129,3 +129,21 @@ def test_inline_forward_failure_maps_as_on_the_worker(sparrow: Any) -> None:
         asyncio.run(main())
     finally:
         ex.close()
+
+
+def test_cached_question_feeds_equal_fresh_feeds_bit_for_bit(sparrow: Any) -> None:
+    """Repeated questions reuse their encoded feeds; every row still equals one built from scratch."""
+    from edge_runtime.families.sparrow import KINDS, content
+
+    text = sparrow.text
+    first = sparrow.plan_request(parse_decisions_request(BODIES[0])).rows
+    again = sparrow.plan_request(parse_decisions_request(BODIES[1])).rows  # same "team" and "urgent" questions
+    assert again[0].feeds["option_ids"] is first[0].feeds["option_ids"]  # shared, not rebuilt
+    assert not first[0].feeds["option_ids"].flags.writeable
+    for body, rows in ((BODIES[0], first), (BODIES[1], again)):
+        entry = parse_decisions_request(body).single
+        state = text.read(content(entry.state), sparrow.max_input_tokens)[0]
+        for q, row in zip(entry.questions, rows):
+            fresh = text.feeds(state, text.segment_ids(content(q.instructions)),
+                               [text.segment_ids(o) for o in text.options(q)], KINDS[q.type])
+            assert bitwise_equal(row.feeds, fresh.feeds) and row.tokens == fresh.tokens
