@@ -97,3 +97,23 @@ def test_default_minilm_serves_exact_int8_within_its_floor(minilm_package: Path)
     assert agreement["floor"] == {"min_cosine": MINILM_INT8_MIN_COSINE, "met": True}
     assert MINILM_INT8_MIN_COSINE <= agreement["min_cosine"] <= agreement["mean_cosine"] < 1.0
     assert _probe(_served(minilm_package, "int8")) == "padded"
+
+
+def test_state_once_int8_branches_equal_each_question_alone(tmp_path: Path) -> None:
+    """Decision-codes state-once on the int8 backbone: questions branched from one state in one forward
+    answer exactly as each question run alone over the whole prompt (as fp32 does)."""
+    from converters.decision_codes import build_decision_codes_fixture
+    from edge_runtime.engine.causal import CausalForward, branch_row, causal_row
+
+    path = build_decision_codes_fixture(tmp_path / "once", attention_mode="prefix_causal", quantize="int8")
+    package = read_package(path)
+    entry = package.card.raw["variants"]["int8"]
+    assert entry["quantization"] == "per-token" and 0 < entry["agreement"]["top_label_agreement"] <= 1
+    forward = CausalForward(create_session(package.graph("int8"), "cpu", 2), pad_id=0)
+    rng = np.random.default_rng(3)
+    state = rng.integers(5, 500, size=40).tolist()
+    questions = [rng.integers(5, 500, size=n).tolist() for n in (7, 12, 3)]
+    (branched,) = forward([branch_row(state, questions)])
+    for j, q in enumerate(questions):
+        (alone,) = forward([causal_row(state + q)])
+        assert bitwise_equal(np.asarray(branched[j]), np.asarray(alone))
