@@ -1,7 +1,9 @@
 """An in-process contestant in its own process: `python -m bench.contestant KIND --threads N ...`.
 
-KIND is `sentence-transformers` (PyTorch) or `optimum` (ORTModelForFeatureExtraction on the package's
-model.onnx). It prints one JSON line when loaded, then answers one JSON line per command line on stdin:
+KIND is `sentence-transformers` (PyTorch), `optimum` (ORTModelForFeatureExtraction on the package's
+model.onnx) or `onnxruntime` (a bare ONNX Runtime session on --onnx with the package's tokenizer.json,
+mean pooling in numpy: fp32 ONNX Runtime in-process, nothing between the caller and the graph).
+It prints one JSON line when loaded, then answers one JSON line per command line on stdin:
 
     {"op": "embed", "texts": [...]}            -> {"embeddings": [[float]]}   (L2-normalised, fp32)
     {"op": "time", "texts": [...], "n": 20}    -> {"seconds": [float]}        (n timed calls, in-process)
@@ -87,6 +89,40 @@ def load_optimum(source: Path, onnx_file: Path, threads: int, workdir: Path) -> 
     return embed
 
 
+def load_onnxruntime(onnx_file: Path, threads: int) -> Callable[[list[str]], Any]:
+    """ONNX Runtime alone: the package's tokenizer (right padding), one session run, numpy pooling.
+
+    The same pinned settings as the server (ORT_ENABLE_ALL, sequential, one inter-op thread), so the
+    gap to our HTTP numbers is what the server adds.
+    """
+    import numpy as np
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(onnx_file), sess_options=options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    tokenizer = Tokenizer.from_file(str(onnx_file.parent / "tokenizer.json"))
+    tokenizer.enable_truncation(MAX_SEQ_LENGTH)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+
+    def embed(texts: list[str]) -> Any:
+        encs = tokenizer.encode_batch(texts)
+        feeds = {"input_ids": np.array([e.ids for e in encs], dtype=np.int64),
+                 "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64),
+                 "token_type_ids": np.array([e.type_ids for e in encs], dtype=np.int64)}
+        hidden = session.run(["last_hidden_state"], {n: feeds[n] for n in names})[0]
+        mask = feeds["attention_mask"][..., None].astype(np.float32)
+        pooled = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+    return embed
+
+
 def serve(embed: Callable[[list[str]], Any], stdin: Any, stdout: Any) -> None:
     """Answer commands until quit or end of input."""
     for line in stdin:
@@ -106,10 +142,10 @@ def serve(embed: Callable[[list[str]], Any], stdin: Any, stdout: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.contestant")
-    parser.add_argument("kind", choices=["sentence-transformers", "optimum"])
+    parser.add_argument("kind", choices=["sentence-transformers", "optimum", "onnxruntime"])
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--source", type=Path, required=True, help="the Hugging Face model directory")
-    parser.add_argument("--onnx", type=Path, help="optimum: the graph to load (the package's model.onnx)")
+    parser.add_argument("--onnx", type=Path, help="optimum, onnxruntime: the graph to load (the package's model.onnx)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -122,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-contestant-") as tmp:
         if args.kind == "sentence-transformers":
             embed = load_sentence_transformers(args.source, args.threads)
+        elif args.kind == "onnxruntime":
+            if args.onnx is None:
+                parser.error("onnxruntime needs --onnx")
+            embed = load_onnxruntime(args.onnx, args.threads)
         else:
             if args.onnx is None:
                 parser.error("optimum needs --onnx")

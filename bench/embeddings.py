@@ -1,8 +1,10 @@
-"""Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch and Optimum in-process,
-then image and audio embeddings against the same towers in PyTorch (bench/media.py).
+"""Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch, Optimum and bare ONNX
+Runtime in-process, then image and audio embeddings against the same towers in PyTorch (bench/media.py).
 
 Every contestant has the same intra-op thread count. Rounds are interleaved in a rotating order so
-that drift on a shared machine spreads over every contestant alike.
+that drift on a shared machine spreads over every contestant alike. Our int8 is the exact
+(per-token) variant, served batched under exact numerics; the run checks that claim itself: every
+text embedded alone must come back bit-identical to its row in the batch of 32.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ WARMUP_BATCH1 = 5
 WARMUP_BATCH32 = 2
 SETTLE_S = 0.3      # idle gap between contestants, so spinning pools of the previous one go quiet
 REFERENCE = "torch"
+ORT = "onnxruntime"
+#: Issue 13's targets for exact int8 over HTTP at batch 32.
+TARGET_VS_TORCH = 2.0
+TARGET_VS_ORT = 1.5
 
 
 @dataclass
@@ -39,27 +45,30 @@ class Result:
 def _contestants(lab: Lab) -> dict[str, Contestant]:
     """Start everything in parallel (loading dominates), then wait for each."""
     servers = {v: lab.start_server(v) for v in ("fp32", "int8")}
-    # Dynamic int8 is never batch-invariant, so exact numerics run its rows alone; padded batching
-    # is the opt-in approximate mode (models.yaml `batching: padded`).
-    servers["int8-padded"] = lab.start_server("int8", "padded")
-    workers = {k: lab.start_worker(k) for k in ("sentence-transformers", "optimum")}
+    workers = {k: lab.start_worker(k) for k in ("sentence-transformers", "optimum", ORT)}
     for server in servers.values():
         server.wait_ready()
     for worker in workers.values():
         worker.wait_ready()
     return {
         "ours-fp32": HttpContestant("edge-runtime fp32 (HTTP, float JSON)", servers["fp32"]),
-        "ours-fp32-b64": HttpContestant("edge-runtime fp32 (HTTP, base64)", servers["fp32"], "base64"),
-        "ours-int8": HttpContestant("edge-runtime int8 (HTTP, float JSON)", servers["int8"]),
-        "ours-int8-padded": HttpContestant("edge-runtime int8, padded batching (approximate)",
-                                           servers["int8-padded"]),
+        "ours-int8": HttpContestant("edge-runtime exact int8 (HTTP, float JSON)", servers["int8"]),
+        "ours-int8-b64": HttpContestant("edge-runtime exact int8 (HTTP, base64)", servers["int8"], "base64"),
         REFERENCE: workers["sentence-transformers"],
         "optimum": workers["optimum"],
+        ORT: workers[ORT],
     }
 
 
+def alone_vs_batched(contestant: HttpContestant, texts: list[str]) -> int:
+    """How many texts embed bit-identically alone and inside one batch of all of them (base64: exact bytes)."""
+    exact = HttpContestant(contestant.label, contestant.server, "base64")
+    batched = exact.embed(texts)
+    return sum(int(exact.embed([t])[0].tobytes() == batched[i].tobytes()) for i, t in enumerate(texts))
+
+
 def run(lab: Lab) -> list[Table]:
-    """Measure, then return the latency, throughput and agreement tables."""
+    """Measure, then return the headline, latency, throughput and agreement tables."""
     rounds = lab.settings.rounds
     contestants = _contestants(lab)
     one = sentences(1, seed=7)
@@ -78,9 +87,37 @@ def run(lab: Lab) -> list[Table]:
             b32[key].append(contestants[key].time(batch, CALLS_BATCH32))
     results = {k: Result(k, contestants[k], summarize(b1[k]), summarize(b32[k])) for k in keys}
     vectors = {k: contestants[k].embed(batch) for k in keys}
-    tables = [latency_table(results, lab.settings.threads, rounds), throughput_table(results),
-              agreement_table(results, vectors)]
-    return tables + media.run(lab)  # image and audio rows: SigLIP base vision, Whisper tiny.en
+    identical = {k: alone_vs_batched(contestants[k], batch)  # type: ignore[arg-type]
+                 for k in ("ours-fp32", "ours-int8")}
+    return [int8_table(results, vectors, identical), latency_table(results, lab.settings.threads, rounds),
+            throughput_table(results), agreement_table(results, vectors)] + media.run(lab)  # SigLIP, Whisper
+
+
+def int8_table(results: dict[str, Result], vectors: dict[str, np.ndarray], identical: dict[str, int]) -> Table:
+    """Issue 13's check in one place: exact int8 over HTTP at batch 32 against the peers, and its numerics."""
+    ours = results["ours-int8"].batch32
+    rows = []
+    for key, target in ((REFERENCE, TARGET_VS_TORCH), (ORT, TARGET_VS_ORT), ("ours-fp32", None)):
+        peer = results[key].batch32
+        r, best = ratio(peer.median, ours.median), ratio(peer.round_low, ours.round_low)
+        verdict = "" if target is None else (f"{target:.1f}x: {'met' if r >= target else 'NOT met'}")
+        rows.append([results[key].contestant.label, fmt_ms(peer.median, 1), fmt_ms(ours.median, 1),
+                     fmt_ratio(r), fmt_ratio(best), verdict])
+    cos_fp32 = cosines(vectors["ours-int8"], vectors["ours-fp32"])
+    cos_torch = cosines(vectors["ours-int8"], vectors[REFERENCE])
+    return Table(
+        f"Exact int8 (per-token) over HTTP, batch {BATCH}, against each peer",
+        ["peer", "peer median ms", "ours int8 median ms", "speed vs peer", "speed vs peer (best rounds)",
+         "target"],
+        rows,
+        [f"Rows alone vs batched, bit for bit (each text alone, then all {BATCH} in one request, base64): "
+         f"exact int8 {identical['ours-int8']}/{BATCH}, fp32 {identical['ours-fp32']}/{BATCH}.",
+         f"Agreement of exact int8 on these {BATCH} texts: cosine to our fp32 min {cos_fp32.min():.6f} mean "
+         f"{cos_fp32.mean():.6f}; to sentence-transformers min {cos_torch.min():.6f} mean {cos_torch.mean():.6f}.",
+         "Our time is client wall time over HTTP (float JSON); the peers' is in-process around the library "
+         "call. ONNX Runtime fp32 in-process is a bare session on the package's model.onnx with the same "
+         "pinned settings (ORT_ENABLE_ALL, sequential) plus tokenizers and numpy pooling."],
+    )
 
 
 def latency_table(results: dict[str, Result], threads: int, rounds: int) -> Table:
@@ -136,5 +173,6 @@ def agreement_table(results: dict[str, Result], vectors: dict[str, np.ndarray]) 
         f"Embeddings: agreement on the same {BATCH} texts (cosine)",
         ["contestant", "min vs torch", "mean vs torch", "min vs ours fp32", "mean vs ours fp32"],
         rows,
-        ["int8 is dynamic per-channel quantization of the same graph; its cosine to fp32 is the quality cost."],
+        ["int8 is the exact variant: per-token activation scales and per-channel int8 weights of the same "
+         "graph; its cosine to fp32 is the quality cost."],
     )

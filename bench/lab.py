@@ -70,11 +70,12 @@ class Lab:
         return server
 
     def start_worker(self, kind: str) -> WorkerContestant:
-        """The shared worker of a kind ('sentence-transformers' or 'optimum'), started if needed."""
+        """The shared worker of a kind ('sentence-transformers', 'optimum' or 'onnxruntime'), started if needed."""
         if kind not in self._workers:
             labels = {"sentence-transformers": "sentence-transformers (torch, in-process)",
-                      "optimum": "Optimum ORTModelForFeatureExtraction (in-process)"}
-            onnx = self.settings.package / "model.onnx" if kind == "optimum" else None
+                      "optimum": "Optimum ORTModelForFeatureExtraction (in-process)",
+                      "onnxruntime": "ONNX Runtime fp32 (in-process, tokenizers + numpy)"}
+            onnx = self.settings.package / "model.onnx" if kind in ("optimum", "onnxruntime") else None
             self._workers[kind] = WorkerContestant(labels[kind], kind, self.settings.threads, minilm_source(),
                                                    onnx, self.log_dir / f"{kind}.log")
         return self._workers[kind]

@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, type=Path, help="package directory to write (replaced if present)")
     e.add_argument("--kind", required=True, choices=KIND_CHOICES)
     e.add_argument("--name", help="package name (default: the source directory's name)")
-    e.add_argument("--quantize", choices=("int8",), help="also write a dynamic int8 variant")
+    e.add_argument("--quantize", choices=("int8", "int8-dynamic"),
+                   help="also write an int8 variant: int8 = per-token scales, batch-invariant (exact); "
+                        "int8-dynamic = ONNX Runtime dynamic quantization (approximate)")
     e.add_argument("--layers", type=_int_list, default=[], help="embedding: encoder layers to expose, e.g. 3,5")
     e.add_argument("--dimensions", type=_int_list, default=[], help="embedding: Matryoshka sizes, e.g. 384,256,128")
     e.add_argument("--pooling", choices=("mean", "cls", "last"), help="embedding: override the declared pooling")
@@ -71,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--kind", required=True, choices=KIND_CHOICES)
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--quantize", choices=("int8",))
+    f.add_argument("--quantize", choices=("int8", "int8-dynamic"))
     f.add_argument("--arch", choices=("siglip", "clip", "whisper", "clap", "siglip-base-vision"),
                    help="multimodal kinds: the tiny architecture (default siglip, or whisper for audio); "
                         "siglip-base-vision is SigLIP base's vision tower at its real shape, for benchmarks")
@@ -147,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reject_cli_arguments(args)
             if args.arch or args.keep_source:
                 raise ConversionError("--arch and --keep-source apply to image-text-embedding and audio-embedding")
-            _summary(build_fixture_result(args.kind, args.out, seed=args.seed, quantize=args.quantize == "int8"))
+            _summary(build_fixture_result(args.kind, args.out, seed=args.seed, quantize=args.quantize))
         else:
             from converters.default import build_defaults
 

@@ -121,6 +121,8 @@ class DecisionCodesOptions(PackageIdentity):
     max_input_tokens: int | None = None
     validated_input_tokens: int | None = None
     max_request_tokens: int | None = None
+    #: "int8": also write the per-token (exact) int8 backbone; dynamic int8 is never offered here
+    quantize: str | None = None
 
 
 # ---- codes, chat markup, readout -----------------------------------------------------------
@@ -390,6 +392,30 @@ def _verify(lm: Any, graph: Path, groups: list[list[_Case]], token_ids: Sequence
     return _Verified(worst_p, worst_h, worst_branch, len(cases), sorted({len(c.ids) for c in cases}), spread)
 
 
+def _agreement(fp32: Path, int8: Path, groups: list[list[_Case]], readout: np.ndarray, bias: np.ndarray | None,
+               softcap: float | None, pad_id: int) -> dict[str, Any]:
+    """Code probabilities of the int8 backbone against fp32, every sample question alone:
+    max and mean |dp|, and how often the top code agrees."""
+    from edge_runtime.engine.causal import CausalForward, causal_row
+    from edge_runtime.engine.session import create_session
+
+    a = CausalForward(create_session(fp32, "cpu", 1), pad_id=pad_id)
+    b = CausalForward(create_session(int8, "cpu", 1), pad_id=pad_id)
+    dps, tops = [], []
+    for case in (c for g in groups for c in g):
+        (ha,) = a([causal_row(case.ids)])
+        (hb,) = b([causal_row(case.ids)])
+        pa = code_probabilities(ha, readout, case.count, case.temperature, bias, softcap)
+        pb = code_probabilities(hb, readout, case.count, case.temperature, bias, softcap)
+        if not np.all(np.isfinite(pb)):
+            raise ConversionError("int8: the quantized graph's code probabilities are not finite")
+        dps.append(float(np.max(np.abs(pa - pb))))
+        tops.append(int(np.argmax(pa)) == int(np.argmax(pb)))
+    return {"metric": "code_probability", "max_abs_dp": round(max(dps), 6),
+            "mean_abs_dp": round(float(np.mean(dps)), 6), "top_label_agreement": round(float(np.mean(tops)), 6),
+            "cases": len(dps)}
+
+
 def _goldens(
     graph: Path, groups: list[list[_Case]], pad_id: int
 ) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
@@ -434,6 +460,9 @@ def _check_options(opts: DecisionCodesOptions) -> None:
         raise ConversionError(f"--attention-mode {opts.attention_mode!r}: one of {', '.join(ATTENTION_MODES)}")
     if opts.max_request_tokens is not None and opts.attention_mode != "prefix_causal":
         raise ConversionError("--max-request-tokens applies to attention mode prefix_causal (state-once) only")
+    if opts.quantize not in (None, "int8"):
+        # dynamic int8 takes one activation scale per batch: never batch-invariant, so never offered here
+        raise ConversionError(f"--quantize {opts.quantize!r}: decision-codes backbones take int8 (per-token) only")
     for name in ("max_input_tokens", "validated_input_tokens", "max_request_tokens"):
         value = getattr(opts, name)
         if value is not None and value < 16:
@@ -555,6 +584,21 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
             + (f", state-once vs alone {verified.state_once:.3g}" if verified.state_once is not None else "")
             + f" over {verified.cases} questions")
         goldens = {"fp32": _goldens(graph, groups, int(pad_id))}
+        variants: dict[str, dict[str, Any]] = {"fp32": {"file": "model.onnx", "dtype": "fp32"}}
+        q_files: dict[str, Path | bytes] = {}
+        if opts.quantize is not None:
+            from converters import quantize
+
+            with Step("quantizing the backbone to int8 (per-token activation scales, per-channel weights)") as s:
+                q_path = quantize.quantize_variant(opts.quantize, graph, work / quantize.variant_file(opts.quantize))
+                agreement = _agreement(graph, q_path, groups, readout, bias, config["logit_softcap"], int(pad_id))
+            timings["quantize"] = s.seconds
+            log(f"{opts.quantize} agreement with fp32: {agreement}")
+            variants[opts.quantize] = quantize.variant_entry(opts.quantize, agreement)
+            goldens[opts.quantize] = _goldens(q_path, groups, int(pad_id))
+            q_files[quantize.variant_file(opts.quantize)] = q_path
+            if q_path.with_name(q_path.name + ".data").is_file():
+                q_files[q_path.name + ".data"] = q_path.with_name(q_path.name + ".data")
         head = {READOUT: readout}
         if bias is not None:
             head[READOUT_BIAS] = np.ascontiguousarray(bias, dtype=np.float32)
@@ -564,6 +608,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
             "head.npz": _npz_bytes(head),
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
+        files.update(q_files)
         files.update(notice_files(src_dir, opts))
         outputs_diff = {"probabilities": float(f"{verified.probabilities:.3g}"),
                         "last_hidden_state": float(f"{verified.hidden:.3g}")}
@@ -588,7 +633,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
                      "codes": len(codes), "source": config["readout"]},
             "limits": limits,
             "graph": {"inputs": inputs, "outputs": outputs, "opset": OPSET},
-            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+            "variants": variants,
             "verification": {"reference": reference, "max_abs_diff": outputs_diff["probabilities"],
                              "tolerance": PROBABILITY_TOLERANCE, "cases": verified.cases,
                              "outputs": outputs_diff, "lengths": verified.lengths},
@@ -596,7 +641,8 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
                       "options": {"attention_mode": opts.attention_mode, "prompt_layout": opts.prompt_layout,
                                   "max_input_tokens": opts.max_input_tokens,
                                   "validated_input_tokens": opts.validated_input_tokens,
-                                  "max_request_tokens": opts.max_request_tokens}},
+                                  "max_request_tokens": opts.max_request_tokens,
+                                  **({"quantize": opts.quantize} if opts.quantize else {})}},
             "question_types": list(QUESTION_TYPES),
             "usage": "state_once" if opts.attention_mode == "prefix_causal" else "per_question",
         }
@@ -813,9 +859,8 @@ def reject_cli_arguments(args: argparse.Namespace) -> None:
 
 def export_from_args(args: argparse.Namespace) -> ExportResult:
     """``export SRC --kind decision-codes`` from parsed arguments."""
-    if args.quantize:
-        raise ConversionError("--quantize: decision-codes packages are fp32 (dynamic int8 is never batch-invariant)")
     opts = DecisionCodesOptions(
+        quantize=args.quantize,
         attention_mode=args.attention_mode or "causal", prompt_layout=args.prompt_layout,
         temperature=args.temperature, temperature_by_questions=args.temperature_by_questions,
         max_input_tokens=args.max_input_tokens, validated_input_tokens=args.validated_input_tokens,
@@ -827,10 +872,8 @@ def export_from_args(args: argparse.Namespace) -> ExportResult:
 
 def fixture_from_args(args: argparse.Namespace) -> ExportResult:
     """``fixture --kind decision-codes`` from parsed arguments."""
-    if args.quantize:
-        raise ConversionError("--quantize: decision-codes packages are fp32")
     return build_decision_codes_fixture_result(args.out, seed=args.seed, attention_mode=args.attention_mode or "causal",
-                                               prompt_layout=args.prompt_layout)
+                                               prompt_layout=args.prompt_layout, quantize=args.quantize)
 
 
 __all__ = ["DecisionCodesOptions", "add_cli_arguments", "build_decision_codes_fixture",

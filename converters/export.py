@@ -30,7 +30,7 @@ from converters.source import (
 from edge_runtime.packages import KIND_SURFACES, read_package
 
 KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")
-QUANTIZE = ("int8",)
+QUANTIZE = ("int8", "int8-dynamic")  # int8: per-token, exact; int8-dynamic: approximate
 _BIO = re.compile(r"^(O|[BI]-.+)$")
 _LICENSE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "NOTICE", "NOTICE.txt", "NOTICE.md")
 
@@ -65,6 +65,9 @@ class ExportOptions(PackageIdentity):
     pooling: str | None = None
     normalize: bool | None = None
     max_input_tokens: int | None = None
+    #: embedding int8: the least cosine to fp32 over the sample set for the variant to be recommended
+    #: (recorded in the card with whether it was met); None records no floor
+    int8_min_cosine: float | None = None
 
 
 @dataclass
@@ -136,7 +139,7 @@ def _check_options(opts: ExportOptions) -> None:
     if opts.kind not in KINDS:
         raise ConversionError(f"unknown kind {opts.kind!r} (one of {', '.join(KINDS)})")
     if opts.quantize is not None and opts.quantize not in QUANTIZE:
-        raise ConversionError(f"--quantize {opts.quantize!r} is not supported (int8)")
+        raise ConversionError(f"--quantize {opts.quantize!r} is not supported ({', '.join(QUANTIZE)})")
     if opts.kind != "embedding" and (opts.layers or opts.dimensions or opts.pooling or opts.normalize is not None):
         raise ConversionError("--layers, --dimensions, --pooling and --normalize apply to kind embedding only")
     if opts.kind != "multi-label" and opts.thresholds:
@@ -305,7 +308,8 @@ def build_options(opts: ExportOptions) -> dict[str, Any]:
     """The converter options recorded in card.build.options (compared by `converters default`)."""
     return {"kind": opts.kind, "quantize": opts.quantize, "layers": sorted(set(opts.layers)),
             "dimensions": sorted(set(opts.dimensions), reverse=True), "thresholds": opts.thresholds or {},
-            "pooling": opts.pooling, "normalize": opts.normalize, "max_input_tokens": opts.max_input_tokens}
+            "pooling": opts.pooling, "normalize": opts.normalize, "max_input_tokens": opts.max_input_tokens,
+            **({"int8_min_cosine": opts.int8_min_cosine} if opts.int8_min_cosine is not None else {})}
 
 
 def _card(opts: ExportOptions, *, name: str, src_dir: Path, architecture: str, labels: list[str],
@@ -404,16 +408,21 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         goldens = {"fp32": verify.record_goldens(session, golden_rows)}
         files: dict[str, Path | bytes] = {"model.onnx": graph_path, "tokenizer.json": tok.to_str().encode("utf-8")}
 
-        if opts.quantize == "int8":
-            with Step("quantizing to dynamic int8 (QInt8, per-channel)") as s:
-                int8_path = quantize.quantize_int8(graph_path, work / "model.int8.onnx")
-                int8_session = verify.create_session(int8_path)
-                agreement = quantize.measure_agreement(opts.kind, head, labels, session, int8_session, rows)
+        if opts.quantize is not None:
+            variant = opts.quantize
+            how = quantize.QUANTIZATIONS[variant]
+            with Step(f"quantizing to {variant} ({how} activation scales, per-channel int8 weights)") as s:
+                q_path = quantize.quantize_variant(variant, graph_path, work / quantize.variant_file(variant))
+                q_session = verify.create_session(q_path)
+                agreement = quantize.measure_agreement(opts.kind, head, labels, session, q_session, rows)
+                if opts.int8_min_cosine is not None and "min_cosine" in agreement:
+                    agreement["floor"] = {"min_cosine": opts.int8_min_cosine,
+                                          "met": agreement["min_cosine"] >= opts.int8_min_cosine}
             timings["quantize"] = s.seconds
-            log(f"int8 agreement with fp32: {agreement}")
-            variants["int8"] = {"file": "model.int8.onnx", "dtype": "int8", "agreement": agreement}
-            goldens["int8"] = verify.record_goldens(int8_session, golden_rows)
-            files["model.int8.onnx"] = int8_path
+            log(f"{variant} agreement with fp32: {agreement}")
+            variants[variant] = quantize.variant_entry(variant, agreement)
+            goldens[variant] = verify.record_goldens(q_session, golden_rows)
+            files[quantize.variant_file(variant)] = q_path
 
         files.update(notice_files(src_dir, opts))
 

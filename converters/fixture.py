@@ -132,8 +132,10 @@ def build_source(kind: str, d: Path, seed: int = 0, pooling: str = "mean", norma
     return d
 
 
-def build_fixture(kind: str, out: Path, seed: int = 0, quantize: bool = False, **options: Any) -> Path:
+def build_fixture(kind: str, out: Path, seed: int = 0, quantize: bool | str | None = None, **options: Any) -> Path:
     """Build the fixture package for ``kind`` at ``out`` and return its path.
+
+    ``quantize``: a variant name (``int8``, ``int8-dynamic``) to write too; True means ``int8``.
 
     ``options``: for embedding ``pooling`` (mean), ``normalize`` (True), ``layers`` ([1]) and
     ``dimensions`` ([32, 16]); any other ExportOptions field (``thresholds``, ``name``, ...).
@@ -141,7 +143,8 @@ def build_fixture(kind: str, out: Path, seed: int = 0, quantize: bool = False, *
     return build_fixture_result(kind, out, seed=seed, quantize=quantize, **options).path
 
 
-def build_fixture_result(kind: str, out: Path, seed: int = 0, quantize: bool = False, **options: Any) -> ExportResult:
+def build_fixture_result(kind: str, out: Path, seed: int = 0, quantize: bool | str | None = None,
+                         **options: Any) -> ExportResult:
     """build_fixture, returning the whole ExportResult (digest, card, timings)."""
     if kind not in KINDS:
         raise ConversionError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
@@ -153,7 +156,7 @@ def build_fixture_result(kind: str, out: Path, seed: int = 0, quantize: bool = F
     fields = {
         "kind": kind,
         "name": f"fixture-{kind}",
-        "quantize": "int8" if quantize else None,
+        "quantize": "int8" if quantize is True else (quantize or None),
         "description": f"Tiny random-weight {kind} fixture (seed {seed}); for tests, not a real model",
         "version": "0.0.1",
         "release_date": FIXTURE_RELEASE_DATE,

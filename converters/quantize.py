@@ -1,9 +1,20 @@
-"""Dynamic int8 variants and how closely they agree with fp32.
+"""Int8 variants of a graph, and how closely they agree with fp32.
 
-quantize_dynamic with QInt8 weights and per-channel scales (per-tensor loses too much on MiniLM:
-cosine 0.93 against 0.99). quant_pre_process is skipped: it fails on these opset-18 exports and
-leaves temporary files in the working directory. Agreement is measured one row at a time, since a
-dynamic int8 graph's output depends on what else is in the batch.
+Two constructions:
+
+- ``int8`` (exact, :func:`quantize_int8_exact`): every MatMul/Gemm whose weight is a constant
+  becomes per-token activation quantization plus an integer GEMM against symmetric per-channel
+  int8 weights. Each token's scale is max(|x|) over its own hidden vector / 127, so no row depends
+  on the other rows of a batch or on padding, and integer accumulation is exact whatever the
+  kernel's blocking: the graph is batch-invariant by construction (the server's load-time probe
+  still checks it on every CPU). Measured recipe: /work/shared/reference/exact-int8-feasibility.md.
+- ``int8-dynamic`` (approximate, :func:`quantize_int8_dynamic`): ONNX Runtime's quantize_dynamic,
+  whose DynamicQuantizeLinear takes one activation scale over the whole batch tensor, so another
+  request's rows change a row's answer. Kept only for users who ask for it by name.
+
+quant_pre_process is skipped: it fails on these opset-18 exports and leaves temporary files in the
+working directory. Agreement is measured one row at a time (the dynamic variant's output depends
+on what else is in the batch; the exact one's does not, so alone is the fair comparison for both).
 """
 
 from __future__ import annotations
@@ -17,11 +28,221 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from converters.readout import cosine, pool, sigmoid, softmax
 from converters.verify import Row
+
+#: Variant name -> how its graph is built and what numerics it promises.
+QUANTIZATIONS: dict[str, str] = {"int8": "per-token", "int8-dynamic": "dynamic"}
+#: Guards all-zero activation rows (padding positions): their q is 0, their output the bias.
+ACTIVATION_EPS = 1e-8
+#: uint8 activations with zero point 128 take ONNX Runtime's fast U8S8 (VNNI) kernel; signed int8
+#: activations gave the same answers 2.7x slower (feasibility note).
+ACTIVATION_ZERO_POINT = 128
+#: Graphs above this are saved with their weights in an external data file (protobuf's 2 GB cap).
+_EXTERNAL_DATA_BYTES = 1_800_000_000
+
+
+def variant_file(variant: str) -> str:
+    """The package file of a quantized variant: ``model.<variant>.onnx``."""
+    return f"model.{variant}.onnx"
+
+
+def _const(name: str, array: np.ndarray) -> TensorProto:
+    return numpy_helper.from_array(np.ascontiguousarray(array), name)
+
+
+def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-output-channel int8 of a [K, N] weight: (int8 [K, N], fp32 scale [N]).
+
+    A channel of zeros gets scale 1 (its q is 0 either way) so nothing divides by zero.
+    """
+    w = np.asarray(w, dtype=np.float32)
+    amax = np.abs(w).max(axis=0)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+    return q, scale
+
+
+class _Rewriter:
+    """Builds the exact int8 graph: one quantization per distinct activation, one per weight."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.graph = model.graph
+        self.inits = {t.name: t for t in self.graph.initializer}
+        self.new_inits: list[TensorProto] = []
+        self.quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, row scale, prefix)
+        self.quantized_weights: dict[tuple[str, bool, float], tuple[str, str]] = {}
+        self.count = 0
+        self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
+        self.used_names |= set(self.inits)
+        shared: dict[str, np.ndarray] = {"er_q_eps": np.array(ACTIVATION_EPS, np.float32),
+                  "er_q_inv127": np.array(1.0 / 127.0, np.float32),
+                  "er_q_zp_u8": np.array(ACTIVATION_ZERO_POINT, np.uint8),
+                  "er_q_one": np.array(1.0, np.float32),
+                  "er_q_axes": np.array([-1], np.int64),
+                  "er_q_zero": np.array([0], np.int64)}
+        for name, value in shared.items():
+            self.new_inits.append(_const(name, value))
+
+    def _name(self, base: str) -> str:
+        name = base
+        i = 0
+        while name in self.used_names:
+            i += 1
+            name = f"{base}_{i}"
+        self.used_names.add(name)
+        return name
+
+    def quantize_rows(self, x: str, k: int, nodes: list[onnx.NodeProto]) -> tuple[str, str, str]:
+        """``x`` as rows [M, K]: uint8 codes (zero point 128), the per-row scale [M, 1], and x's
+        shape without its last axis (to shape the GEMM's output back). Built once per x.
+
+        One QuantizeLinear(axis 0, a scale per row) does the divide, round (half to even), shift and
+        saturating cast that would otherwise take four passes over the activation.
+        """
+        if x in self.quantized_inputs:
+            return self.quantized_inputs[x]
+        p = self._name(f"er_q/{x}")
+        rows_shape = self._name(f"{p}/rows_shape")
+        self.new_inits.append(_const(rows_shape, np.array([-1, k], np.int64)))
+        rows, absx, amax, floor, scale, shape, zp, q, col, xshape, prefix = (
+            f"{p}/{s}" for s in ("rows", "abs", "amax", "floor", "scale", "shape", "zp", "q", "col", "xshape",
+                                 "prefix"))
+        nodes += [
+            helper.make_node("Reshape", [x, rows_shape], [rows], name=f"{p}/Rows"),
+            helper.make_node("Abs", [rows], [absx], name=f"{p}/Abs"),
+            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=0),
+            helper.make_node("Max", [amax, "er_q_eps"], [floor], name=f"{p}/Max"),
+            helper.make_node("Mul", [floor, "er_q_inv127"], [scale], name=f"{p}/Scale"),
+            # a zero point per row (QuantizeLinear wants it shaped like the scale): 128 each
+            helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
+            helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints"),
+            helper.make_node("QuantizeLinear", [rows, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=0),
+            helper.make_node("Unsqueeze", [scale, "er_q_axes"], [col], name=f"{p}/ScaleColumn"),
+            helper.make_node("Shape", [x], [xshape], name=f"{p}/Shape"),
+            helper.make_node("Slice", [xshape, "er_q_zero", "er_q_axes"], [prefix], name=f"{p}/Prefix"),
+        ]
+        self.quantized_inputs[x] = (q, col, prefix)
+        return q, col, prefix
+
+    def quantize_constant_weight(self, name: str, transpose: bool, alpha: float) -> tuple[str, str]:
+        """int8 weight [K, N] and its per-channel scale [N] as new initializers, built once per weight."""
+        key = (name, transpose, alpha)
+        if key not in self.quantized_weights:
+            w = numpy_helper.to_array(self.inits[name]).astype(np.float32)
+            if transpose:
+                w = w.T
+            q, scale = quantize_weight(w * np.float32(alpha))
+            qn, sn = self._name(f"{name}_int8"), self._name(f"{name}_int8_scale")
+            self.new_inits += [_const(qn, q), _const(sn, scale)]
+            self.quantized_weights[key] = (qn, sn)
+        return self.quantized_weights[key]
+
+    def weight_of(self, node: onnx.NodeProto) -> tuple[str, bool, float] | None:
+        """(weight initializer, transposed, alpha) when ``node`` multiplies by a constant 2-D weight."""
+        if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2 or node.input[1] not in self.inits:
+            return None
+        if len(self.inits[node.input[1]].dims) != 2 or node.input[0] in self.inits:
+            return None
+        if self.inits[node.input[1]].data_type != TensorProto.FLOAT:
+            return None
+        if node.op_type == "MatMul":
+            return node.input[1], False, 1.0
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if attrs.get("transA", 0):
+            return None  # never exported by Optimum; stays fp32
+        return node.input[1], bool(attrs.get("transB", 0)), float(attrs.get("alpha", 1.0))
+
+    def rewrite(self) -> int:
+        """Replace every constant-weight MatMul/Gemm in place; returns how many were replaced."""
+        out: list[onnx.NodeProto] = []
+        for node in self.graph.node:
+            found = self.weight_of(node)
+            if found is None:
+                out.append(node)
+                continue
+            self.count += 1
+            x = node.input[0]
+            wq, ws = self.quantize_constant_weight(*found)
+            k, n = (int(d) for d in self.inits[found[0]].dims)
+            if found[1]:  # Gemm transB: the weight is stored [N, K]
+                k, n = n, k
+            q, scale, prefix = self.quantize_rows(x, k, out)
+            p = self._name(f"er_q/{node.name or node.output[0]}")
+            y = node.output[0]
+            acc, scaled_rows, out_shape = f"{p}/acc", f"{p}/scaled_rows", f"{p}/out_shape"
+            has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
+            scaled = f"{p}/scaled" if has_bias else y
+            n_const = self._name(f"{p}/n")
+            self.new_inits.append(_const(n_const, np.array([n], np.int64)))
+            # integer GEMM (int32 accumulation) with the per-channel weight scale in its output stage;
+            # a_scale must be a scalar, so the per-token scale is a separate Mul
+            out += [
+                helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [acc],
+                                 name=f"{p}/MatMulIntegerToFloat", domain="com.microsoft"),
+                helper.make_node("Mul", [acc, scale], [scaled_rows], name=f"{p}/TokenScale"),
+                helper.make_node("Concat", [prefix, n_const], [out_shape], name=f"{p}/OutShape", axis=0),
+                helper.make_node("Reshape", [scaled_rows, out_shape], [scaled], name=f"{p}/Unrows"),
+            ]
+            if has_bias:
+                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                beta = float(attrs.get("beta", 1.0))
+                c = numpy_helper.to_array(self.inits[node.input[2]]) if node.input[2] in self.inits else None
+                if c is not None:
+                    cn = self._name(f"{node.input[2]}_beta")
+                    self.new_inits.append(_const(cn, (c * np.float32(beta)).astype(np.float32)))
+                    out.append(helper.make_node("Add", [scaled, cn], [y], name=f"{p}/Bias"))
+                else:
+                    bn = self._name(f"{p}/beta")
+                    self.new_inits.append(_const(bn, np.array(beta, np.float32)))
+                    out.append(helper.make_node("Mul", [node.input[2], bn], [f"{p}/c"], name=f"{p}/Beta"))
+                    out.append(helper.make_node("Add", [scaled, f"{p}/c"], [y], name=f"{p}/Bias"))
+        del self.graph.node[:]
+        self.graph.node.extend(out)
+        return self.count
+
+    def drop_unused_initializers(self) -> None:
+        """Remove fp32 weights no node reads any more (they would double the file)."""
+        self.graph.initializer.extend(self.new_inits)
+        read = {i for node in self.graph.node for i in node.input} | {o.name for o in self.graph.output}
+        keep = [t for t in self.graph.initializer if t.name in read]
+        del self.graph.initializer[:]
+        self.graph.initializer.extend(keep)
+
+
+def quantize_int8_exact(src: Path, dst: Path) -> Path:
+    """Write the per-token ("exact") int8 copy of the graph ``src`` to ``dst``.
+
+    Every MatMul/Gemm with a constant fp32 weight becomes, on x reshaped to rows [M, K]: per-token
+    scale s = max(max|x| over the row, eps) / 127; q = QuantizeLinear(x, s, 128, axis 0) as uint8;
+    MatMulIntegerToFloat(q, Wq, 1, w_scale, 128) with symmetric per-channel int8 weights; times s;
+    reshaped back; then the original bias. (QuantizeLinear per row measured ~10% faster at batch 32
+    than Div/Round/Add/Cast, with the same invariance.) Activations are quantized once per producer
+    (Q, K and V share theirs). Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
+    fp32. Raises ValueError when the graph has no constant-weight MatMul (nothing to quantize).
+    """
+    model = onnx.load(str(src))
+    rewriter = _Rewriter(model)
+    if rewriter.rewrite() == 0:
+        raise ValueError(f"{src}: no MatMul or Gemm with a constant weight to quantize")
+    rewriter.drop_unused_initializers()
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
+    dst = Path(dst)
+    for stale in (dst, dst.with_name(dst.name + ".data")):
+        stale.unlink(missing_ok=True)
+    if model.ByteSize() > _EXTERNAL_DATA_BYTES:
+        onnx.save(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=dst.name + ".data", size_threshold=1024)
+    else:
+        onnx.save(model, str(dst))
+    return dst
 
 
 @contextlib.contextmanager
@@ -34,8 +255,8 @@ def _in_dir(path: Path) -> Iterator[None]:
         os.chdir(old)
 
 
-def quantize_int8(src: Path, dst: Path) -> Path:
-    """Write a dynamic int8 (QInt8, per-channel) copy of the graph ``src`` to ``dst``."""
+def quantize_int8_dynamic(src: Path, dst: Path) -> Path:
+    """Write ONNX Runtime's dynamic int8 (QInt8, per-channel) copy of ``src`` to ``dst`` (approximate)."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer's "consider pre-processing" warning: skipped on purpose
@@ -47,6 +268,15 @@ def quantize_int8(src: Path, dst: Path) -> Path:
         finally:
             root.setLevel(level)
     return dst
+
+
+def quantize_variant(variant: str, src: Path, dst: Path) -> Path:
+    """Build the quantized variant ``variant`` (a key of QUANTIZATIONS) of ``src`` at ``dst``."""
+    if variant == "int8":
+        return quantize_int8_exact(src, dst)
+    if variant == "int8-dynamic":
+        return quantize_int8_dynamic(src, dst)
+    raise ValueError(f"unknown quantization {variant!r} (one of {', '.join(QUANTIZATIONS)})")
 
 
 def _run_rows(session: ort.InferenceSession, rows: Sequence[Row], output: str) -> list[np.ndarray]:
@@ -89,3 +319,14 @@ def measure_agreement(kind: str, head: dict[str, Any], labels: Sequence[str], fp
     if kind == "token-classification":
         result["tokens"] = int(pa.shape[0])
     return result
+
+
+def variant_entry(variant: str, agreement: dict[str, Any]) -> dict[str, Any]:
+    """The card's variants entry of a quantized graph: file, dtype, construction, numerics, agreement.
+
+    ``numerics`` is what the construction promises: per-token int8 is batch-invariant (the server's
+    probe still proves it at load); dynamic int8 changes a row's answer with its batch neighbours.
+    """
+    how = QUANTIZATIONS[variant]
+    return {"file": variant_file(variant), "dtype": "int8", "quantization": how,
+            "numerics": "exact" if how == "per-token" else "approximate", "agreement": agreement}

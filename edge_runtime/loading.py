@@ -12,6 +12,7 @@ import numpy as np
 
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import GraphSession, Grouping, ModelExecutor, create_session, probe_grouping
+from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family
 from edge_runtime.packages import Package, PackageError, read_package
@@ -161,7 +162,8 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
             raise RuntimeError(f"self-check failed: {model.self_check['reason']}")
         model.grouping, model.numerics = grouping(model)
         model.executor = ModelExecutor(
-            model.name, model.family.forward, model.grouping, cfg.max_queue, metrics=metrics
+            model.name, model.family.forward, model.grouping, cfg.max_queue, metrics=metrics,
+            inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
         )
         model.status = "ready"
         if metrics is not None:

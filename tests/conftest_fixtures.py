@@ -27,17 +27,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def fixture_package(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """A factory ``fixture_package(kind, quantize=False) -> Path`` of cached fixture packages (seed 0)."""
+    """A factory ``fixture_package(kind, quantize=False) -> Path`` of cached fixture packages (seed 0).
+
+    quantize: False, True (the exact ``int8`` variant) or a variant name such as ``int8-dynamic``.
+    """
     from converters.fixture import build_fixture
 
     root = tmp_path_factory.mktemp("fixture-packages")
-    cache: dict[tuple[str, bool], Path] = {}
+    cache: dict[tuple[str, str | None], Path] = {}
 
-    def get(kind: str, quantize: bool = False) -> Path:
-        key = (kind, bool(quantize))
+    def get(kind: str, quantize: bool | str = False) -> Path:
+        variant = "int8" if quantize is True else (quantize or None)
+        key = (kind, variant)
         if key not in cache:
-            out = root / (f"{kind}-int8" if quantize else kind)
-            cache[key] = build_fixture(kind, out, seed=0, quantize=bool(quantize))
+            out = root / (f"{kind}-{variant}" if variant else kind)
+            if kind == "decision-codes":
+                from converters.decision_codes import build_decision_codes_fixture
+
+                cache[key] = build_decision_codes_fixture(out, seed=0, quantize=variant)
+            else:
+                cache[key] = build_fixture(kind, out, seed=0, quantize=variant)
         return cache[key]
 
     return get

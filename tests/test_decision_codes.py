@@ -447,7 +447,8 @@ def test_cli_fixture(tmp_path) -> None:
                  "--attention-mode", "prefix_causal"]) == 0
     card = read_package(tmp_path / "pkg").card
     assert card.kind == "decision-codes" and card.raw["usage"] == "state_once"
-    assert main(["fixture", "--kind", "decision-codes", "--out", str(tmp_path / "q"), "--quantize", "int8"]) == 2
+    assert main(["fixture", "--kind", "decision-codes", "--out", str(tmp_path / "q"),
+                 "--quantize", "int8-dynamic"]) == 2  # dynamic int8 is never offered for decision backbones
     assert main(["export", "x", "--kind", "embedding", "--out", str(tmp_path / "e"),
                  "--attention-mode", "causal"]) == 2
 

@@ -66,6 +66,8 @@ def test_models_lists_cards_limits_and_engine(server: Server) -> None:
     assert cls["engine_args"]["grouping"] in ("padded", "equal_length", "alone")
     assert by_id["emb"]["dimensions"] and by_id["emb"]["layers"]
     assert by_id["emb-int8"]["dtype"] == "int8"
+    # the per-token int8 variant is proven batch-invariant at load, so it batches under exact numerics
+    assert by_id["emb-int8"]["numerics"] == "exact" and by_id["emb-int8"]["engine_args"]["grouping"] == "padded"
 
 
 def test_openapi_is_served_verbatim(server: Server) -> None:

@@ -99,6 +99,9 @@ class SparrowText:
             raise ValueError(f"decision_config kinds {self.kinds} differ from the graph's {KINDS}")
         # Question texts and options repeat across requests (the Router asks the same questions).
         self._short = lru_cache(maxsize=8192)(self._encode_short)
+        # A question's feeds other than the state (ids, option arrays, kind) depend only on its texts
+        # and type: built once per distinct question, read-only, shared by every row that asks it.
+        self._question_feeds = lru_cache(maxsize=4096)(self._build_question_feeds)
         self.reader = BudgetReader(tokenizer, analyze(tokenizer))
 
     @classmethod
@@ -154,9 +157,25 @@ class SparrowText:
 
     def row(self, state_ids: Sequence[int], question: Question) -> SparrowRow:
         """The feeds of one question about a state already tokenized."""
-        q_ids = self.segment_ids(content(question.instructions))
-        opt_ids = [self.segment_ids(text) for text in self.options(question)]
-        return self.feeds(state_ids, q_ids, opt_ids, KINDS[question.type])
+        instructions = content(question.instructions)
+        options = tuple(self.options(question))
+        if len(instructions) > 256 or any(len(o) > 256 for o in options):
+            # long texts are read within the budget each time, as segment_ids does
+            q_ids = self.segment_ids(instructions)
+            opt_ids = [self.segment_ids(text) for text in options]
+            return self.feeds(state_ids, q_ids, opt_ids, KINDS[question.type])
+        shared, tokens = self._question_feeds(instructions, options, KINDS[question.type])
+        state = np.asarray([list(state_ids) or [EMPTY_ID]], dtype=np.int64)
+        return SparrowRow({"state_ids": state, **shared}, tokens + len(state_ids))
+
+    def _build_question_feeds(self, instructions: str, options: tuple[str, ...],
+                              kind: int) -> tuple[dict[str, np.ndarray], int]:
+        """The question's feeds without the state, made read-only, and the tokens they read."""
+        row = self.feeds((), self.segment_ids(instructions), [self.segment_ids(t) for t in options], kind)
+        shared = {name: value for name, value in row.feeds.items() if name != "state_ids"}
+        for value in shared.values():
+            value.flags.writeable = False  # shared between requests: nothing may write into them
+        return shared, row.tokens
 
     @staticmethod
     def feeds(state_ids: Sequence[int], question_ids: Sequence[int], option_ids: Sequence[Sequence[int]],
