@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages)
     names = list(COMPARISONS) if args.comparison == "all" else [args.comparison]
-    needs_sparrow = {"decisions", "memory"} & set(names)
+    needs_sparrow = {"decisions", "memory", "longinput"} & set(names)
     defaults = [settings.package] + ([settings.packages / decisions.PACKAGE] if needs_sparrow else [])
     if not all((p / "card.json").is_file() for p in defaults) and not convert_defaults(args.packages):
         return 2

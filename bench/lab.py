@@ -69,6 +69,11 @@ class Lab:
         server.wait_ready()
         return server
 
+    def adopt(self, server: ServerProcess) -> ServerProcess:
+        """A server a comparison started itself, stopped by stop_all too (if the comparison fails)."""
+        self._others.append(server)
+        return server
+
     def start_worker(self, kind: str) -> WorkerContestant:
         """The shared worker of a kind ('sentence-transformers', 'optimum' or 'onnxruntime'), started if needed."""
         if kind not in self._workers:

@@ -75,8 +75,9 @@ class ServerProcess:
 
     def __init__(self, package: Path, variant: str, threads: int, name: str = "minilm-embedding",
                  log_dir: Path | None = None, batching: str = "exact",
-                 models: list[dict[str, Any]] | None = None) -> None:
-        """Serve one package as `name`, or, with `models`, those models.yaml entries as they are."""
+                 models: list[dict[str, Any]] | None = None, args: tuple[str, ...] = ()) -> None:
+        """Serve one package as `name`, or, with `models`, those models.yaml entries as they are;
+        `args` are more `serve` options (--max-request-bytes ...)."""
         self.name = name
         self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="bench-server-", dir=log_dir))
@@ -90,7 +91,7 @@ class ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edge_runtime", "serve", "--models", str(models_file),
-             "--host", HOST, "--port", str(self.port)],
+             "--host", HOST, "--port", str(self.port), *args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
         self._conn: http.client.HTTPConnection | None = None
@@ -127,6 +128,11 @@ class ServerProcess:
     def memory(self) -> dict[str, int]:
         """VmRSS, VmHWM (peak RSS) and friends of the server process, in bytes."""
         return parse_proc_status(Path(f"/proc/{self.proc.pid}/status").read_text())
+
+    def reset_peak(self) -> None:
+        """Set VmHWM back to the current VmRSS (Linux's clear_refs "5"), so that the next peak is one
+        request's rather than the process's whole history."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
     # -- HTTP ---------------------------------------------------------------------------------------
 

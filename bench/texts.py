@@ -1,8 +1,11 @@
-"""Deterministic inputs: ~20-word support-desk sentences and one long text of an exact size."""
+"""Deterministic inputs: ~20-word support-desk sentences, one long text of an exact size, and long texts
+of the shapes issue 8 names (one long word, punctuation runs, base64, CJK, emoji, ...)."""
 
 from __future__ import annotations
 
+import base64
 import random
+from collections.abc import Callable
 
 _SUBJECTS = ["the customer", "our team", "the new user", "a manager", "the support agent", "my colleague",
              "the billing service", "the mobile app", "an administrator", "the warehouse"]
@@ -47,3 +50,114 @@ def long_text(n_bytes: int, seed: int = 1) -> str:
         size += len(piece)
         i += 1
     return "".join(parts)[:n_bytes]
+
+
+# -- the long-input shapes of issue 8 ---------------------------------------------------------------
+
+def _lcg(seed: int, n: int) -> bytes:
+    """Deterministic pseudo-random bytes, the same on every platform and Python."""
+    out = bytearray()
+    x = seed
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
+        out.append(x >> 56)
+    return bytes(out)
+
+
+def _repeat_to(block: str, n_bytes: int) -> str:
+    """``block`` repeated and cut to at most ``n_bytes`` UTF-8 bytes (a cut character is dropped)."""
+    text = block * (n_bytes // len(block.encode("utf-8")) + 1)
+    return text.encode("utf-8")[:n_bytes].decode("utf-8", errors="ignore")
+
+
+_EMOJI = ["\U0001F600", "\U0001F602", "\U0001F44D\U0001F3FD", "\u2764\uFE0F", "\U0001F1EB\U0001F1F7",
+          "\U0001F468\u200D\U0001F469\u200D\U0001F467", "\U0001F525", "\U0001F389",
+          "\U0001F9D1\U0001F3FF\u200D\U0001F4BB"]
+_SCRIPT_WORDS = ["support", "\u0437\u0430\u043a\u0430\u0437",
+                 "\u03bb\u03bf\u03b3\u03b1\u03c1\u03b9\u03b1\u03c3\u03bc\u03cc\u03c2",
+                 "\u0627\u0644\u0641\u0627\u062a\u0648\u0631\u0629", "\u05d7\u05e9\u05d1\u05d5\u05df",
+                 "\u0916\u093e\u0924\u093e", "\u8d26\u6237", "\u30a2\u30ab\u30a6\u30f3\u30c8", "\uacc4\uc815",
+                 "caf\u00e9", "stra\u00dfe", "\U0001F600", "2024-05-01", "#42"]
+
+
+def _words(n_bytes: int, seed: int) -> str:
+    return long_text(n_bytes, seed)
+
+
+def _one_long_word(n_bytes: int, seed: int) -> str:
+    # lowercase letters, no separator anywhere: one pre-token for every word-splitting tokenizer
+    return _repeat_to("".join(chr(97 + b % 26) for b in _lcg(seed, 65536)), n_bytes)
+
+
+def _punctuation_runs(n_bytes: int, seed: int) -> str:
+    return _repeat_to("!?", n_bytes)  # the issue's "!?!?...": one token per character
+
+
+def _whitespace_runs(n_bytes: int, seed: int) -> str:
+    rng = random.Random(seed)
+    parts = []
+    for _ in range(256):  # words between runs of 1 to 4,000 mixed white-space characters
+        parts.append(rng.choice(["ticket", "refund", "login", "invoice"]))
+        parts.append("".join(rng.choice(" \t\n\r\u00a0\u3000") for _ in range(rng.randint(1, 4000))))
+    return "x" + _repeat_to("".join(parts), n_bytes - 2) + "x"  # not stripped away by the server
+
+
+def _base64(n_bytes: int, seed: int) -> str:
+    return _repeat_to(base64.b64encode(_lcg(seed, 49152)).decode("ascii"), n_bytes)  # 64 Ki-character blocks
+
+
+def _hex(n_bytes: int, seed: int) -> str:
+    return _repeat_to(_lcg(seed, 32768).hex(), n_bytes)  # one unbroken run of hex digits
+
+
+def _cjk(n_bytes: int, seed: int) -> str:
+    # Chinese ideographs with Japanese kana runs, no spaces and no punctuation
+    rng = random.Random(seed)
+    chars = [chr(rng.randint(0x4E00, 0x9FA5)) if rng.random() < 0.8 else chr(rng.randint(0x3041, 0x3093))
+             for _ in range(30000)]
+    return _repeat_to("".join(chars), n_bytes)
+
+
+def _emoji(n_bytes: int, seed: int) -> str:
+    rng = random.Random(seed)
+    groups = ["".join(rng.choice(_EMOJI) for _ in range(rng.randint(1, 6))) for _ in range(4000)]
+    return _repeat_to(" ".join(groups) + " ", n_bytes)
+
+
+def _mixed_scripts(n_bytes: int, seed: int) -> str:
+    rng = random.Random(seed)
+    words = [rng.choice(_SCRIPT_WORDS) + rng.choice(["", "", ",", ".", "!"]) for _ in range(20000)]
+    return _repeat_to(" ".join(words) + " ", n_bytes)
+
+
+def _surrogates_replaced(n_bytes: int, seed: int) -> str:
+    # what a client sends after decoding damaged UTF-8 (lone surrogates, stray continuation bytes,
+    # truncated sequences) with errors="replace": prose with single U+FFFD and runs of them
+    rng = random.Random(seed)
+    raw = bytearray(long_text(200_000, seed).encode("utf-8"))
+    for _ in range(6000):
+        at = rng.randrange(len(raw))
+        raw[at: at + 1] = rng.choice([b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\x80", b"\xff", b"\xe2\x82", b"\xc3"])
+    return _repeat_to(bytes(raw).decode("utf-8", errors="replace"), n_bytes)
+
+
+#: The text shapes of issue 8 item 2, each ``(n_bytes, seed) -> text`` of at most n_bytes UTF-8 bytes.
+SHAPES: dict[str, Callable[[int, int], str]] = {
+    "words": _words,
+    "one long word": _one_long_word,
+    "punctuation runs": _punctuation_runs,
+    "whitespace runs": _whitespace_runs,
+    "base64": _base64,
+    "hex": _hex,
+    "CJK without spaces": _cjk,
+    "emoji": _emoji,
+    "mixed scripts": _mixed_scripts,
+    "surrogates replaced": _surrogates_replaced,
+}
+
+
+def shaped_text(shape: str, n_bytes: int, seed: int = 3) -> str:
+    """A text of one of SHAPES, of ``n_bytes`` UTF-8 bytes less at most three (a character's tail)."""
+    if n_bytes < 16:
+        raise ValueError("n_bytes must be at least 16")
+    return SHAPES[shape](n_bytes, seed)

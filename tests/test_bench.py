@@ -340,3 +340,21 @@ def test_the_decision_benchmarks_keep_torch_and_onnxruntime_out_of_the_harness()
             "sys.exit(1 if 'torch' in sys.modules or 'onnxruntime' in sys.modules else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_long_input_shape_has_its_size_and_its_shape() -> None:
+    from bench.texts import SHAPES, shaped_text
+
+    n = 300_000
+    texts = {shape: shaped_text(shape, n) for shape in SHAPES}
+    for shape, text in texts.items():
+        assert n - 3 <= len(text.encode("utf-8")) <= n, shape
+        assert shaped_text(shape, n) == text, shape  # deterministic
+    assert texts["one long word"].isalpha() and texts["one long word"].isascii()
+    assert set(texts["punctuation runs"]) == {"!", "?"}
+    assert set(texts["hex"]) <= set("0123456789abcdef")
+    assert not any(ch.isspace() for ch in texts["CJK without spaces"] + texts["base64"])
+    assert sum(ch.isspace() for ch in texts["whitespace runs"]) > 0.9 * len(texts["whitespace runs"])
+    assert texts["whitespace runs"].strip() == texts["whitespace runs"]  # a server's strip() keeps it
+    assert "\ufffd" in texts["surrogates replaced"] and "\U0001F600" in texts["emoji"]
+    assert len({ord(ch) >> 8 for ch in texts["mixed scripts"]}) >= 8  # many Unicode blocks

@@ -309,6 +309,20 @@ def test_json_that_is_fine() -> None:
     assert parse_json(b'{"id": "123456789012345678901234567890", "x": 1.5e300, "y": 12345678901234567890.5}')["id"]
 
 
+@pytest.mark.parametrize("data", [
+    b"18446744073709551616",  # the whole body, no byte around it
+    b'{"s": "' + b"x" * 100_000 + b'", "n": [1, 2, -9223372036854775809]}',  # after a long string
+    b"[" + b"7" * 40 + b"]",
+])
+def test_an_integer_past_64_bits_is_refused_wherever_it_stands(data: bytes) -> None:
+    error = refused(lambda: parse_json(data))
+    assert (status_of(error), error.code) == (400, "invalid_request") and "64-bit range" in error.message
+
+
+def test_a_run_of_18_digits_is_an_integer_like_any_other() -> None:
+    assert parse_json(b"[" + b"9" * 18 + b", -" + b"9" * 18 + b"]") == [int("9" * 18), -int("9" * 18)]
+
+
 # -- multipart/form-data -----------------------------------------------------------------------
 
 IMAGE = bytes(range(256)) * 8 + b"\r\n--almost-the-boundary\r\n\r\n" + b"\x00\r\r\n\n"

@@ -14,8 +14,10 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 
 from edge_runtime.text import TextEncoder
 from edge_runtime.text.bounds import BudgetReader
-from edge_runtime.text.chars import CutClass, boundary_class, is_run_cut, starts_cleanly
-from edge_runtime.text.cuts import Cutter
+from edge_runtime.text.chars import (
+    BOUNDARY_CLASSES, CutClass, boundary_class, boundary_pattern, boundary_table, is_run_cut, starts_cleanly,
+)
+from edge_runtime.text.cuts import SCAN_CHUNK, Cutter
 from edge_runtime.text.tokenizer import analyze
 
 MINILM = (
@@ -255,7 +257,10 @@ def test_wordpiece_reads_an_unbroken_run_whole() -> None:
     ids, offsets = _whole(spy.tokenizer, text)
     assert np.array_equal(got.ids, ids[: len(got)]) and np.array_equal(got.offsets, offsets[: len(got)])
     assert spy.tokenizer.id_to_token(int(got.ids[1])) == "[UNK]" and tuple(got.offsets[1]) == (6, 6 + len(run))
-    assert not got.complete and len(run) < spy.chars < len(text)
+    assert not got.complete
+    # the run is read past its end, yet the tokenizer is handed only its ends (text.longwords):
+    # the [UNK] above still spans all of it
+    assert spy.chars < len(run)
 
 
 FIVE_MIB = 5 * 1024 * 1024
@@ -333,6 +338,35 @@ def test_cutter_plans_before_a_boundary_and_keeps_whole_words() -> None:
     long_run = "x " + "ab1" * 3000
     cut = run.plan(long_run, 6000)
     assert cut is not None and cut.keep == cut.end - 1024 and is_run_cut(long_run[cut.end])
+
+
+@pytest.mark.parametrize("classes", [
+    frozenset(BOUNDARY_CLASSES),
+    frozenset({CutClass.WHITESPACE, CutClass.PUNCTUATION, CutClass.ASCII_SYMBOL, CutClass.HAN}),  # WordPiece's
+    frozenset({CutClass.SYMBOL, CutClass.KANA}),
+])
+def test_the_boundary_table_is_the_boundary_pattern(classes: frozenset[CutClass]) -> None:
+    pattern, table = boundary_pattern(classes), boundary_table(classes)
+    assert pattern is not None and table is not None
+    every = "".join(chr(cp) for cp in range(0x110000))  # lone surrogates included
+    matched = np.zeros(0x110000, dtype=bool)
+    matched[[m.start() for m in pattern.finditer(every)]] = True
+    assert np.array_equal(matched, table)
+
+
+def test_the_forward_scan_finds_the_first_boundary_across_chunks() -> None:
+    classes = {CutClass.WHITESPACE, CutClass.PUNCTUATION, CutClass.ASCII_SYMBOL, CutClass.HAN}
+    cutter = Cutter(classes, 16)
+    pattern = boundary_pattern(frozenset(classes))
+    assert pattern is not None
+    word = "a\ud800\U0001f600\u00e9" * (SCAN_CHUNK // 2)  # letters, a lone surrogate, emoji: no boundary
+    for at in (0, 5, SCAN_CHUNK - 1, SCAN_CHUNK, SCAN_CHUNK + 1, 3 * SCAN_CHUNK - 7):
+        for mark in (" ", "!", "\u4e2d", "+"):
+            text = word[:at] + mark + word[at:]
+            for start in (0, 3, at, at + 1):
+                m = pattern.search(text, start)
+                assert cutter._next_boundary(text, start) == (m.start() if m else None), (at, mark, start)
+    assert cutter._next_boundary(word, 0) is None and cutter._next_boundary(word, len(word) + 5) is None
 
 
 def train_bpe_with_long_runs() -> Tokenizer:

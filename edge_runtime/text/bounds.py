@@ -17,6 +17,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from edge_runtime.text.cuts import Cutter, lookback_for
+from edge_runtime.text.longwords import LongWords
 from edge_runtime.text.probe import ProbeReport, probe_cuts
 from edge_runtime.text.tokenizer import TokenizerTraits
 
@@ -72,6 +73,9 @@ class BudgetReader:
         self.lookback = lookback_for(traits.longest_added_chars, traits.longest_token_chars)
         self._report: ProbeReport | None = None
         self._cutter: Cutter | None = None
+        # A word with no boundary in it is handed to the tokenizer whole; for WordPiece a long
+        # ASCII one is read at the cost of its ends (edge_runtime.text.longwords), None otherwise.
+        self._long_words = LongWords.for_tokenizer(tokenizer)
 
     def report(self) -> ProbeReport:
         """The probe's findings, probing on the first call (once per distinct tokenizer)."""
@@ -90,11 +94,18 @@ class BudgetReader:
         """Most characters one token covers (probed), None when the tokenizer drops or folds."""
         return self.report().chars_per_token
 
+    def _encode(self, text: str) -> tuple[list[int], np.ndarray]:
+        """The ids and offsets of all of ``text`` (no specials)."""
+        if self._long_words is not None and len(text) >= self._long_words.min_len:
+            enc, offsets = self._long_words.encode(self._tokenizer, text)
+            return enc.ids, offsets
+        enc = encode_plain(self._tokenizer, text)
+        return enc.ids, _offsets(enc)
+
     def whole(self, text: str) -> Tokens:
         """Tokenize all of ``text`` (no specials)."""
-        enc = encode_plain(self._tokenizer, text)
-        ids = enc.ids
-        return _tokens(ids, _offsets(enc), len(ids), True)
+        ids, offsets = self._encode(text)
+        return _tokens(ids, offsets, len(ids), True)
 
     def read(self, text: str, need: int) -> Tokens:
         """At least ``need`` exact first tokens of ``text``, or all of them if it has fewer."""
@@ -115,10 +126,9 @@ class BudgetReader:
                 continue
             if cut.end != last_end:  # a cut that did not move keeps no more tokens
                 last_end = cut.end
-                enc = encode_plain(self._tokenizer, text[: cut.end])
-                offsets = _offsets(enc)
+                ids, offsets = self._encode(text[: cut.end])
                 over = np.nonzero(offsets[:, 1] > cut.keep)[0]
                 kept = int(over[0]) if len(over) else len(offsets)
                 if kept >= need:
-                    return _tokens(enc.ids, offsets, kept, False)
+                    return _tokens(ids, offsets, kept, False)
             target *= 2

@@ -20,11 +20,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from edge_runtime.text.chars import CutClass, boundary_pattern, is_run_cut, starts_cleanly
+import numpy as np
+
+from edge_runtime.text.chars import CutClass, boundary_pattern, boundary_table, is_run_cut, starts_cleanly
 
 RUN_MARGIN = 1024  # characters of context kept after the last exact token of a cut inside a run
 RUN_WINDOW = 4096  # a run is a stretch this long with no boundary before the target
 MIN_LOOKBACK = 16
+# The forward search for a run's end reads this many characters per step. One regex search over an
+# 8 MiB word held the GIL for 1.2 s (the event loop waited that long); a step takes well under a
+# millisecond, and the interpreter can hand the GIL to the loop between steps.
+SCAN_CHUNK = 65536
 
 
 def lookback_for(longest_added_chars: int, longest_token_chars: int = 0) -> int:
@@ -50,6 +56,7 @@ class Cutter:
         self.run = CutClass.RUN in self.classes
         self.lookback = lookback
         self._pattern = boundary_pattern(self.classes - {CutClass.RUN})
+        self._table = boundary_table(self.classes - {CutClass.RUN})
 
     @property
     def cuts_at_all(self) -> bool:
@@ -78,10 +85,20 @@ class Cutter:
         return None
 
     def _next_boundary(self, text: str, start: int) -> int | None:
-        if self._pattern is None:
+        """The first position p >= start where a boundary character stands.
+
+        A run can be the whole text (one 8 MiB word), so this looks the characters up in the
+        boundary table a chunk at a time rather than with the pattern: about 40 times faster, and
+        the GIL is free between chunks."""
+        if self._table is None:
             return None
-        m = self._pattern.search(text, start)
-        return m.start() if m else None
+        for lo in range(max(start, 0), len(text), SCAN_CHUNK):
+            # UTF-32 gives each character its code point; lone surrogates (never boundaries) pass
+            chunk = text[lo: lo + SCAN_CHUNK].encode("utf-32-le", "surrogatepass")
+            hits = np.flatnonzero(self._table[np.frombuffer(chunk, dtype=np.uint32)])
+            if len(hits):
+                return lo + int(hits[0])
+        return None
 
     def keep_limit(self, text: str, end: int) -> int:
         """The last word start (or boundary) at least ``lookback`` characters before ``end``."""
