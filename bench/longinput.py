@@ -17,9 +17,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -220,7 +221,7 @@ def shapes(lab: Lab) -> list[Table]:
     rows: list[list[str]] = []
     misses: list[str] = []
     baselines: list[str] = []
-    for family, surfaces in FAMILIES.items():
+    for surfaces in FAMILIES.values():
         server = lab.adopt(ServerProcess(packages, "fp32", lab.settings.threads, log_dir=lab.log_dir,
                                          models=_models(packages, surfaces, lab.settings.threads),
                                          args=("--max-request-bytes", str(MAX_REQUEST_BYTES))))

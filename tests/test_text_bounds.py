@@ -15,7 +15,13 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from edge_runtime.text import TextEncoder
 from edge_runtime.text.bounds import BudgetReader
 from edge_runtime.text.chars import (
-    BOUNDARY_CLASSES, CutClass, boundary_class, boundary_pattern, boundary_table, is_run_cut, starts_cleanly,
+    BOUNDARY_CLASSES,
+    CutClass,
+    boundary_class,
+    boundary_pattern,
+    boundary_table,
+    is_run_cut,
+    starts_cleanly,
 )
 from edge_runtime.text.cuts import SCAN_CHUNK, Cutter
 from edge_runtime.text.tokenizer import analyze

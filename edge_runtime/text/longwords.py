@@ -93,7 +93,7 @@ class LongWords:
         self.min_len = max(MIN_RUN, 2 * keep + 1)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Tokenizer) -> "LongWords | None":
+    def for_tokenizer(cls, tokenizer: Tokenizer) -> LongWords | None:
         """A LongWords when ``tokenizer`` reads a long ASCII word as one unknown token, else None."""
         spec = json.loads(tokenizer.to_str())
         model = spec.get("model", {})
