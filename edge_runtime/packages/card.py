@@ -26,8 +26,9 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "rerank": ("rerank",),
     "sparrow": ("decisions",),
     "decision-codes": ("decisions",),
+    "vela2": ("decisions",),
 }
-DECISION_FAMILIES = frozenset({"sparrow", "decision-codes"})
+DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2"})
 
 
 @dataclass(frozen=True)
