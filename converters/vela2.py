@@ -313,7 +313,9 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
                 raise ConversionError(f"unexpected graph signature: inputs {inputs}, outputs {outputs}")
         timings["export"] = s.seconds
         session = verify.create_session(graph)
-        requests = [golden_request(), *generated_requests(opts.check_requests, seed=opts.seed)]
+        # long parts of about 3.5 characters per token of max_length: windows and cuts get exercised
+        requests = [golden_request(), *generated_requests(opts.check_requests, seed=opts.seed,
+                                                          long_chars=int(layout.max_length * 3.5))]
         with Step(f"checking parity against PyTorch on {len(requests)} requests") as s:
             parity = check_parity(requests, tokens=tokens, layout=layout, calibration=calibration,
                                   package=graph_readout(onnx_hidden(session), head),
