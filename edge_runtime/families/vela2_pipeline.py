@@ -95,3 +95,39 @@ def run_request(state: Any, questions: Mapping[str, Any], *, tokens: Tokens, lay
     extras = {k: v for k, v in response.items() if k != "answers"}
     body = response_body(p.order, answers, extras, sum(len(s) for s in flat))
     return RequestResult(p, rows, raws, body, per_row)
+
+
+CONFIG_FORMAT = "vela2-package/1"
+
+
+@dataclass(frozen=True)
+class Vela2Assets:
+    """What a vela2 package gives the pipeline: tokenizer, layout, calibration and numpy head."""
+
+    tokens: Tokens
+    layout: LayoutConfig
+    calibration: Calibration
+    head: MarkerHead
+
+    @staticmethod
+    def from_package(package: Any) -> "Vela2Assets":
+        """From a verified package (``edge_runtime.packages.read_package``); ValueError when malformed.
+
+        Refuses a tokenizer that still turns a marker string into a marker id: markers must only
+        ever be inserted by id.
+        """
+        from edge_runtime.heads.vela2_answers import check_calibration
+        from edge_runtime.text.tokenizer import load_tokenizer
+
+        cfg = package.decision_config() or {}
+        if cfg.get("format") != CONFIG_FORMAT:
+            raise ValueError(f"decision_config.json: format must be {CONFIG_FORMAT!r}")
+        layout = LayoutConfig.from_config(cfg["layout"])
+        check_calibration(cfg["calibration"])
+        head = MarkerHead.from_arrays(package.head_weights(), cfg["readout"])
+        tokens = Tokens(load_tokenizer(package.file("tokenizer.json")))
+        markers = set(layout.marker_ids.values())
+        leaked = [m for m in layout.marker_ids if set(tokens.ids(m)) & markers]
+        if leaked:
+            raise ValueError(f"tokenizer.json turns {leaked} into marker ids; markers must be stripped")
+        return Vela2Assets(tokens, layout, Calibration(cfg["calibration"]), head)
