@@ -103,6 +103,16 @@ def torch_readout(model: Any, head: dict[str, np.ndarray], readout: str) -> Read
         ids, mask = feeds["input_ids"], feeds["attention_mask"]
         b, width = ids.shape
         h = torch.zeros((b, width, hidden_size), dtype=torch.float32)
+        threads = torch.get_num_threads()
+        # one thread: these matrices are tiny, and on a shared CPU more threads are 10-40x slower
+        torch.set_num_threads(1)
+        try:
+            return _head(h, ids, mask, idx)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _head(h: Any, ids: np.ndarray, mask: np.ndarray, idx: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        b = ids.shape[0]
         with torch.no_grad():
             for r in range(b):
                 n = int(mask[r].sum())

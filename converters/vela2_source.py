@@ -120,7 +120,8 @@ def _check_sums(src: Path) -> dict[str, str]:
     for name in LOADED_FILES:
         path = src / name
         if not path.is_file():
-            raise ConversionError(f"{src}: {name} is missing (a Vela 2.0 encoder package holds {', '.join(LOADED_FILES)})")
+            raise ConversionError(f"{src}: {name} is missing "
+                                  f"(a Vela 2.0 encoder package holds {', '.join(LOADED_FILES)})")
         out[name] = _sha256(path)
         if name in sums and sums[name] != out[name]:
             raise ConversionError(f"{name}: sha256 differs from SHA256SUMS (file altered)")

@@ -144,12 +144,13 @@ def test_set_answer_and_threshold_order() -> None:
     pa, pb = (1 / (1 + math.exp(-x / 1.05)) for x in (0.5, -0.2))
     assert resp["answers"] == {"tags.a": {"type": "noul", "noul": pytest.approx(pa)},
                                "tags.b": {"type": "noul", "noul": pytest.approx(pb)}}
-    assert resp["thresholds"] == {"tags": 0.6} and resp["sets"]["tags"]["selected"] == [l for l, p in
-                                                                                       (("a", pa), ("b", pb)) if p > 0.6]
+    assert resp["thresholds"] == {"tags": 0.6}
+    assert resp["sets"]["tags"]["selected"] == [name for name, p in (("a", pa), ("b", pb)) if p > 0.6]
     other = engine_question("other", {"type": "set", "instructions": "i", "criteria": {"a": None}}, s, CAL)
     set_answer(other, np.array([0.0]), cal, resp)
     assert resp["thresholds"]["other"] == 0.3 and resp["sets"]["other"]["selected"] == ["a"]  # 0.5 > 0.3
-    given = engine_question("g", {"type": "set", "instructions": "i", "criteria": {"a": None}, "threshold": 0.5}, s, CAL)
+    given = engine_question("g", {"type": "set", "instructions": "i", "criteria": {"a": None}, "threshold": 0.5},
+                            s, CAL)
     set_answer(given, np.array([0.0]), cal, resp)
     assert resp["sets"]["g"]["selected"] == []  # strictly above the threshold
 

@@ -4,7 +4,8 @@ Option (and abstain, and set label) logits are read at each ``[O]``/``[ABS]`` ma
 question's ``[Q]`` marker and the mean of the parts it reads; span logits are word x label cosine
 similarities between each word's first token and each label's ``[E]`` marker. Everything is
 float32, as upstream computes it; one shared LayerNorm (eps 1e-5) normalises every input, and
-``normalize`` is L2 with eps 1e-12 (PyTorch's ``F.normalize``).
+``normalize`` is L2 with eps 1e-12 (PyTorch's ``F.normalize``). Every row is computed on its own
+(no matrix product over the batch), so a row's logits are bit-identical alone or batched.
 
 Tensors (head.npz, upstream names): ``norm.weight|bias`` [H]; ``w_o|w_q|w_p|w_t|w_e.weight`` [P, H]
 and ``.bias`` [P]; ``log_tau``, ``log_tau_span`` scalars; with readout ``mlp`` or ``both`` also
@@ -40,6 +41,19 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     centred = x - mean
     var = (centred * centred).mean(-1, keepdims=True, dtype=np.float32)
     return (centred / np.sqrt(var + np.float32(LN_EPS))) * w + b
+
+
+def _linear_rows(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``x @ weight.T + bias`` one row at a time.
+
+    A matrix product over all rows lets BLAS pick its kernel and blocking by the row count, so a
+    row's result would change with whatever else shares its batch; one matrix-vector product per
+    row keeps every answer the same alone or batched.
+    """
+    out = np.empty((x.shape[0], weight.shape[0]), dtype=np.float32)
+    for i in range(x.shape[0]):
+        out[i] = weight @ x[i]
+    return out + bias
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
@@ -86,7 +100,7 @@ class MarkerHead:
         return _layer_norm(x, self.tensors["norm.weight"], self.tensors["norm.bias"])
 
     def _proj(self, name: str, x: np.ndarray) -> np.ndarray:
-        return x @ self.tensors[f"{name}.weight"].T + self.tensors[f"{name}.bias"]
+        return _linear_rows(x, self.tensors[f"{name}.weight"], self.tensors[f"{name}.bias"])
 
     def option_logits(self, hidden: np.ndarray, q_index: np.ndarray, opt_index: np.ndarray) -> np.ndarray:
         """float32 [No]: one logit per ``opt_index`` row (row, marker, owner) of batch ``hidden`` [B, T, H].
@@ -108,8 +122,8 @@ class MarkerHead:
             v = _normalize(self._proj("w_p", self._ln(pools)))[owner]
             logits = logits + (u * v).sum(-1, dtype=np.float32) / np.exp(self.tensors["log_tau"])
         if self.readout in ("mlp", "both"):
-            z = np.maximum(marker @ self.tensors["cls_mlp.0.weight"].T + self.tensors["cls_mlp.0.bias"], 0)
-            logits = logits + (z @ self.tensors["cls_mlp.3.weight"].T + self.tensors["cls_mlp.3.bias"])[:, 0]
+            z = np.maximum(_linear_rows(marker, self.tensors["cls_mlp.0.weight"], self.tensors["cls_mlp.0.bias"]), 0)
+            logits = logits + _linear_rows(z, self.tensors["cls_mlp.3.weight"], self.tensors["cls_mlp.3.bias"])[:, 0]
         return logits.astype(np.float32)
 
     def span_logits(self, hidden: np.ndarray, unit_index: np.ndarray, ent_index: np.ndarray) -> np.ndarray:
@@ -119,4 +133,9 @@ class MarkerHead:
         ent_index = np.asarray(ent_index, dtype=np.int64)
         words = _normalize(self._proj("w_t", self._ln(h[unit_index[:, 0], unit_index[:, 1]])))
         labels = _normalize(self._proj("w_e", self._ln(h[ent_index[:, 0], ent_index[:, 1]])))
-        return ((words @ labels.T) / np.exp(self.tensors["log_tau_span"])).astype(np.float32)
+        # per-element dot products (a reduction over the contiguous last axis), not a matrix product,
+        # for the same reason as _linear_rows: a word's logit must not depend on its batch
+        sims = np.empty((words.shape[0], labels.shape[0]), dtype=np.float32)
+        for i in range(words.shape[0]):
+            sims[i] = (labels * words[i]).sum(-1, dtype=np.float32)
+        return (sims / np.exp(self.tensors["log_tau_span"])).astype(np.float32)
