@@ -51,7 +51,7 @@ _CHOICES = [
       "other": None}),
     ("Which tool fits this request?", {"refund": "refund a payment", "search": "search flights",
                                        "weather": {"what": "forecasts", "scope": ["city"]}, "calendar": ""}),
-    ("Pick one.", {"only": "the single option"}),
+    ("Pick one.", {"this": "the first option", "that": None}),
 ]
 _SETS = [
     ("Which topics does the request mention?", {"medication": "drugs or doses", "billing": "payments or invoices",

@@ -110,12 +110,14 @@ def test_set_naming_rule_and_rows() -> None:
         "tags": {"type": "set", "instructions": "q", "criteria": {"a": None, "b": None}},
         "tags.b": {"type": "noul", "instructions": "q"},
         "s1": {"type": "span", "criteria": {"x": None}},
-        "c": {"type": "choice", "instructions": "q", "criteria": {"a": None}},
+        "c": {"type": "choice", "instructions": "q", "criteria": {"a": None, "b": None}},
         "s2": {"type": "span", "criteria": {"y": None}},
+        "one": {"type": "choice", "instructions": "q", "criteria": {"a": None}},
         "bad": {"type": "box", "instructions": "q"},
     }, CALIBRATION)
     assert p.errors["tags"]["error"] == "invalid_question"
     assert p.errors["bad"]["error"] == "invalid_question"
+    assert p.errors["one"]["error"] == "invalid_question"  # a choice takes 2 to 255 options
     rows = rows_of(p.questions)
     assert [[q.id for q in r.questions] for r in rows] == [["tags.b", "c", "s1"], ["s2"]]
 
@@ -194,18 +196,19 @@ def test_fit_truncation_steps() -> None:
 
 def test_windows_over_a_cut_part() -> None:
     words = [f"w{i}" for i in range(40)]
-    tokens, v = word_tokens(words + ["q", "k"])
-    p = plan(" ".join(words), {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None}}}, CALIBRATION)
+    tokens, v = word_tokens(words + ["q", "k", "j"])
+    p = plan(" ".join(words), {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None, "j": None}}}, CALIBRATION)
     parts = encode_parts(p.state, p.questions, tokens)
     row = rows_of(p.questions)[0]
-    # schema 1+1+(1+1)+1 = 5, fixed 4: 15 tokens of the part fit in 24; overlap min(64, 15 // 4) = 3
+    # schema 1+1+2*(1+1)+1 = 7, fixed 4: 13 tokens of the part fit in 24; overlap min(64, 13 // 4) = 3,
+    # stride 10: windows start at 0, 10, 20, 30 (the last one reaches the end)
     seqs = sequences(row, parts, tokens, layout(max_length=24))
     kept = [[t for t in s.ids if t in {v[w] for w in words}] for s in seqs]
-    assert [(k[0], k[-1]) for k in kept] == [(v["w0"], v["w14"]), (v["w12"], v["w26"]), (v["w24"], v["w38"]),
-                                             (v["w36"], v["w39"])]
+    assert [(k[0], k[-1]) for k in kept] == [(v["w0"], v["w12"]), (v["w10"], v["w22"]), (v["w20"], v["w32"]),
+                                             (v["w30"], v["w39"])]
     assert all(len(s) <= 24 for s in seqs)
     [single] = sequences(row, parts, tokens, layout(max_length=24), windows=False)
-    assert len(single) == 24 and single.budget.protected_cut == 25
+    assert len(single) == 24 and single.budget.protected_cut == 27
     # choice logits are the mean over windows
     outs = [([np.array([i, 2 * i, 0], np.float32)], None) for i in range(4)]
     raw = combine(row, parts, seqs, outs)
@@ -240,16 +243,16 @@ def test_window_span_and_set_combination() -> None:
 def test_batching_and_padding() -> None:
     assert greedy_batches([5, 3, 9, 3], max_tokens=18, max_rows=32) == [[1, 3, 0], [2]]
     assert greedy_batches([4] * 5, max_tokens=100, max_rows=2) == [[0, 1], [2, 3], [4]]
-    tokens, _ = word_tokens(["a", "b", "q", "k"])
-    p = plan("a b", {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None}}}, CALIBRATION)
+    tokens, _ = word_tokens(["a", "b", "q", "k", "j"])
+    p = plan("a b", {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None, "j": None}}}, CALIBRATION)
     [s] = sequences(rows_of(p.questions)[0], encode_parts(p.state, p.questions, tokens), tokens, layout())
-    p2 = plan("a", {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None}}}, CALIBRATION)
+    p2 = plan("a", {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None, "j": None}}}, CALIBRATION)
     [s2] = sequences(rows_of(p2.questions)[0], encode_parts(p2.state, p2.questions, tokens), tokens, layout())
     feeds = pad_batch([s, s2], PAD)
     assert feeds["input_ids"][1].tolist() == s2.ids + [PAD]
     assert feeds["attention_mask"].sum(1).tolist() == [len(s), len(s2)]
-    per_seq = split_outputs([s, s2], np.arange(4, dtype=np.float32), np.zeros((1, 1), np.float32))
-    assert [o[0][0].tolist() for o in per_seq] == [[0.0, 1.0], [2.0, 3.0]] and per_seq[0][1] is None
+    per_seq = split_outputs([s, s2], np.arange(6, dtype=np.float32), np.zeros((1, 1), np.float32))
+    assert [o[0][0].tolist() for o in per_seq] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and per_seq[0][1] is None
 
 
 # ---- words --------------------------------------------------------------------------------

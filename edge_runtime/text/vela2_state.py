@@ -273,7 +273,7 @@ def engine_question(qid: str, raw: Any, state: State, calibration: Mapping[str, 
     instructions = raw.get("instructions")
     legend: tuple[str, ...] = ()
     if kind == "choice":
-        options = _named(raw.get("criteria"), raw.get("choices"), "choices", 1, MAX_OPTIONS, "a choice")
+        options = _named(raw.get("criteria"), raw.get("choices"), "choices", 2, MAX_OPTIONS, "a choice")
     elif kind == "noul":
         crit = raw.get("criteria")
         crit = crit if isinstance(crit, dict) else {}
