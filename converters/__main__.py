@@ -12,9 +12,11 @@ from pathlib import Path
 from converters.errors import ConversionError
 
 KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
-                "decision-codes", "image-text-embedding", "audio-embedding")
+                "decision-codes", "image-text-embedding", "audio-embedding", "vela2")
 #: kinds served by the multimodal embedding family (converters/multimodal.py)
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
+#: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
+SOURCE_FIXTURE_KINDS = ("vela2-source",)
 
 
 def _int_list(text: str) -> list[int]:
@@ -49,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="export a Hugging Face encoder directory (or hub id) as a package")
     e.add_argument("src", metavar="SRC", help="local Hugging Face model directory, or a hub id when online")
     e.add_argument("--out", required=True, type=Path, help="package directory to write (replaced if present)")
-    e.add_argument("--kind", required=True, choices=KIND_CHOICES)
+    e.add_argument("--kind", choices=KIND_CHOICES,
+                   help="what to export; may be omitted for a package whose config.json names its format (vela2)")
     e.add_argument("--name", help="package name (default: the source directory's name)")
     e.add_argument("--quantize", choices=("int8", "int8-dynamic"),
                    help="also write an int8 variant: int8 = per-token scales, batch-invariant (exact); "
@@ -67,10 +70,13 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--revision", help="default: the first 12 hex digits of the source stamp")
     e.add_argument("--license", help="default: the model card's license, else 'unknown'")
     e.add_argument("--source-name", help="name of the upstream model (default: the source directory's name)")
+    e.add_argument("--check-requests", type=int, default=None,
+                   help="vela2: generated requests the parity check runs besides the golden one (default 50)")
     add_cli_arguments(e)
 
     f = sub.add_parser("fixture", help="build a tiny random-weight package for tests")
-    f.add_argument("--kind", required=True, choices=KIND_CHOICES)
+    f.add_argument("--kind", required=True, choices=KIND_CHOICES + SOURCE_FIXTURE_KINDS,
+                   help="vela2-source writes an upstream-format Vela 2.0 package (the input of export --kind vela2)")
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--quantize", choices=("int8", "int8-dynamic"))
@@ -87,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _summary(result: object) -> None:
+    if result is None:  # the step printed its own result
+        return
     card = result.card  # type: ignore[attr-defined]
     print(json.dumps({"path": str(result.path), "name": card["name"], "digest": result.digest,  # type: ignore[attr-defined]
                       "max_abs_diff": card["verification"]["max_abs_diff"],
@@ -118,12 +126,56 @@ def _multimodal(args: argparse.Namespace) -> object:
     return export_multimodal(args.src, args.out, opts)
 
 
+def _detect_kind(src: str) -> str:
+    """The kind a source declares in its own config.json (Vela 2.0); else the user must say."""
+    from converters.vela2_source import detect
+
+    kind = detect(Path(src))
+    if kind is None:
+        raise ConversionError(f"{src}: --kind is required (its config.json names no format this converter detects)")
+    return kind
+
+
+def _vela2(args: argparse.Namespace) -> object:
+    from converters.decision_codes import reject_cli_arguments
+    from converters.vela2 import DEFAULT_CHECK_REQUESTS, Vela2Options, build_vela2_fixture_result, export_vela2
+
+    reject_cli_arguments(args)
+    if args.command == "fixture":
+        if getattr(args, "quantize", None):
+            raise ConversionError("--quantize is not available for vela2 (its logits are checked in fp32)")
+        if args.kind == "vela2-source":
+            from converters.vela2_source import write_source_fixture
+
+            if args.out.exists():
+                raise ConversionError(f"{args.out} exists; a source fixture is written to a new directory")
+            print(json.dumps({"path": str(write_source_fixture(args.out, seed=args.seed)), "format": "vela2-unified"}))
+            return None
+        return build_vela2_fixture_result(args.out, seed=args.seed)
+    if args.quantize or args.layers or args.dimensions or args.pooling or args.normalize is not None \
+            or args.thresholds or args.max_input_tokens:
+        raise ConversionError("kind vela2 takes only --out, --name, --check-requests and the identity options")
+    checks = DEFAULT_CHECK_REQUESTS if args.check_requests is None else args.check_requests
+    if checks < 0:
+        raise ConversionError("--check-requests must be at least 0")
+    opts = Vela2Options(name=args.name, description=args.description, version=args.version,
+                        release_date=args.release_date, revision=args.revision, license=args.license,
+                        source_name=args.source_name, check_requests=checks)
+    return export_vela2(args.src, args.out, opts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 with a one-line message for a conversion error)."""
     args = _parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        if args.command in ("export", "fixture") and args.kind == "decision-codes":
+        if args.command == "export" and args.kind is None:
+            args.kind = _detect_kind(args.src)
+        if args.command == "export" and args.check_requests is not None and args.kind != "vela2":
+            raise ConversionError("--check-requests applies to kind vela2 only")
+        if args.command in ("export", "fixture") and args.kind in ("vela2", "vela2-source"):
+            _summary(_vela2(args))
+        elif args.command in ("export", "fixture") and args.kind == "decision-codes":
             from converters import decision_codes
 
             run = decision_codes.export_from_args if args.command == "export" else decision_codes.fixture_from_args

@@ -28,8 +28,9 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "decision-codes": ("decisions",),
     "image-text-embedding": ("embeddings",),
     "audio-embedding": ("embeddings",),
+    "vela2": ("decisions",),
 }
-DECISION_FAMILIES = frozenset({"sparrow", "decision-codes"})
+DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2"})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,316 @@
+"""Vela 2.0 encoder packages in the upstream format: read and verify one, or write a tiny one.
+
+Upstream layout (reference/upstream-formats.md §2.1, §2.11): ``config.json`` (model_type
+``vela2-unified``, format_version 1, the ModernBERT ``encoder_config``, the marker ids, limits),
+``calibration.json``, ``tokenizer.json`` (with the 8 markers as added tokens), ``model.safetensors``
+(backbone under ``encoder.``, marker head at top level) and optionally ``SHA256SUMS``. A bundled
+``vela2_inference.py`` is never read, let alone run.
+
+The fixture writer builds exactly that format with random weights (hidden 64, 4 layers, global
+attention every 3rd layer, local window 8, YaRN x4; Linear weights rounded to bf16 as released
+checkpoints store them), so tests convert it the way a user converts a real package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters.errors import ConversionError
+from edge_runtime.heads.marker import READOUTS, head_tensor_names
+from edge_runtime.heads.vela2_answers import check_calibration
+from edge_runtime.text.vela2_layout import MARKERS, LayoutConfig
+
+MODEL_TYPE = "vela2-unified"
+DECODER_TYPE = "vela2-decoder"
+LOADED_FILES = ("config.json", "calibration.json", "tokenizer.json", "model.safetensors")
+ENCODER_PREFIX = "encoder."
+
+PII_TYPES = ["AGE", "CREDIT_CARD", "DATE_TIME", "DOMAIN_NAME", "EMAIL_ADDRESS", "GPE", "IBAN_CODE", "IP_ADDRESS",
+             "NRP", "ORGANIZATION", "PERSON", "PHONE_NUMBER", "STREET_ADDRESS", "TITLE", "US_DRIVER_LICENSE",
+             "US_SSN", "ZIP_CODE"]
+# The fixture tokenizer's training text: the Decision 2.0 fixture corpus plus the Vela strings.
+FIXTURE_CORPUS = [
+    "Context:\nTask type: choice\nQuestion:\nOptions:\n<option>\n</option>\n\nSelect the single option best supported "
+    "by the context and instructions.\nDecision:",
+    '{"description":"Yes","key":"true"} {"description":"No","key":"false"} {"key":"0"} {"key":"1"} {"key":"2"}',
+    "Write a Python function that merges two sorted lists and explain its running time.",
+    "Which domain does this request belong to? Programming Mathematics Anything else",
+    "Does answering this request need multi-step reasoning? How difficult is this request? Trivial Moderate Hard",
+    "Route the request to the model that answers it best. code math chat creative writing translation summary",
+    "The quick brown fox jumps over the lazy dog. 0123456789 ,.;:!?'\"()[]{}<>/\\|-_+=*&^%$#@~`",
+    "Hi, I'm Tom Baker (tom.baker@example.com). What is the maximum daily dose of paracetamol for an adult?",
+    "For adults, the maximum dose of paracetamol is 4 grams in 24 hours. Visit https://example.org/dose today.",
+    "Which spans are personal information? a person's name an e-mail address a claim not supported by the context",
+    'Task type: span Target: user Question: Labels: <label> </label> Text: Spans: <segment role="user"> </segment>',
+]
+PROJECTION = 32
+
+
+@dataclass
+class Vela2Source:
+    """A read and verified upstream Vela 2.0 encoder package."""
+
+    path: Path
+    config: dict[str, Any]
+    calibration: dict[str, Any]
+    tokenizer_json: dict[str, Any]
+    weights_file: Path
+    sha256: dict[str, str]
+
+    @property
+    def identity(self) -> str:
+        """Upstream identity: sha256 of the canonical JSON of {"model.safetensors": sha256}."""
+        doc = json.dumps({"model.safetensors": self.sha256["model.safetensors"]}, sort_keys=True,
+                         separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(doc.encode("utf-8")).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConversionError(f"{path.name}: not readable JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise ConversionError(f"{path.name}: must hold a JSON object")
+    return obj
+
+
+def detect(src: Path) -> str | None:
+    """``"vela2"`` when ``src/config.json`` is a Vela 2.0 encoder package, else None."""
+    path = Path(src) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if isinstance(cfg, dict) and cfg.get("format_version") == 1 and cfg.get("model_type") == MODEL_TYPE:
+        return "vela2"
+    return None
+
+
+def _check_sums(src: Path) -> dict[str, str]:
+    """sha256 of every loaded file; each one SHA256SUMS lists must match it."""
+    sums: dict[str, str] = {}
+    listed = src / "SHA256SUMS"
+    if listed.is_file():
+        for n, line in enumerate(listed.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            digest, _, name = line.strip().partition("  ")
+            name = name.lstrip("*").strip()
+            if len(digest) != 64 or not name:
+                raise ConversionError(f"SHA256SUMS line {n}: expected '<sha256>  <file>'")
+            sums[name] = digest.lower()
+    out = {}
+    for name in LOADED_FILES:
+        path = src / name
+        if not path.is_file():
+            raise ConversionError(f"{src}: {name} is missing "
+                                  f"(a Vela 2.0 encoder package holds {', '.join(LOADED_FILES)})")
+        out[name] = _sha256(path)
+        if name in sums and sums[name] != out[name]:
+            raise ConversionError(f"{name}: sha256 differs from SHA256SUMS (file altered)")
+    return out
+
+
+def read_source(src: Path) -> Vela2Source:
+    """Read and verify ``src``; ConversionError (one line) for anything a converter must not accept."""
+    src = Path(src)
+    cfg_path = src / "config.json"
+    if not cfg_path.is_file():
+        raise ConversionError(f"{src}: no config.json")
+    config = _json(cfg_path)
+    if config.get("model_type") == DECODER_TYPE:
+        raise ConversionError("vela2-decoder packages (4B/9B) are not supported; only the 0.3B encoder "
+                              "(model_type vela2-unified) converts")
+    if config.get("model_type") != MODEL_TYPE or config.get("format_version") != 1:
+        raise ConversionError(f"config.json: model_type {MODEL_TYPE!r} with format_version 1 expected")
+    sha = _check_sums(src)
+    try:
+        LayoutConfig.from_config(config)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConversionError(f"config.json: {e}") from None
+    enc = config.get("encoder_config")
+    if not isinstance(enc, dict) or enc.get("model_type", "modernbert") != "modernbert":
+        raise ConversionError("config.json: encoder_config must be a ModernBERT config")
+    if config.get("readout") not in READOUTS:
+        raise ConversionError(f"config.json: readout must be one of {READOUTS}")
+    if not isinstance(config.get("proj_dim"), int) or config["proj_dim"] < 1:
+        raise ConversionError("config.json: proj_dim must be a positive integer")
+    if int(config["max_length"]) > int(enc.get("max_position_embeddings", 8192)):
+        raise ConversionError("config.json: max_length exceeds the encoder's max_position_embeddings")
+    calibration = _json(src / "calibration.json")
+    try:
+        check_calibration(calibration)
+    except ValueError as e:
+        raise ConversionError(f"calibration.json: {e}") from None
+    tokenizer_json = _json(src / "tokenizer.json")
+    added = {t.get("content"): t.get("id") for t in tokenizer_json.get("added_tokens") or []}
+    for marker, mid in config["marker_ids"].items():
+        if marker in added and added[marker] != mid:
+            raise ConversionError(f"tokenizer.json gives {marker} id {added[marker]}, config.json {mid}")
+    return Vela2Source(src, config, calibration, tokenizer_json, src / "model.safetensors", sha)
+
+
+def load_tensors(source: Vela2Source) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(backbone state dict as float32 torch tensors without the prefix, head tensors as float32 numpy).
+
+    The head must hold exactly the tensors of the config's readout mode, and nothing else may sit
+    at top level.
+    """
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(source.weights_file))
+    except Exception as e:  # noqa: BLE001 - a corrupt file raises several types
+        raise ConversionError(f"model.safetensors: unreadable ({e})") from None
+    backbone = {k[len(ENCODER_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(ENCODER_PREFIX)}
+    head = {k: v.float().numpy() for k, v in tensors.items() if not k.startswith(ENCODER_PREFIX)}
+    want = head_tensor_names(source.config["readout"])
+    if set(head) != want:
+        raise ConversionError(f"model.safetensors: head tensors {sorted(set(head) ^ want)} do not match "
+                              f"readout {source.config['readout']!r}")
+    hidden = int(source.config["encoder_config"]["hidden_size"])
+    if head["w_o.weight"].shape != (source.config["proj_dim"], hidden):
+        raise ConversionError(f"model.safetensors: w_o.weight is {head['w_o.weight'].shape}, "
+                              f"config says [{source.config['proj_dim']}, {hidden}]")
+    return backbone, head
+
+
+# ---- fixture (upstream format) --------------------------------------------------------------
+
+
+def fixture_calibration() -> dict[str, Any]:
+    """The upstream fixture's calibration.json (§2.1 fixture values)."""
+    return {
+        "temperature": {"choice": 1.3, "score": 1.1, "set": 1.05, "span": 0.4},
+        "thresholds": {"set:*": 0.3, "span:toxic": 0.1, "span:halu": 0.55, "span:*": 0.5},
+        "pii_types": PII_TYPES,
+        "pii_length_rule": {"anchors": [{"n_tokens": 21, "threshold": 0.75}, {"n_tokens": 126, "threshold": 0.05},
+                                        {"n_tokens": 1022, "threshold": 0.005919}]},
+        "pii_sparse_gate": {"K": 3, "t_sparse": 0.1, "probe_threshold": 0.5},
+        "pii_schema": {"text": "Which spans are personal information?",
+                       "labels": {name: name.lower().replace("_", " ") for name in PII_TYPES}},
+        "halu_schema": {"text": "Which spans of the answer are not supported by the context?",
+                        "labels": {"unsupported": "a claim not supported by the context"}},
+        "relevance_schema": {
+            "text": "How relevant is this candidate to the query?",
+            "levels": {"not_relevant": "The candidate does not help with the query.",
+                       "partially_relevant": "The candidate partly helps.",
+                       "highly_relevant": "The candidate directly helps with the query."},
+            "values": {"not_relevant": 0.0, "partially_relevant": 0.5, "highly_relevant": 1.0},
+        },
+    }
+
+
+def fixture_encoder_config(vocab: int, **overrides: Any) -> dict[str, Any]:
+    """The upstream fixture's ModernBERT config (global every 3rd layer, local 8, YaRN x4)."""
+    cfg = {
+        "architectures": ["ModernBertModel"], "model_type": "modernbert", "attention_bias": False,
+        "bos_token_id": 2, "cls_token_id": 1, "eos_token_id": 1, "global_attn_every_n_layers": 3,
+        "global_rope_theta": 160000, "hidden_activation": "gelu", "hidden_size": 64, "intermediate_size": 96,
+        "local_attention": 8, "local_rope_theta": 160000, "max_position_embeddings": 32768, "mlp_bias": False,
+        "norm_bias": False, "norm_eps": 1e-5, "num_attention_heads": 4, "num_hidden_layers": 4, "pad_token_id": 0,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0, "original_max_position_embeddings": 8192,
+                         "rope_type": "yarn", "truncate": True},
+        "sep_token_id": 1, "vocab_size": vocab,
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def _fixture_tokenizer(root: Path) -> int:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=["<pad>", "<eos>", "<bos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(FIXTURE_CORPUS * 4, trainer=trainer)
+    tok.add_special_tokens(list(MARKERS))
+    tok.save(str(root / "tokenizer.json"))
+    return tok.get_vocab_size()
+
+
+def _backbone_weights(encoder: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Random backbone: randn * 0.05, norm weights 1 + that; Linear weights rounded to bf16."""
+    import torch
+    from transformers import ModernBertConfig, ModernBertModel
+
+    model = ModernBertModel(ModernBertConfig(**encoder))
+    linear = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, p in model.named_parameters():
+        value = torch.randn(p.shape, generator=gen) * 0.05
+        if name.endswith("norm.weight"):
+            value = value + 1.0
+        out[f"{ENCODER_PREFIX}{name}"] = value.to(torch.bfloat16) if name in linear else value
+    return out
+
+
+def _head_weights(hidden: int, proj: int, readout: str, seed: int) -> dict[str, Any]:
+    """Marker head: every tensor N(0, 0.2^2), then log_tau = -2.8 and log_tau_span = -2.6."""
+    import torch
+
+    shapes: dict[str, tuple[int, ...]] = {"norm.weight": (hidden,), "norm.bias": (hidden,)}
+    for p in ("w_o", "w_q", "w_p"):
+        shapes[f"{p}.weight"], shapes[f"{p}.bias"] = (proj, hidden), (proj,)
+    shapes["log_tau"] = ()
+    for p in ("w_t", "w_e"):
+        shapes[f"{p}.weight"], shapes[f"{p}.bias"] = (proj, hidden), (proj,)
+    shapes["log_tau_span"] = ()
+    if readout != "cosine":
+        shapes.update({"cls_mlp.0.weight": (2 * hidden, hidden), "cls_mlp.0.bias": (2 * hidden,),
+                       "cls_mlp.3.weight": (1, 2 * hidden), "cls_mlp.3.bias": (1,)})
+    gen = torch.Generator().manual_seed(seed)
+    out = {name: torch.randn(shape, generator=gen) * 0.2 for name, shape in shapes.items()}
+    out["log_tau"] = torch.tensor(-2.8)
+    out["log_tau_span"] = torch.tensor(-2.6)
+    return out
+
+
+def write_source_fixture(out: Path, seed: int = 0, max_length: int = 2048, window_overlap: int = 64,
+                         readout: str = "both", sums: bool = True, **encoder_overrides: Any) -> Path:
+    """Write a tiny upstream-format Vela 2.0 encoder package at ``out`` (which must not exist)."""
+    from safetensors.torch import save_file
+
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=False)
+    vocab = _fixture_tokenizer(root)
+    encoder = fixture_encoder_config(vocab, **encoder_overrides)
+    marker_ids = {name: vocab - len(MARKERS) + i for i, name in enumerate(MARKERS)}
+    tensors = _backbone_weights(encoder, seed)
+    tensors.update(_head_weights(encoder["hidden_size"], PROJECTION, readout, seed + 1))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(root / "model.safetensors"))
+    config = {
+        "architectures": ["Vela2Model"], "model_type": MODEL_TYPE, "format_version": 1,
+        "encoder_config": encoder, "proj_dim": PROJECTION, "readout": readout, "markers": list(MARKERS),
+        "marker_ids": marker_ids, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+        "max_length": max_length, "window_overlap": window_overlap, "model_name": "Vela-2.0-Tiny-Fixture",
+    }
+    (root / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (root / "calibration.json").write_text(json.dumps(fixture_calibration(), indent=2) + "\n", encoding="utf-8")
+    # bundled upstream engine code: a converter must never run it
+    (root / "vela2_inference.py").write_text('raise RuntimeError("package code must never be imported")\n',
+                                             encoding="utf-8")
+    if sums:
+        lines = [f"{_sha256(root / n)}  {n}" for n in sorted(LOADED_FILES)]
+        (root / "SHA256SUMS").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root

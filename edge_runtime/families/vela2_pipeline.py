@@ -1,0 +1,147 @@
+"""One Vela 2.0 request from state and questions to the response body, with the forward injected.
+
+This is the backbone-agnostic core the vela2 family will run on its executor (it is not wired to
+the server yet; the question-type registry will call it): plan (§2.3), rows, sequences and windows
+(§2.4), sorted greedy batches with right padding (§2.5), the readout of each batch (a callable:
+ONNX Runtime plus the numpy marker head in the server, PyTorch in the converter's parity check),
+combine (§2.8) and answers. Because batches are right-padded and every readout index is per row,
+a request's answers are the same alone or batched with others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.heads.marker import MarkerHead
+from edge_runtime.heads.vela2_answers import MAX_LENGTH_EXCEEDED, Calibration, answer_question, response_body
+from edge_runtime.text.vela2_layout import (
+    BATCH_ROWS,
+    BATCH_TOKENS_CPU,
+    EncoderSequence,
+    LayoutConfig,
+    RawRow,
+    SchemaTooLong,
+    SequenceOutput,
+    Tokens,
+    batch_indices,
+    combine,
+    encode_parts,
+    greedy_batches,
+    pad_batch,
+    sequences,
+    split_outputs,
+)
+from edge_runtime.text.vela2_state import Plan, Row, plan, rows_of
+
+#: (padded feeds {input_ids, attention_mask}, index tensors) -> (option logits [No], span logits [Nw, Ne])
+Readout = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
+
+
+def graph_readout(run_hidden: Callable[[dict[str, np.ndarray]], np.ndarray], head: MarkerHead) -> Readout:
+    """A readout from a backbone forward (feeds -> last_hidden_state [B, T, H]) and the numpy head."""
+    def readout(feeds: dict[str, np.ndarray], idx: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        hidden = run_hidden(feeds)
+        return (head.option_logits(hidden, idx["q_index"], idx["opt_index"]),
+                head.span_logits(hidden, idx["unit_index"], idx["ent_index"]))
+    return readout
+
+
+@dataclass
+class RequestResult:
+    """What one request produced: the plan, rows, their raw logits (None: row failed) and the body."""
+
+    plan: Plan
+    rows: list[Row]
+    raws: list[RawRow | None]
+    body: dict[str, Any]
+    sequences: list[list[EncoderSequence]] = field(default_factory=list)
+
+
+def run_sequences(seqs: Sequence[EncoderSequence], readout: Readout, pad_id: int,
+                  max_batch_tokens: int = BATCH_TOKENS_CPU, max_rows: int = BATCH_ROWS) -> list[SequenceOutput]:
+    """Every sequence's outputs, read in sorted greedy right-padded batches."""
+    outputs: list[SequenceOutput | None] = [None] * len(seqs)
+    for batch in greedy_batches([len(s) for s in seqs], max_batch_tokens, max_rows):
+        chosen = [seqs[i] for i in batch]
+        opt, span = readout(pad_batch(chosen, pad_id), batch_indices(chosen))
+        for i, out in zip(batch, split_outputs(chosen, np.asarray(opt), np.asarray(span))):
+            outputs[i] = out
+    return [o for o in outputs if o is not None]
+
+
+def run_request(state: Any, questions: Mapping[str, Any], *, tokens: Tokens, layout: LayoutConfig,
+                calibration: Calibration, readout: Readout, windows: bool = True,
+                max_batch_tokens: int = BATCH_TOKENS_CPU) -> RequestResult:
+    """Answer one request. ``windows=False`` reads a cut row once, truncated (overflow truncate)."""
+    p = plan(state, questions, calibration.raw)
+    rows = rows_of(p.questions)
+    parts = encode_parts(p.state, p.questions, tokens)
+    per_row: list[list[EncoderSequence]] = []
+    failed: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        try:
+            per_row.append(sequences(row, parts, tokens, layout, windows=windows))
+        except SchemaTooLong as e:
+            per_row.append([])
+            for q in row.questions:
+                failed[q.id] = {"type": q.kind, "error": MAX_LENGTH_EXCEEDED, "message": str(e)}
+    flat = [s for seqs in per_row for s in seqs]
+    outputs = run_sequences(flat, readout, layout.pad, max_batch_tokens) if flat else []
+    raws: list[RawRow | None] = []
+    response: dict[str, Any] = {"answers": {}}
+    at = 0
+    for row, seqs in zip(rows, per_row):
+        if not seqs:
+            raws.append(None)
+            continue
+        raw = combine(row, parts, seqs, outputs[at: at + len(seqs)])
+        at += len(seqs)
+        raws.append(raw)
+        for q in row.questions:
+            answer_question(q, raw, p.state, calibration, response)
+    answers = dict(response["answers"])
+    answers.update(failed)
+    answers.update(p.errors)
+    extras = {k: v for k, v in response.items() if k != "answers"}
+    body = response_body(p.order, answers, extras, sum(len(s) for s in flat))
+    return RequestResult(p, rows, raws, body, per_row)
+
+
+CONFIG_FORMAT = "vela2-package/1"
+
+
+@dataclass(frozen=True)
+class Vela2Assets:
+    """What a vela2 package gives the pipeline: tokenizer, layout, calibration and numpy head."""
+
+    tokens: Tokens
+    layout: LayoutConfig
+    calibration: Calibration
+    head: MarkerHead
+
+    @staticmethod
+    def from_package(package: Any) -> Vela2Assets:
+        """From a verified package (``edge_runtime.packages.read_package``); ValueError when malformed.
+
+        Refuses a tokenizer that still turns a marker string into a marker id: markers must only
+        ever be inserted by id.
+        """
+        from edge_runtime.heads.vela2_answers import check_calibration
+        from edge_runtime.text.tokenizer import load_tokenizer
+
+        cfg = package.decision_config() or {}
+        if cfg.get("format") != CONFIG_FORMAT:
+            raise ValueError(f"decision_config.json: format must be {CONFIG_FORMAT!r}")
+        layout = LayoutConfig.from_config(cfg["layout"])
+        check_calibration(cfg["calibration"])
+        head = MarkerHead.from_arrays(package.head_weights(), cfg["readout"])
+        tokens = Tokens(load_tokenizer(package.file("tokenizer.json")))
+        markers = set(layout.marker_ids.values())
+        leaked = [m for m in layout.marker_ids if set(tokens.ids(m)) & markers]
+        if leaked:
+            raise ValueError(f"tokenizer.json turns {leaked} into marker ids; markers must be stripped")
+        return Vela2Assets(tokens, layout, Calibration(cfg["calibration"]), head)
