@@ -121,12 +121,18 @@ def test_sigterm_answers_every_accepted_request_and_exits_0(
     try:
         srv.wait()
         texts = ["slow request text " * 20] * 512
+        # Six connections opened first, so that on a loaded machine every request is on the wire
+        # before the signal (a connection still being set up at SIGTERM is refused, by design).
+        clients = [httpx.Client(base_url=srv.url, timeout=60) for _ in range(6)]
+        for client in clients:
+            assert client.get("/health").status_code == 200
         with ThreadPoolExecutor(6) as pool:
-            sent = [pool.submit(httpx.post, srv.url + "/v1/embeddings",
-                                json={"model": "emb", "input": texts}, timeout=60) for _ in range(6)]
+            sent = [pool.submit(c.post, "/v1/embeddings", json={"model": "emb", "input": texts}) for c in clients]
             time.sleep(0.5)  # all six are accepted and queued behind each other
             srv.proc.send_signal(signal.SIGTERM)
             statuses = [f.result().status_code for f in sent]
+        for client in clients:
+            client.close()
         assert statuses == [200] * 6, statuses
         assert srv.proc.wait(30) == 0, srv.log()
         assert "terminate called" not in srv.log()
