@@ -1,5 +1,5 @@
 """Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch, Optimum and bare ONNX
-Runtime in-process.
+Runtime in-process, then image and audio embeddings against the same towers in PyTorch (bench/media.py).
 
 Every contestant has the same intra-op thread count. Rounds are interleaved in a rotating order so
 that drift on a shared machine spreads over every contestant alike. Our int8 is the exact
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench import media
 from bench.lab import Lab
 from bench.report import Table, fmt_ms, fmt_ratio
 from bench.runners import Contestant, HttpContestant, cosines
@@ -88,8 +89,9 @@ def run(lab: Lab) -> list[Table]:
     vectors = {k: contestants[k].embed(batch) for k in keys}
     identical = {k: alone_vs_batched(contestants[k], batch)  # type: ignore[arg-type]
                  for k in ("ours-fp32", "ours-int8")}
-    return [int8_table(results, vectors, identical), latency_table(results, lab.settings.threads, rounds),
-            throughput_table(results), agreement_table(results, vectors)]
+    tables = [int8_table(results, vectors, identical), latency_table(results, lab.settings.threads, rounds),
+              throughput_table(results), agreement_table(results, vectors)]
+    return tables + media.run(lab)  # image and audio rows: SigLIP base vision, Whisper tiny.en
 
 
 def int8_table(results: dict[str, Result], vectors: dict[str, np.ndarray], identical: dict[str, int]) -> Table:

@@ -6,13 +6,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from converters.errors import ConversionError
 
 KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
-                "decision-codes")
+                "decision-codes", "image-text-embedding", "audio-embedding")
+#: kinds served by the multimodal embedding family (converters/multimodal.py)
+MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 
 
 def _int_list(text: str) -> list[int]:
@@ -72,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--quantize", choices=("int8", "int8-dynamic"))
+    f.add_argument("--arch", choices=("siglip", "clip", "whisper", "clap", "siglip-base-vision"),
+                   help="multimodal kinds: the tiny architecture (default siglip, or whisper for audio); "
+                        "siglip-base-vision is SigLIP base's vision tower at its real shape, for benchmarks")
+    f.add_argument("--keep-source", type=Path, help="multimodal kinds: write the Hugging Face source here and keep it")
     add_cli_arguments(f, fixture=True)
 
     d = sub.add_parser("default", help="build the embedded default packages offline")
@@ -89,6 +95,29 @@ def _summary(result: object) -> None:
                      indent=2))
 
 
+def _multimodal(args: argparse.Namespace) -> object:
+    """export/fixture for image-text-embedding (SigLIP, CLIP) and audio-embedding (Whisper encoders)."""
+    from converters.decision_codes import reject_cli_arguments
+    from converters.multimodal import MultimodalOptions, export_multimodal
+    from converters.multimodal_fixture import build_multimodal_fixture
+
+    reject_cli_arguments(args)
+    if args.command == "fixture":
+        if args.quantize:
+            raise ConversionError("--quantize is not supported for multimodal fixtures")
+        arch = args.arch or ("whisper" if args.kind == "audio-embedding" else "siglip")
+        return build_multimodal_fixture(arch, args.out, seed=args.seed, source_dir=args.keep_source)
+    unsupported = [flag for flag, value in (("--quantize", args.quantize), ("--layers", args.layers),
+                                            ("--pooling", args.pooling), ("--thresholds", args.thresholds),
+                                            ("--normalize", args.normalize is not None)) if value]
+    if unsupported:
+        raise ConversionError(f"{', '.join(unsupported)} do not apply to --kind {args.kind}")
+    opts = MultimodalOptions(kind=args.kind, name=args.name, description=args.description, version=args.version,
+                             release_date=args.release_date, revision=args.revision, license=args.license,
+                             source_name=args.source_name, dimensions=args.dimensions)
+    return export_multimodal(args.src, args.out, opts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 with a one-line message for a conversion error)."""
     args = _parser().parse_args(argv)
@@ -99,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run = decision_codes.export_from_args if args.command == "export" else decision_codes.fixture_from_args
             _summary(run(args))
+        elif args.command in ("export", "fixture") and args.kind in MULTIMODAL_KINDS:
+            _summary(_multimodal(args))
         elif args.command == "export":
             from converters.decision_codes import reject_cli_arguments
             from converters.export import ExportOptions, export_model
@@ -116,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from converters.fixture import build_fixture_result
 
             reject_cli_arguments(args)
+            if args.arch or args.keep_source:
+                raise ConversionError("--arch and --keep-source apply to image-text-embedding and audio-embedding")
             _summary(build_fixture_result(args.kind, args.out, seed=args.seed, quantize=args.quantize))
         else:
             from converters.default import build_defaults

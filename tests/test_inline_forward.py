@@ -8,8 +8,9 @@ embedding fixture (padded batches, split by a small token cap into several forwa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,9 @@ from edge_runtime.config import ModelConfig
 from edge_runtime.engine import ModelExecutor, create_session
 from edge_runtime.engine.errors import ForwardError
 from edge_runtime.engine.probe import bitwise_equal
+from edge_runtime.families.registry import build_family as _build_family
 from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import parse_decisions_request
-from edge_runtime.runtime import _build_family
 
 BODIES = [
     {"state": "My card was charged twice and the parcel never arrived.",

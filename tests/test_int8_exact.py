@@ -7,8 +7,9 @@ work across threads as they do in service.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -18,8 +19,9 @@ from converters.quantize import quantize_weight
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.probe import bitwise_equal
+from edge_runtime.families.registry import build_family as _build_family
+from edge_runtime.loading import PROBE_LENGTHS
 from edge_runtime.packages import read_package
-from edge_runtime.runtime import PROBE_LENGTHS, _build_family
 
 EXACT_KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
                "decision-codes")

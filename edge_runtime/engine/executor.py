@@ -16,6 +16,7 @@ forwards; until one has run, every job takes the worker path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from .errors import (
     RequestTooLarge,
     is_out_of_memory,
 )
-from .forward import GROUPINGS, Forward, Grouping, row_length
+from .forward import GROUPINGS, Forward, Grouping
 
 __all__ = ["INLINE_FORWARD_MAX_S", "ExecutorMetrics", "Forward", "JobResult", "ModelExecutor"]
 
@@ -146,7 +147,7 @@ class ModelExecutor:
         rows = list(rows)
         if not rows:
             return JobResult([], 0.0, 0.0, 0)
-        lengths = [row_length(self.forward, row) for row in rows]
+        lengths = [self.forward.length(row) for row in rows]
         now = time.monotonic()
         if deadline is not None and deadline <= now:
             raise DeadlineExceeded("the deadline passed before the job was queued", [None] * len(rows))
@@ -169,7 +170,7 @@ class ModelExecutor:
             if self._closed:
                 raise ExecutorClosed(f"model {self.name} is shut down")
             if len(self._waiting) >= self.max_queue:
-                raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting", retry_after=1)
+                raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting")
             self._waiting.append(job)
             depth = len(self._waiting)
             self._cond.notify()
@@ -403,7 +404,7 @@ class ModelExecutor:
         if oom and jobs == 1:
             error = RequestTooLarge(f"model {self.name}: the request's forward ran out of memory")
         elif oom:
-            error = Overloaded(f"model {self.name}: a shared forward ran out of memory", retry_after=1)
+            error = Overloaded(f"model {self.name}: a shared forward ran out of memory")
         else:
             error = ForwardError(f"model {self.name}: the forward failed: {type(exc).__name__}: {exc}")
         error.__cause__ = exc
@@ -425,10 +426,8 @@ class ModelExecutor:
 
     def _finish(self, job: _Job, result: JobResult | None = None, error: BaseException | None = None) -> None:
         job.done = True
-        try:
+        with contextlib.suppress(RuntimeError):  # the job's event loop is closed: nobody is waiting
             job.loop.call_soon_threadsafe(_settle, job.future, result, error)
-        except RuntimeError:
-            pass  # the job's event loop is closed: nobody is waiting
 
     def _drop(self, n: int) -> None:
         """Count rows that will never run (lock not held)."""

@@ -26,6 +26,8 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "rerank": ("rerank",),
     "sparrow": ("decisions",),
     "decision-codes": ("decisions",),
+    "image-text-embedding": ("embeddings",),
+    "audio-embedding": ("embeddings",),
 }
 DECISION_FAMILIES = frozenset({"sparrow", "decision-codes"})
 
@@ -59,6 +61,11 @@ class Card:
     variants: dict[str, Variant]
     modalities: tuple[str, ...]
     raw: dict[str, Any]
+
+    @property
+    def question_types(self) -> tuple[str, ...]:
+        """The decision question types the card lists (empty for models without decisions)."""
+        return tuple(self.raw.get("question_types", ()))
 
 
 @lru_cache(maxsize=1)

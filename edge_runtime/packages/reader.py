@@ -20,7 +20,16 @@ from edge_runtime.packages.card import CARD_FILE, DECISION_FAMILIES, Card, parse
 from edge_runtime.packages.errors import PackageError
 from edge_runtime.packages.golden import GoldenCase, read_golden
 from edge_runtime.packages.manifest import (
-    MANIFEST_FILE, MANIFEST_FORMAT, compute_digest, file_sha256, list_package_files,
+    MANIFEST_FILE,
+    MANIFEST_FORMAT,
+    compute_digest,
+    file_sha256,
+    list_package_files,
+)
+from edge_runtime.packages.multimodal import (
+    MULTIMODAL_FAMILY,
+    check_multimodal_card,
+    multimodal_required_files,
 )
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -158,7 +167,11 @@ def read_package(path: Path) -> Package:
         raise PackageError(CARD_FILE, "missing")
     card = parse_card((root / CARD_FILE).read_bytes())
 
-    required = {TOKENIZER_FILE: "the tokenizer"}
+    multimodal = card.family == MULTIMODAL_FAMILY
+    if multimodal:
+        check_multimodal_card(card.raw)
+    # A multimodal package needs a tokenizer only when it has a text tower (an audio tower has none).
+    required = multimodal_required_files(card.raw) if multimodal else {TOKENIZER_FILE: "the tokenizer"}
     for v in card.variants.values():
         required[v.file] = f"the graph of variant {v.name!r}"
         required[v.golden] = f"the golden cases of variant {v.name!r}"
@@ -169,9 +182,16 @@ def read_package(path: Path) -> Package:
             raise PackageError(rel, f"missing ({what}, named by card.json)")
 
     pkg = Package(path=root, card=card, digest=digest, files=sha)
-    _load_json_object(root / TOKENIZER_FILE, TOKENIZER_FILE)
+    if TOKENIZER_FILE in required:
+        _load_json_object(root / TOKENIZER_FILE, TOKENIZER_FILE)
     for v in card.variants.values():
         pkg.golden(v.name)  # readable without pickle, well-formed
+    if multimodal:
+        for tower in card.raw["towers"].values():
+            try:
+                read_golden(root / tower["golden"])
+            except (ValueError, OSError, KeyError) as e:
+                raise PackageError(tower["golden"], f"unreadable golden file: {e}") from None
     pkg.head_weights()
     pkg.decision_config()
     return pkg

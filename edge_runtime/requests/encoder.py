@@ -15,6 +15,7 @@ from edge_runtime.requests.common import (
     require_object,
     text_list,
 )
+from edge_runtime.requests.embedding_inputs import EmbeddingInput, embedding_inputs, modality_of
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,20 @@ class ClassifyRequest:
 
 @dataclass(frozen=True)
 class EmbeddingsRequest:
+    """inputs holds the texts when every input is text; parts holds every input (text, image, audio)."""
+
     model: str | None
     inputs: tuple[str, ...]
     encoding_format: str
     dimensions: int | None
     layer: int | None
     options: Options
+    parts: tuple[EmbeddingInput, ...] = ()
+
+    @property
+    def modalities(self) -> frozenset[str]:
+        """The modalities the inputs use."""
+        return frozenset(modality_of(p) for p in self.parts) if self.parts else frozenset({"text"})
 
 
 @dataclass(frozen=True)
@@ -103,22 +112,17 @@ def _optional_positive(body: dict[str, Any], key: str) -> int | None:
 
 
 def parse_embeddings(body: Any, max_inputs: int) -> EmbeddingsRequest:
-    """Validate an OpenAI-compatible /v1/embeddings body (text inputs)."""
+    """Validate an OpenAI-compatible /v1/embeddings body (text, image_url and input_audio inputs)."""
     body = require_object(body)
     reject_unknown(
         body,
         {"model", "input", "encoding_format", "dimensions", "layer", "user", "options"},
         "embeddings requests",
     )
-    raw = body.get("input")
-    if isinstance(raw, list) and raw and all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
-        raise invalid_request("input as token ids is not supported; send text", reason="input_malformed")
-    if isinstance(raw, list) and any(isinstance(v, (dict, list)) for v in raw):
-        raise invalid_request(
-            "this runtime's embedding models read text only; image and audio parts are not supported",
-            reason="modality_unsupported",
-        )
-    inputs, _ = text_list(raw, "input", max_inputs)
+    parts = embedding_inputs(body.get("input"), max_inputs)
+    inputs = tuple(p for p in parts if isinstance(p, str))
+    if len(inputs) != len(parts):
+        inputs = ()  # media inputs: only a model with those towers reads them (EmbeddingsRequest.parts)
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise invalid_request("encoding_format must be float or base64")
@@ -130,11 +134,12 @@ def parse_embeddings(body: Any, max_inputs: int) -> EmbeddingsRequest:
         raise invalid_request("layer must be an integer")
     return EmbeddingsRequest(
         model_name(body),
-        tuple(inputs),
+        inputs,
         encoding,
         _optional_positive(body, "dimensions"),
         layer,
         parse_options(body.get("options"), overflows=("reject", "truncate")),
+        parts,
     )
 
 

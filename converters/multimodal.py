@@ -1,0 +1,544 @@
+"""`export --kind image-text-embedding | audio-embedding`: one ONNX graph per tower, parity recorded.
+
+Supported sources (Hugging Face directories):
+- image-text-embedding: SigLIP (``SiglipModel``) and CLIP (``CLIPModel``) dual encoders. The text
+  tower is ``get_text_features`` and the image tower ``get_image_features`` (projected, before
+  normalisation); both land in one space, normalised by the runtime.
+- audio-embedding: Whisper encoders (``WhisperModel`` / ``WhisperForConditionalGeneration``): the
+  graph returns ``last_hidden_state`` of one window and the runtime averages the positions that
+  saw sound (``mean_real_frames``); audio longer than the window is read from its first window.
+
+Each tower is traced with the TorchScript exporter at opset 18 (dynamic batch axis; dynamic length
+for text) and checked against PyTorch on the inputs the server itself computes: token ids from the
+package tokenizer, pixels and log-mel features from edge_runtime.media.features. The numpy
+preprocessing is also compared with the source's own (slow) processor. Parity is recorded in the
+card's verification member, per tower; an export above the tolerance is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters import CONVERTER_VERSION
+from converters.ctranslate2_whisper import is_ct2_whisper
+from converters.errors import ConversionError
+from converters.export import PackageIdentity
+from converters.progress import Step, log
+from converters.source import resolve_source, source_stamp
+from edge_runtime.packages import read_package
+from edge_runtime.packages.golden import golden_bytes
+
+MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
+OPSET = 18
+#: largest |onnx - torch| on any vector element a tower may show
+TOLERANCE = 1e-4
+#: card limits written unless the options say otherwise (bytes as sent; pixels of the source image)
+DEFAULT_LIMITS = {"image_max_bytes": 10 * 1024 * 1024, "image_source_max_pixels": 40_000_000,
+                  "audio_max_bytes": 25 * 1024 * 1024, "audio_max_seconds": 120}
+SAMPLE_TEXTS = ("a photo of a cat", "two dogs playing in the snow on a sunny winter afternoon",
+                "Überweisung fehlgeschlagen: Konto gesperrt?", "x")
+
+
+@dataclass
+class MultimodalOptions(PackageIdentity):
+    """What to export; identity fields as for every package (converters.export.PackageIdentity)."""
+
+    kind: str
+    dimensions: list[int] = field(default_factory=list)
+    #: card limits to write instead of DEFAULT_LIMITS (image_max_bytes, audio_max_seconds, ...)
+    limits: dict[str, int | float] = field(default_factory=dict)
+
+
+@dataclass
+class MultimodalResult:
+    """A written package and what the export measured (same shape as ExportResult)."""
+
+    path: Path
+    digest: str
+    card: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+# ---- tower wrappers (torch modules built lazily: the module imports without torch) --------------
+
+
+def _wrappers() -> dict[str, Any]:
+    import torch
+
+    class TextTower(torch.nn.Module):
+        def __init__(self, model: Any, with_mask: bool) -> None:
+            super().__init__()
+            self.model, self.with_mask = model, with_mask
+
+        def forward(self, input_ids: Any, attention_mask: Any = None) -> Any:
+            if self.with_mask:
+                return self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask)
+            return self.model.get_text_features(input_ids=input_ids)
+
+    class ImageTower(torch.nn.Module):
+        def __init__(self, model: Any) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values: Any) -> Any:
+            return self.model.get_image_features(pixel_values=pixel_values)
+
+    class AudioTower(torch.nn.Module):
+        def __init__(self, encoder: Any) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_features: Any) -> Any:
+            return self.encoder(input_features=input_features).last_hidden_state
+
+    class ClapAudioTower(torch.nn.Module):
+        def __init__(self, model: Any) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_features: Any) -> Any:
+            return self.model.get_audio_features(input_features=input_features)
+
+    return {"text": TextTower, "image": ImageTower, "audio": AudioTower, "clap_audio": ClapAudioTower}
+
+
+def _export(module: Any, args: tuple, path: Path, inputs: list[str], output: str,
+            axes: dict[str, dict[int, str]]) -> Path:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # TracerWarnings: noise; parity below is the judge
+        torch.onnx.export(module.eval(), args, str(path), input_names=inputs, output_names=[output],
+                          dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+    return path
+
+
+def _session(path: Path) -> Any:
+    from converters.verify import create_session
+
+    return create_session(path)
+
+
+def _compare(name: str, session: Any, torch_fn: Callable[..., Any], feeds_list: list[dict[str, np.ndarray]],
+             pool: Callable[[np.ndarray, int], np.ndarray] | None = None) -> tuple[float, int]:
+    """(max |onnx - torch|, forwards compared) over feeds run alone and, when several share one
+    shape, as one batch too."""
+    import torch
+
+    worst = 0.0
+    runs = [[f] for f in feeds_list]
+    shapes = {tuple((k, v.shape) for k, v in f.items()) for f in feeds_list}
+    if len(feeds_list) > 1 and len(shapes) == 1:
+        runs.append(feeds_list)
+    for run in runs:
+        feeds = {k: np.concatenate([f[k] for f in run]) for k in run[0]}
+        got = session.run(None, feeds)[0]
+        with torch.no_grad():
+            want = torch_fn(**{k: torch.from_numpy(v) for k, v in feeds.items()}).numpy()
+        if pool is not None:
+            got = np.stack([pool(got[i], i) for i in range(len(run))])
+            want = np.stack([pool(want[i], i) for i in range(len(run))])
+        if got.shape != want.shape or not np.all(np.isfinite(got)):
+            raise ConversionError(f"{name} tower: ONNX output {got.shape} differs from PyTorch {want.shape}")
+        worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want))))
+    if worst > TOLERANCE:
+        raise ConversionError(f"{name} tower: |onnx - torch| = {worst:.3g}, above {TOLERANCE:g}; refused")
+    return worst, len(runs)
+
+
+# ---- the source -------------------------------------------------------------------------------
+
+
+def _read_config(src_dir: Path) -> dict[str, Any]:
+    path = src_dir / "config.json"
+    if not path.is_file():
+        raise ConversionError(f"{src_dir}: no config.json (not a Hugging Face model directory)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _image_spec(src_dir: Path) -> dict[str, Any]:
+    """The image processor's settings as edge_runtime.media.features reads them (slow PIL semantics)."""
+    from transformers import AutoImageProcessor
+
+    proc = AutoImageProcessor.from_pretrained(src_dir, use_fast=False)
+    size = dict(proc.size)
+    spec: dict[str, Any] = {"convert_rgb": True, "resample": int(proc.resample)}
+    if getattr(proc, "do_resize", True):
+        spec["resize"] = ({"height": int(size["height"]), "width": int(size["width"])} if "height" in size
+                          else {"shortest_edge": int(size["shortest_edge"])})
+    if getattr(proc, "do_center_crop", False):
+        spec["crop"] = {"height": int(proc.crop_size["height"]), "width": int(proc.crop_size["width"])}
+    if getattr(proc, "do_rescale", True):
+        spec["rescale"] = float(proc.rescale_factor)
+    if getattr(proc, "do_normalize", True):
+        spec["mean"] = [float(x) for x in proc.image_mean]
+        spec["std"] = [float(x) for x in proc.image_std]
+    return spec
+
+
+def _audio_spec(src_dir: Path) -> dict[str, Any]:
+    from transformers import WhisperFeatureExtractor
+
+    fe = WhisperFeatureExtractor.from_pretrained(src_dir)
+    if getattr(fe, "dither", 0.0):
+        raise ConversionError("the feature extractor dithers (random noise): not reproducible; set dither 0")
+    return {"sampling_rate": int(fe.sampling_rate), "n_fft": int(fe.n_fft), "hop_length": int(fe.hop_length),
+            "n_mels": int(fe.feature_size), "chunk_length": int(fe.chunk_length), "fmin": 0.0, "fmax": 8000.0,
+            "norm": "slaney", "mel_scale": "slaney", "log": "whisper"}
+
+
+def _sample_images() -> list[Any]:
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    images = []
+    for (w, h), mode in (((64, 48), "RGB"), ((31, 90), "RGB"), ((40, 40), "L"), ((120, 75), "RGBA")):
+        small = rng.integers(0, 256, size=(max(1, h // 4), max(1, w // 4), len(mode)), dtype=np.uint8)
+        img = Image.fromarray(small[..., 0] if len(mode) == 1 else small, mode=mode)
+        images.append(img.resize((w, h), Image.Resampling.BILINEAR))
+    return images
+
+
+def _sample_clips(rate: int, window_s: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(11)
+    clips = []
+    for seconds, freq in ((0.37, 220.0), (window_s * 0.6, 440.0), (window_s * 1.5, 880.0)):
+        t = np.arange(int(seconds * rate)) / rate
+        clips.append((0.3 * np.sin(2 * np.pi * freq * t) + rng.normal(0, 0.02, t.shape)).astype(np.float32))
+    return clips
+
+
+# ---- export -----------------------------------------------------------------------------------
+
+
+def _text_tower(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict, int]:
+    """(tower, files, goldens, verification, max tokens) of a dual encoder's text tower (model.onnx)."""
+    import torch
+
+    from converters.export import package_tokenizer
+
+    wrappers = _wrappers()
+    tok = package_tokenizer(src_dir)
+    text_cfg = model.config.text_config
+    # CLAP's text tower is RoBERTa: positions start after the padding index, so two fewer tokens fit.
+    max_pos = int(text_cfg.max_position_embeddings) - (2 if arch == "clap" else 0)
+    siglip = arch == "siglip"
+    pad_id = int(text_cfg.pad_token_id if text_cfg.pad_token_id is not None else 0)
+    # SigLIP was trained on text padded to its full length with no mask ("padding=max_length" in
+    # its model card); CLIP and CLAP read a mask, so they are padded only in batches.
+    text_inputs = ["input_ids"] if siglip else ["input_ids", "attention_mask"]
+    text_feeds = []
+    for text in SAMPLE_TEXTS:
+        ids = np.array(tok.encode(text).ids[:max_pos], dtype=np.int64)
+        padded = np.full((1, max_pos if siglip else len(ids)), pad_id, dtype=np.int64)
+        padded[0, : len(ids)] = ids
+        feeds = {"input_ids": padded}
+        if not siglip:
+            feeds["attention_mask"] = np.ones_like(padded)
+        text_feeds.append(feeds)
+    wrapper = wrappers["text"](model, not siglip)
+    path = _export(wrapper, tuple(torch.from_numpy(text_feeds[1][k]) for k in text_inputs), work / "model.onnx",
+                   text_inputs, "text_embeds",
+                   {**{k: {0: "batch", 1: "sequence"} for k in text_inputs}, "text_embeds": {0: "batch"}})
+    session = _session(path)
+    diff, cases = _compare("text", session, wrapper, text_feeds)
+    log(f"text tower: max |onnx - torch| = {diff:.3g}")
+    dim = int(session.run(None, text_feeds[0])[0].shape[-1])
+    tower = {"graph": "model.onnx", "golden": "golden.npz", "inputs": text_inputs, "output": "text_embeds",
+             "dimension": dim, "layers": int(text_cfg.num_hidden_layers), "pooling": "none",
+             "text": {"pad_to": max_pos if siglip else None, "pad_id": pad_id}}
+    return (tower, {"model.onnx": path, "tokenizer.json": tok.to_str().encode("utf-8")},
+            {"golden.npz": _goldens(session, text_feeds[:2], "text_embeds")},
+            {"max_abs_diff": diff, "cases": cases}, max_pos)
+
+
+def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict]:
+    """(towers, files, goldens by golden file, extra) for a SigLIP or CLIP model."""
+    import torch
+    from transformers import AutoImageProcessor
+
+    from edge_runtime.media.features import image_pixels
+
+    text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, arch)
+    wrapper = _wrappers()["image"](model)
+    spec = _image_spec(src_dir)
+    proc = AutoImageProcessor.from_pretrained(src_dir, use_fast=False)
+    pixel_feeds, prep_diff = [], 0.0
+    for img in _sample_images():
+        ours = image_pixels(img, spec)[None]
+        ref = proc(img.convert("RGB"), return_tensors="np")["pixel_values"]
+        prep_diff = max(prep_diff, float(np.max(np.abs(ours - ref))))
+        pixel_feeds.append({"pixel_values": ours})
+    log(f"image preprocessing: max |numpy - {type(proc).__name__}| = {prep_diff:.3g}")
+    image_path = _export(wrapper, (torch.from_numpy(pixel_feeds[0]["pixel_values"]),),
+                         work / "towers" / "image.onnx", ["pixel_values"], "image_embeds",
+                         {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}})
+    image_session = _session(image_path)
+    image_diff, image_cases = _compare("image", image_session, wrapper, pixel_feeds)
+    log(f"image tower: max |onnx - torch| = {image_diff:.3g}")
+    vcfg = model.config.vision_config
+    height, width = pixel_feeds[0]["pixel_values"].shape[2:]
+    patches = (height // int(vcfg.patch_size)) * (width // int(vcfg.patch_size))
+    towers = {
+        "text": text,
+        "image": {"graph": "towers/image.onnx", "golden": "towers/image.golden.npz", "inputs": ["pixel_values"],
+                  "output": "image_embeds", "dimension": text["dimension"], "layers": int(vcfg.num_hidden_layers),
+                  "pooling": "none", "preprocess": spec, "tokens": patches},
+    }
+    goldens["towers/image.golden.npz"] = _goldens(image_session, pixel_feeds[:2], "image_embeds")
+    files["towers/image.onnx"] = image_path
+    verification = {"text": text_check,
+                    "image": {"max_abs_diff": image_diff, "cases": image_cases,
+                              "preprocess_max_abs_diff": prep_diff,
+                              "preprocess_reference": f"{type(proc).__name__} (slow, PIL)"}}
+    return towers, files, goldens, {"verification": verification, "max_tokens": max_pos}
+
+
+def _clap_spec(src_dir: Path) -> dict[str, Any]:
+    from transformers import ClapFeatureExtractor
+
+    fe = ClapFeatureExtractor.from_pretrained(src_dir)
+    if fe.padding != "repeatpad":
+        raise ConversionError(f"CLAP padding {fe.padding!r}: only repeatpad is reproduced")
+    return {"sampling_rate": int(fe.sampling_rate), "n_fft": int(fe.fft_window_size),
+            "hop_length": int(fe.hop_length), "n_mels": int(fe.feature_size), "max_length_s": int(fe.max_length_s),
+            "fmin": float(fe.frequency_min), "fmax": float(fe.frequency_max), "norm": "slaney",
+            "mel_scale": "slaney", "log": "clap_db", "padding": "repeatpad"}
+
+
+def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict]:
+    """(towers, files, goldens, extra) for an unfused CLAP model: text and audio in one space."""
+    import torch
+    from transformers import ClapFeatureExtractor
+
+    from edge_runtime.media.features import clap_log_mel, clap_window
+
+    acfg = model.config.audio_config
+    if getattr(acfg, "enable_fusion", False):
+        raise ConversionError("fused CLAP reads a data-dependent is_longer flag that ONNX Runtime cannot run; "
+                              "export an unfused checkpoint (clap-htsat-unfused)")
+    text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, "clap")
+    spec = _clap_spec(src_dir)
+    fe = ClapFeatureExtractor.from_pretrained(src_dir)
+    feeds, prep_diff = [], 0.0
+    for clip in _sample_clips(spec["sampling_rate"], spec["max_length_s"]):
+        ours = clap_log_mel(clip, spec)[None]
+        # The reference crops long clips at a random offset; compare on the window we take (offset 0).
+        ref = fe._np_extract_fbank_features(clap_window(clip, spec), fe.mel_filters_slaney)[None, None]
+        if len(clip) <= spec["max_length_s"] * spec["sampling_rate"]:
+            ref = fe(clip, sampling_rate=spec["sampling_rate"], truncation="rand_trunc",
+                     return_tensors="np")["input_features"]
+        prep_diff = max(prep_diff, float(np.max(np.abs(ours - ref))))
+        feeds.append({"input_features": ours})
+    log(f"CLAP log-mel: max |numpy - ClapFeatureExtractor| = {prep_diff:.3g}")
+    wrapper = _wrappers()["clap_audio"](model)
+    path = _export(wrapper, (torch.from_numpy(feeds[0]["input_features"]),), work / "towers" / "audio.onnx",
+                   ["input_features"], "audio_embeds", {"input_features": {0: "batch"}, "audio_embeds": {0: "batch"}})
+    session = _session(path)
+    diff, cases = _compare("audio", session, wrapper, feeds)
+    log(f"audio tower: max |onnx - torch| = {diff:.3g}")
+    patches = (int(acfg.spec_size) // int(acfg.patch_size)) ** 2
+    towers = {
+        "text": text,
+        "audio": {"graph": "towers/audio.onnx", "golden": "towers/audio.golden.npz", "inputs": ["input_features"],
+                  "output": "audio_embeds", "dimension": text["dimension"], "layers": int(sum(acfg.depths)),
+                  "pooling": "none", "tokens": patches, "long_audio": "first_window", "preprocess": spec},
+    }
+    goldens["towers/audio.golden.npz"] = _goldens(session, feeds[:1], "audio_embeds")
+    files["towers/audio.onnx"] = path
+    verification = {"text": text_check,
+                    "audio": {"max_abs_diff": diff, "cases": cases, "preprocess_max_abs_diff": prep_diff,
+                              "preprocess_reference": "ClapFeatureExtractor (rand_trunc, first window)"}}
+    return towers, files, goldens, {"verification": verification, "max_tokens": max_pos}
+
+
+def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict]:
+    """(towers, files, goldens, extra) for a Whisper encoder; src_dir holds its feature extractor."""
+    import torch
+    from transformers import WhisperFeatureExtractor
+
+    from edge_runtime.media.features import log_mel, whisper_real_positions
+
+    encoder = model if type(model).__name__ == "WhisperEncoder" else model.get_encoder()
+    spec = _audio_spec(src_dir)
+    fe = WhisperFeatureExtractor.from_pretrained(src_dir)
+    positions = int(model.config.max_source_positions)
+    feeds, prep_diff, reals = [], 0.0, []
+    for clip in _sample_clips(spec["sampling_rate"], spec["chunk_length"]):
+        ours = log_mel(clip, spec)[None]
+        window = np.zeros(fe.n_samples, dtype=np.float32)
+        window[: min(len(clip), fe.n_samples)] = clip[: fe.n_samples]
+        ref = fe._np_extract_fbank_features(window[None], "cpu")
+        prep_diff = max(prep_diff, float(np.max(np.abs(ours - ref))))
+        feeds.append({"input_features": ours})
+        reals.append(whisper_real_positions(len(clip), spec, positions))
+    log(f"log-mel: max |numpy - WhisperFeatureExtractor (numpy path)| = {prep_diff:.3g}")
+    wrapper = _wrappers()["audio"](encoder)
+    path = _export(wrapper, (torch.from_numpy(feeds[0]["input_features"]),), work / "model.onnx",
+                   ["input_features"], "last_hidden_state",
+                   {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}})
+    session = _session(path)
+
+    # Each row is pooled over its own clip's real positions, alone and in the batch of all clips.
+    def pool(hidden: np.ndarray, i: int, offset: int = 0) -> np.ndarray:
+        return hidden[: reals[i + offset]].astype(np.float64).mean(axis=0)
+
+    diff, cases = 0.0, 0
+    for i, f in enumerate(feeds):
+        d, n = _compare("audio", session, wrapper, [f], pool=partial(pool, offset=i))
+        diff, cases = max(diff, d), cases + n
+    d, n = _compare("audio", session, wrapper, feeds, pool=pool)
+    diff, cases = max(diff, d), cases + n - len(feeds)  # the alone runs were counted above
+    log(f"audio tower (mean over real frames): max |onnx - torch| = {diff:.3g}")
+    dim = int(session.run(None, feeds[0])[0].shape[-1])
+    towers = {"audio": {"graph": "model.onnx", "golden": "golden.npz", "inputs": ["input_features"],
+                        "output": "last_hidden_state", "dimension": dim,
+                        "layers": int(model.config.encoder_layers), "pooling": "mean_real_frames",
+                        "positions": positions, "long_audio": "first_window", "preprocess": spec}}
+    goldens = {"golden.npz": _goldens(session, feeds[:1], "last_hidden_state")}
+    verification = {"audio": {"max_abs_diff": diff, "cases": cases, "preprocess_max_abs_diff": prep_diff,
+                              "preprocess_reference": "WhisperFeatureExtractor numpy path"}}
+    return towers, {"model.onnx": path}, goldens, {"verification": verification, "max_tokens": positions}
+
+
+def _goldens(session: Any, feeds_list: list[dict[str, np.ndarray]], output: str) -> list:
+    return [(dict(f), {output: session.run([output], f)[0]}) for f in feeds_list]
+
+
+def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> MultimodalResult:
+    """Export ``src`` (SigLIP, CLIP or Whisper) as a multimodal embedding package at ``out``."""
+    from converters.package_writer import check_replaceable
+
+    if opts.kind not in MULTIMODAL_KINDS:
+        raise ConversionError(f"unknown kind {opts.kind!r} (one of {', '.join(MULTIMODAL_KINDS)})")
+    try:
+        check_replaceable(Path(out))
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
+    src_dir = resolve_source(str(src))
+    if opts.kind == "audio-embedding" and is_ct2_whisper(src_dir):
+        return _export_ct2_whisper(src_dir, Path(out), opts)
+    config = _read_config(src_dir)
+    model_type = config.get("model_type")
+    wanted = {"image-text-embedding": ("siglip", "clip"), "audio-embedding": ("whisper", "clap")}[opts.kind]
+    if model_type not in wanted:
+        raise ConversionError(f"{src_dir}: model_type {model_type!r}; --kind {opts.kind} reads {', '.join(wanted)}")
+    timings: dict[str, float] = {}
+    with Step("loading PyTorch and transformers") as s:
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        model = AutoModel.from_pretrained(src_dir, attn_implementation="eager").eval()
+    timings["load"] = s.seconds
+    return _write(model, src_dir, src_dir, Path(out), opts, config, timings)
+
+
+def _export_ct2_whisper(src_dir: Path, out: Path, opts: MultimodalOptions) -> MultimodalResult:
+    """A CTranslate2 Whisper directory (model.bin): its encoder, with Whisper's standard features."""
+    from transformers import WhisperFeatureExtractor
+
+    from converters.ctranslate2_whisper import whisper_encoder_from_ct2
+
+    with Step(f"reading the CTranslate2 Whisper encoder in {src_dir}") as s:
+        encoder = whisper_encoder_from_ct2(src_dir)
+    timings = {"load": s.seconds}
+    with tempfile.TemporaryDirectory(prefix="er-ct2-fe-") as tmp:
+        # CTranslate2 directories hold no preprocessor_config.json: Whisper's own defaults (30 s
+        # windows at 16 kHz, 400-point FFT, hop 160) with the model's mel count.
+        WhisperFeatureExtractor(feature_size=int(encoder.config.num_mel_bins)).save_pretrained(tmp)
+        config = {"model_type": "whisper", "architectures": ["WhisperEncoder (from CTranslate2 model.bin)"]}
+        return _write(encoder, src_dir, Path(tmp), out, opts, config, timings)
+
+
+def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: MultimodalOptions,
+           config: dict[str, Any], timings: dict[str, float]) -> MultimodalResult:
+    """Export the towers of a loaded model, check them, and write the package."""
+    import torch
+    import transformers
+
+    from converters.export import identity_card, notice_files, sanitize_name
+    from converters.package_writer import write_package
+
+    model_type = config.get("model_type")
+    with tempfile.TemporaryDirectory(prefix="er-mm-export-") as tmp:
+        work = Path(tmp)
+        with Step("exporting and checking towers") as s:
+            if opts.kind == "image-text-embedding":
+                towers, files, goldens, extra = _image_text(model, processor_dir, work, str(model_type))
+            elif model_type == "clap":
+                towers, files, goldens, extra = _clap(model, processor_dir, work)
+            else:
+                towers, files, goldens, extra = _audio(model, processor_dir, work)
+        timings["export"] = s.seconds
+        dim = next(iter(towers.values()))["dimension"]
+        dims = sorted({dim, *[d for d in opts.dimensions if d < dim]}, reverse=True)
+        if any(d > dim for d in opts.dimensions):
+            raise ConversionError(f"--dimensions may not exceed the vector size {dim}")
+        limits: dict[str, Any] = {"max_input_tokens": int(extra["max_tokens"])}
+        for key, value in DEFAULT_LIMITS.items():
+            if key.split("_")[0] in towers:
+                limits[key] = opts.limits.get(key, value)
+        if "text" not in towers:  # an audio-only package's token limit is its window's positions
+            limits["max_input_tokens"] = towers["audio"]["positions"]
+        stamp = _stamp(src_dir)
+        architecture = (config.get("architectures") or [type(model).__name__])[0]
+        name = sanitize_name(opts.name or src_dir.name)
+        space = "-".join(sorted(towers, key=lambda t: (t == "text", t)))  # image-text, audio-text, audio
+        worst = max(v["max_abs_diff"] for v in extra["verification"].values())
+        card = {
+            "format": "edge-runtime-package/1", "name": name, "family": "multimodal-embedding", "kind": opts.kind,
+            "surfaces": ["embeddings"], "modalities": sorted(towers), "labels": [],
+            **identity_card(opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture,
+                            stamp=stamp, description=f"{architecture} {opts.kind} ({', '.join(sorted(towers))})"),
+            # Dual encoders and Whisper are compared by cosine: the runtime returns unit vectors.
+            "head": {"normalize": True, "dimension": dim, "dimensions": dims},
+            "space": {"name": space, "towers": sorted(towers)},
+            "towers": towers,
+            "limits": limits,
+            "graph": {"inputs": towers[_primary(towers)]["inputs"], "outputs": [towers[_primary(towers)]["output"]],
+                      "opset": OPSET},
+            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+            "verification": {
+                "reference": f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
+                             f"{architecture} fp32, per tower",
+                "max_abs_diff": worst, "tolerance": TOLERANCE,
+                "cases": sum(v["cases"] for v in extra["verification"].values()),
+                "towers": extra["verification"],
+            },
+            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
+                      "options": {"kind": opts.kind, "dimensions": dims}},
+        }
+        for rel, cases in goldens.items():
+            if rel != "golden.npz":
+                files[rel] = golden_bytes(cases)
+        files.update(notice_files(src_dir, opts))
+        with Step(f"writing package {out}") as s:
+            digest = write_package(Path(out), card, files, {"fp32": goldens["golden.npz"]})
+        timings["write"] = s.seconds
+    log(f"package {name} written to {out} (digest {digest[:16]}...)")
+    return MultimodalResult(Path(out), digest, read_package(Path(out)).card.raw, timings)
+
+
+def _stamp(src_dir: Path) -> str:
+    """source_stamp for Hugging Face directories; for CTranslate2 ones, a sha256 over model.bin and config.json."""
+    if is_ct2_whisper(src_dir):
+        from edge_runtime.packages.manifest import compute_digest, file_sha256
+
+        return compute_digest({rel: file_sha256(src_dir / rel) for rel in ("model.bin", "config.json")
+                               if (src_dir / rel).is_file()})
+    return source_stamp(src_dir, src_dir)
+
+
+def _primary(towers: dict[str, Any]) -> str:
+    return next(name for name, t in towers.items() if t["graph"] == "model.onnx")

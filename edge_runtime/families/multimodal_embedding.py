@@ -1,0 +1,334 @@
+"""Multimodal embeddings: one graph per tower (text, image, audio), every tower writing into one space.
+
+A request's inputs may mix texts, images and clips when the package has those towers. Each input
+becomes one row for its tower: token ids (text), pixel values (image, numpy preprocessing equal to
+the source's processor), or a log-mel window (audio). The engine hands this family's forward
+mixed batches; the forward splits them per tower and batches within a tower only as far as that
+tower's load-time probe proved bit-identical to running each row alone, so every answer is exact.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.engine import create_session, probe_grouping
+from edge_runtime.engine.forward import Grouping
+from edge_runtime.errors import ApiError, ItemError, invalid_request
+from edge_runtime.families.base import Plan
+from edge_runtime.heads.pooling import normalize
+from edge_runtime.media.audio import AudioLimits, decode_audio
+from edge_runtime.media.dataurl import b64_bytes, parse_data_url
+from edge_runtime.media.errors import MediaError
+from edge_runtime.media.features import clap_log_mel, image_pixels, log_mel, whisper_real_positions
+from edge_runtime.media.image import ImageLimits, decode_image
+from edge_runtime.packages import Package, PackageError
+from edge_runtime.packages.golden import read_golden
+from edge_runtime.requests.embedding_inputs import AudioInput, ImageInput, modality_unsupported
+from edge_runtime.requests.encoder import EmbeddingsRequest
+from edge_runtime.text import Encoded, InputError, TextEncoder
+
+log = logging.getLogger(__name__)
+
+#: Golden outputs of the non-primary towers must match within this (the runtime's CPU tolerance).
+GOLDEN_TOLERANCE = {"cpu": 1e-3, "cuda": 0.02}
+TEXT_PROBE_LENGTHS = (3, 9, 9, 17, 40, 130)
+
+
+@dataclass(frozen=True)
+class TowerRow:
+    """One input for one tower: the array it reads, its token(-equivalent) count, and for audio the
+    encoder positions that saw sound (the only ones averaged)."""
+
+    tower: str
+    data: np.ndarray
+    tokens: int
+    real: int = 0
+    width: int = 0  # what the forward computes over, for the engine's batch planning (0: tokens)
+
+
+class Tower:
+    """One tower's graph: feeds for a batch of its rows and one vector [dimension] per row."""
+
+    def __init__(self, name: str, spec: dict[str, Any], session: Any) -> None:
+        self.name = name
+        self.spec = spec
+        self.session = session
+        self.inputs: list[str] = list(spec["inputs"])
+        self.output: str = spec["output"]
+        missing = [n for n in self.inputs if n not in session.inputs]
+        if missing or self.output not in session.outputs:
+            raise PackageError(spec["graph"], f"the {name} tower's graph lacks {missing or [self.output]}")
+        text = spec.get("text") or {}
+        self.pad_to: int | None = text.get("pad_to")
+        self.pad_id = int(text.get("pad_id", 0))
+        self.grouping: Grouping = "alone"
+
+    def feeds(self, rows: Sequence[TowerRow]) -> dict[str, np.ndarray]:
+        if self.name != "text":
+            return {self.inputs[0]: np.stack([r.data for r in rows]).astype(np.float32, copy=False)}
+        # Right padding: fp32 ORT CPU rows stay bit-identical to running alone (the probe checks).
+        width = self.pad_to or max(len(r.data) for r in rows)
+        ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for b, r in enumerate(rows):
+            ids[b, : len(r.data)] = r.data
+            mask[b, : len(r.data)] = 1
+        feeds = {"input_ids": ids}
+        if "attention_mask" in self.inputs:
+            feeds["attention_mask"] = mask
+        return feeds
+
+    def run(self, rows: Sequence[TowerRow]) -> list[np.ndarray]:
+        """One vector per row (float32, before truncation and normalisation)."""
+        value = self.session.run(self.feeds(rows), [self.output])[self.output]
+        if self.spec.get("pooling") == "mean_real_frames":
+            # Mean over the positions that saw sound, in float64 (as heads.pooling does for text).
+            return [value[b, : r.real].astype(np.float64).mean(axis=0).astype(np.float32) for b, r in enumerate(rows)]
+        return [np.array(value[b], dtype=np.float32, copy=True) for b in range(len(rows))]
+
+
+class MultimodalForward:
+    """The engine's Forward: splits a batch per tower and batches each only as its probe allows."""
+
+    def __init__(self, towers: dict[str, Tower]) -> None:
+        self.towers = towers
+
+    def length(self, row: TowerRow) -> int:
+        """The row's cost for batch planning: a Whisper clip always fills its window, however short,
+        so rows of one tower plan as equals instead of being kept apart by their real lengths."""
+        return row.width or row.tokens
+
+    def __call__(self, rows: Sequence[TowerRow]) -> list[np.ndarray]:
+        results: list[Any] = [None] * len(rows)
+        by_tower: dict[str, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_tower.setdefault(row.tower, []).append(i)
+        for name, indices in by_tower.items():
+            tower = self.towers[name]
+            for group in _groups(tower.grouping, [rows[i] for i in indices], indices):
+                for i, vector in zip(group, tower.run([rows[i] for i in group])):
+                    results[i] = vector
+        return results
+
+
+def _groups(grouping: Grouping, rows: list[TowerRow], indices: list[int]) -> list[list[int]]:
+    if grouping == "alone":
+        return [[i] for i in indices]
+    if grouping == "padded":
+        return [indices]
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for i, row in zip(indices, rows):
+        shapes.setdefault(row.data.shape, []).append(i)
+    return list(shapes.values())
+
+
+class MultimodalEmbeddingModel:
+    """A multimodal embedding package: its towers, space, limits and the plan of /v1/embeddings."""
+
+    surfaces = frozenset({"embeddings"})
+    batchable = True  # each tower's own probe decides how its rows share a forward
+
+    def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None) -> None:
+        card = package.card
+        raw = card.raw
+        self.kind = card.kind
+        self.digest = package.digest
+        self.head = dict(card.head)
+        self.limits = dict(card.limits)
+        self.space = dict(raw["space"])
+        self.dimension = int(self.head["dimension"])
+        self.dimensions = sorted(set(self.head["dimensions"]), reverse=True)
+        self.normalized = bool(self.head["normalize"])
+        self.towers: dict[str, Tower] = {}
+        for name, spec in raw["towers"].items():
+            if spec["graph"] == "model.onnx":
+                tower_session = session
+            else:
+                tower_session = create_session(package.file(spec["graph"]), getattr(session, "device", "cpu"),
+                                               getattr(session, "threads", None))
+                _self_check(name, tower_session, package, spec["golden"])
+            self.towers[name] = Tower(name, spec, tower_session)
+        self.primary = next(n for n, s in raw["towers"].items() if s["graph"] == "model.onnx")
+        self.modalities = tuple(sorted(self.towers))
+        card_max = int(self.limits["max_input_tokens"])
+        self.max_input_tokens = min(card_max, max_input_tokens or card_max)
+        self.text = (TextEncoder(package.file("tokenizer.json"), self.max_input_tokens)
+                     if "text" in self.towers else None)
+        self.forward = MultimodalForward(self.towers)
+        self._rng = np.random.default_rng(0)
+        self._vocab = self.text.tokenizer.get_vocab_size() if self.text else 0
+        for tower in self.towers.values():
+            lengths = ([min(n, self.max_input_tokens) for n in TEXT_PROBE_LENGTHS] if tower.name == "text"
+                       else [1, 1, 1])
+            tower.grouping = probe_grouping(tower.run, partial(self._random_row, tower.name), lengths)
+            log.info("multimodal tower %s: grouping %s", tower.name, tower.grouping)
+
+    # -- engine hooks -------------------------------------------------------------------------
+
+    def _random_row(self, tower: str, length: int) -> TowerRow:
+        """A fresh random row (equal rows would prove nothing about batching)."""
+        spec = self.towers[tower].spec
+        if tower == "text":
+            ids = self._rng.integers(1, self._vocab, size=length, dtype=np.int64)
+            return TowerRow("text", ids, length)
+        shape = [d if isinstance(d, int) else None for d in self.towers[tower].session.inputs[spec["inputs"][0]].shape]
+        if tower == "image":
+            crop = spec["preprocess"].get("crop") or spec["preprocess"]["resize"]
+            data = self._rng.standard_normal((3, int(crop["height"]), int(crop["width"]))).astype(np.float32)
+            return TowerRow("image", data, int(spec["tokens"]))
+        pre = spec["preprocess"]
+        if pre["log"] == "clap_db":
+            frames = int(pre["max_length_s"]) * int(pre["sampling_rate"]) // int(pre["hop_length"]) + 1
+            data = self._rng.standard_normal((1, frames, int(pre["n_mels"]))).astype(np.float32)
+            return TowerRow("audio", data, int(spec["tokens"]))
+        frames = int(pre["chunk_length"]) * int(pre["sampling_rate"]) // int(pre["hop_length"])
+        data = self._rng.standard_normal((int(pre["n_mels"]), shape[-1] or frames)).astype(np.float32)
+        real = int(self._rng.integers(1, int(spec["positions"]) + 1))
+        return TowerRow("audio", data, real, real, int(spec["positions"]))
+
+    def probe_row(self, length: int) -> TowerRow:
+        """Rows of the text tower when there is one (lengths vary there), else of the first tower."""
+        return self._random_row("text" if "text" in self.towers else self.modalities[0], length)
+
+    def warm(self) -> None:
+        if self.text is not None:
+            self.text.cut_report()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "dimension": self.dimension,
+            "dimensions": self.dimensions,
+            "layers": [int(self.towers[self.primary].spec["layers"])],
+            "normalized": self.normalized,
+            "modalities": list(self.modalities),
+        }
+
+    def representation(self, dimension: int) -> dict[str, Any]:
+        """The space's tag: the same for every tower of the package, so texts and images compare."""
+        return {
+            "model_sha256": self.digest,
+            "layer": int(self.towers[self.primary].spec["layers"]),
+            "dimension": dimension,
+            "normalized": self.normalized,
+            "modality": "+".join(self.modalities),
+            "space": self.space["name"],
+            "towers": {name: int(t.spec["layers"]) for name, t in self.towers.items()},
+        }
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def plan(self, surface: str, request: Any) -> Plan:
+        if surface != "embeddings":
+            raise ValueError(surface)
+        return self._plan_embeddings(request)
+
+    def _plan_embeddings(self, req: EmbeddingsRequest) -> Plan:
+        if not req.modalities <= set(self.modalities):
+            raise modality_unsupported(req.modalities, self.modalities)
+        if req.dimensions is not None and req.dimensions not in self.dimensions:
+            raise invalid_request(f"dimensions must be one of {sorted(self.dimensions)} for this model, "
+                                  f"not {req.dimensions}")
+        layer = int(self.towers[self.primary].spec["layers"])
+        if req.layer is not None and req.layer != layer:
+            raise invalid_request(f"layer must be one of [{layer}] for this model, not {req.layer}")
+        if req.options.overflow == "window":
+            raise invalid_request("embeddings take overflow reject or truncate")
+        parts = req.parts or req.inputs
+        rows: list[TowerRow] = []
+        owners: list[int | ItemError] = []
+        tokens = 0
+        for index, part in enumerate(parts):
+            try:
+                item = self._row(part, req)
+            except MediaError as exc:
+                raise exc.api_error(f"input[{index}]") from None
+            if isinstance(item, ItemError):
+                owners.append(item)
+                continue
+            owners.append(len(rows))
+            rows.append(item)
+            tokens += item.tokens
+        dims = req.dimensions if req.dimensions != self.dimension else None
+
+        def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
+            data = []
+            for index, own in enumerate(owners):
+                failure = own if isinstance(own, ItemError) else (outputs if isinstance(outputs, ItemError) else None)
+                if failure is not None:
+                    data.append({"object": "embedding", "index": index, "embedding": None, "error": failure.body()})
+                    continue
+                assert not isinstance(own, ItemError) and not isinstance(outputs, ItemError)
+                vector = np.asarray(outputs[own], dtype=np.float32)
+                if dims is not None:
+                    vector = vector[:dims]
+                if self.normalized:
+                    vector = normalize(vector)
+                if not np.all(np.isfinite(vector)):
+                    raise ApiError("internal_error", "the model produced a non-finite embedding")
+                value: Any = (base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+                              if req.encoding_format == "base64" else vector.tolist())
+                data.append({"object": "embedding", "index": index, "embedding": value})
+            return {"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+        return Plan(rows, finish, tokens,
+                    extras={"representation": self.representation(req.dimensions or self.dimension)})
+
+    def _row(self, part: Any, req: EmbeddingsRequest) -> TowerRow | ItemError:
+        """The row of one input; an over-long text is an item error, a refused medium a MediaError."""
+        if isinstance(part, ImageInput):
+            spec = self.towers["image"].spec
+            limits = ImageLimits(int(self.limits["image_max_bytes"]), int(self.limits["image_source_max_pixels"]))
+            mime, raw = parse_data_url(part.url, limits.max_bytes, "image")
+            image = decode_image(raw, limits, mime)
+            return TowerRow("image", image_pixels(image, spec["preprocess"]), int(spec["tokens"]))
+        if isinstance(part, AudioInput):
+            spec = self.towers["audio"].spec
+            pre = spec["preprocess"]
+            audio_limits = AudioLimits(int(self.limits["audio_max_bytes"]), float(self.limits["audio_max_seconds"]))
+            samples = decode_audio(b64_bytes(part.data, audio_limits.max_bytes, "audio"), audio_limits,
+                                   int(pre["sampling_rate"]), part.format)
+            if pre["log"] == "clap_db":  # CLAP: the graph pools; a clip counts as its spectrogram's patches
+                return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))
+            real = whisper_real_positions(len(samples), pre, int(spec["positions"]))
+            return TowerRow("audio", log_mel(samples, pre), real, real, int(spec["positions"]))
+        assert self.text is not None
+        budget = self._budget(req)
+        result = self.text.encode(part, None, max_tokens=budget, overflow=req.options.overflow or "reject")
+        if isinstance(result, InputError):
+            return ItemError(result.code, result.message)
+        assert isinstance(result, Encoded)
+        ids = np.asarray(result.rows[0].ids, dtype=np.int64)
+        return TowerRow("text", ids, int(len(ids)), width=self.towers["text"].pad_to or 0)
+
+    def _budget(self, req: EmbeddingsRequest) -> int:
+        if req.options.max_tokens is None:
+            return self.max_input_tokens
+        if req.options.max_tokens > self.max_input_tokens:
+            raise invalid_request(f"options.max_tokens {req.options.max_tokens} exceeds the model's "
+                                  f"max_input_tokens {self.max_input_tokens}")
+        return req.options.max_tokens
+
+
+def _self_check(name: str, session: Any, package: Package, golden: str) -> None:
+    """A non-primary tower's golden cases: bitwise deterministic and within tolerance, else the load fails."""
+    tolerance = GOLDEN_TOLERANCE.get(getattr(session, "device", "cpu"), GOLDEN_TOLERANCE["cuda"])
+    for i, case in enumerate(read_golden(package.file(golden))):
+        names = list(case.outputs)
+        first, second = session.run(case.feeds, names), session.run(case.feeds, names)
+        for out in names:
+            if not np.array_equal(first[out], second[out]):
+                raise RuntimeError(f"self-check failed: {name} tower golden case {i} is not deterministic")
+            got = np.asarray(first[out], dtype=np.float64)
+            want = np.asarray(case.outputs[out], dtype=np.float64)
+            if got.shape != want.shape or not np.all(np.isfinite(got)):
+                raise RuntimeError(f"self-check failed: {name} tower golden case {i} has the wrong shape or NaN")
+            worst = float(np.max(np.abs(got - want))) if got.size else 0.0
+            if worst > tolerance:
+                raise RuntimeError(f"self-check failed: {name} tower golden outputs differ by {worst:.3g}")

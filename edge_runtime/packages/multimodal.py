@@ -1,0 +1,87 @@
+"""Multimodal embedding packages: the rules between towers, space, head and limits the schema cannot say.
+
+A package holds one graph per tower (text, image, audio). The tower whose graph is model.onnx is
+the package's primary graph (its fp32 variant, self-checked by the runtime like any other); the
+other towers live under towers/ with their own golden cases, checked by the family at load. Every
+tower of a package writes into one space, so a text and an image of one model can be compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edge_runtime.packages.errors import PackageError
+
+MULTIMODAL_FAMILY = "multimodal-embedding"
+PRIMARY_GRAPH, PRIMARY_GOLDEN = "model.onnx", "golden.npz"
+#: tower -> the limits its card must state
+TOWER_LIMITS: dict[str, tuple[str, ...]] = {
+    "text": ("max_input_tokens",),
+    "image": ("image_max_bytes", "image_source_max_pixels"),
+    "audio": ("audio_max_bytes", "audio_max_seconds"),
+}
+#: tower -> the members it needs beyond the schema's common ones
+TOWER_MEMBERS: dict[str, tuple[str, ...]] = {
+    "text": ("text",),
+    "image": ("preprocess", "tokens"),
+    "audio": ("preprocess", "pooling", "long_audio"),
+}
+
+
+def check_multimodal_card(card: dict[str, Any]) -> None:
+    """Raise PackageError (naming card.json) when towers, space, head, variants and limits disagree."""
+    def bad(reason: str) -> PackageError:
+        return PackageError("card.json", reason)
+
+    towers: dict[str, Any] = card["towers"]
+    space = card["space"]
+    if sorted(space["towers"]) != sorted(towers):
+        raise bad(f"space.towers {sorted(space['towers'])} must list every tower {sorted(towers)}: "
+                  "a package holds one space")
+    if sorted(card["modalities"]) != sorted(towers):
+        raise bad(f"modalities {sorted(card['modalities'])} must be the towers {sorted(towers)}")
+    primary = [name for name, t in towers.items() if t["graph"] == PRIMARY_GRAPH]
+    if len(primary) != 1:
+        raise bad("exactly one tower must have graph model.onnx (the package's primary graph)")
+    graphs = [t["graph"] for t in towers.values()]
+    goldens = [t["golden"] for t in towers.values()]
+    if len(set(graphs)) != len(graphs) or len(set(goldens)) != len(goldens):
+        raise bad("towers must name distinct graphs and golden files")
+    if towers[primary[0]]["golden"] != PRIMARY_GOLDEN:
+        raise bad("the primary tower's golden file must be golden.npz")
+    variants = card["variants"]
+    if set(variants) != {"fp32"} or variants["fp32"]["file"] != PRIMARY_GRAPH:
+        raise bad("a multimodal package has one variant, fp32, whose file is model.onnx")
+    head = card["head"]
+    if head["dimension"] not in head["dimensions"] or max(head["dimensions"]) != head["dimension"]:
+        raise bad("head.dimensions must contain head.dimension as its largest size")
+    for name, tower in towers.items():
+        if tower["dimension"] != head["dimension"]:
+            raise bad(f"towers.{name}.dimension {tower['dimension']} differs from head.dimension "
+                      f"{head['dimension']}: towers of one space give vectors of one size")
+        for member in TOWER_MEMBERS[name]:
+            if member not in tower:
+                raise bad(f"towers.{name} needs {member}")
+        for limit in TOWER_LIMITS[name]:
+            if limit not in card["limits"]:
+                raise bad(f"limits.{limit} is required for the {name} tower")
+    audio = towers.get("audio")
+    if audio is not None:
+        # Whisper encoders: hidden states averaged over the positions that saw sound (positions
+        # needed); CLAP: the graph gives the vector (tokens needed, as for images).
+        need = "positions" if audio["pooling"] == "mean_real_frames" else "tokens"
+        if need not in audio:
+            raise bad(f"towers.audio with pooling {audio['pooling']} needs {need}")
+        if audio["preprocess"].get("log") not in ("whisper", "clap_db"):
+            raise bad("towers.audio.preprocess.log must be whisper or clap_db")
+
+
+def multimodal_required_files(card: dict[str, Any]) -> dict[str, str]:
+    """Files the package must hold: each tower's graph and golden, and tokenizer.json for a text tower."""
+    required: dict[str, str] = {}
+    for name, tower in card["towers"].items():
+        required[tower["graph"]] = f"the graph of the {name} tower"
+        required[tower["golden"]] = f"the golden cases of the {name} tower"
+    if "text" in card["towers"]:
+        required["tokenizer.json"] = "the tokenizer of the text tower"
+    return required

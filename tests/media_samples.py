@@ -1,0 +1,68 @@
+"""Test media made in process: encoded audio clips (PyAV) and images (Pillow), plus hostile variants."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import av
+import numpy as np
+from PIL import Image
+
+#: declared format -> (container, codec) used to write test clips; ogg holds Opus (libvorbis may be absent)
+AUDIO_CODECS = {"wav": ("wav", "pcm_s16le"), "flac": ("flac", "flac"), "mp3": ("mp3", "libmp3lame"),
+                "ogg": ("ogg", "libopus")}
+
+
+def tone(seconds: float, rate: int, freq: float = 440.0, seed: int = 0) -> np.ndarray:
+    """A sine plus a little deterministic noise, float32 mono in [-0.5, 0.5]."""
+    t = np.arange(int(round(seconds * rate))) / rate
+    noise = np.random.default_rng(seed).normal(0, 0.02, t.shape)
+    return (0.3 * np.sin(2 * np.pi * freq * t) + noise).astype(np.float32)
+
+
+def encode_audio(samples: np.ndarray, rate: int, fmt: str = "wav", channels: int = 1) -> bytes:
+    """Encode mono float32 ``samples`` into ``fmt`` (the same sound on every channel)."""
+    container_name, codec = AUDIO_CODECS[fmt]
+    rate_out = 48000 if codec == "libopus" else rate
+    buf = io.BytesIO()
+    out = av.open(buf, "w", format=container_name)
+    stream = out.add_stream(codec, rate=rate_out, layout="stereo" if channels == 2 else "mono")
+    resampler = av.AudioResampler(format=stream.codec_context.format.name, layout=stream.layout.name, rate=rate_out)
+    data = np.stack([samples] * channels).astype(np.float32)
+    for start in range(0, data.shape[1], 1024):
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(data[:, start:start + 1024]), format="fltp",
+                                           layout="stereo" if channels == 2 else "mono")
+        frame.sample_rate = rate
+        for converted in resampler.resample(frame):
+            for packet in stream.encode(converted):
+                out.mux(packet)
+    for converted in resampler.resample(None):
+        for packet in stream.encode(converted):
+            out.mux(packet)
+    for packet in stream.encode(None):
+        out.mux(packet)
+    out.close()
+    return buf.getvalue()
+
+
+def picture(width: int, height: int, seed: int = 0, mode: str = "RGB") -> Image.Image:
+    """A random-pixel image (smooth enough that JPEG keeps its structure)."""
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, size=(max(1, height // 4), max(1, width // 4), len(mode)), dtype=np.uint8)
+    image = Image.fromarray(small.squeeze(-1) if len(mode) == 1 else small, mode=mode)
+    return image.resize((width, height), Image.Resampling.BILINEAR)
+
+
+def image_bytes(image: Image.Image, fmt: str = "PNG", **save: object) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format=fmt, **save)
+    return buf.getvalue()
+
+
+def data_url(raw: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
