@@ -97,7 +97,7 @@ def serve(embed: Callable[[list[str]], Any], stdin: Any, stdout: Any) -> None:
         if op == "embed":
             reply: dict[str, Any] = {"embeddings": [[float(x) for x in row] for row in embed(cmd["texts"])]}
         elif op == "time":
-            reply = {"seconds": timed(lambda: embed(cmd["texts"]), int(cmd["n"]))}
+            reply = {"seconds": timed(lambda texts=cmd["texts"]: embed(texts), int(cmd["n"]))}
         else:
             reply = {"error": f"unknown op {op!r}"}
         stdout.write(json.dumps(reply) + "\n")

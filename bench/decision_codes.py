@@ -193,7 +193,10 @@ def build_source(d: Path, shape: Shape, seed: int = SEED) -> Path:
 def build(out: Path, shape: Shape, seed: int = SEED) -> dict[str, Any]:
     """The source and both packages under ``out``, and build.json saying what was built and how long it took."""
     from converters.decision_codes import (
-        FIXTURE_LIMITS, FIXTURE_RELEASE_DATE, DecisionCodesOptions, export_decision_codes,
+        FIXTURE_LIMITS,
+        FIXTURE_RELEASE_DATE,
+        DecisionCodesOptions,
+        export_decision_codes,
     )
 
     out.mkdir(parents=True, exist_ok=True)
@@ -375,9 +378,10 @@ def load_torch_decider(source: Path, package: Path, threads: int) -> Callable[[d
     from transformers import AutoModel
 
     from edge_runtime.families.decision_codes import DecisionCodesFamily
-    from edge_runtime.families.decision_plan import decision_answer
     from edge_runtime.packages import read_package
-    from edge_runtime.requests.decisions import Question, parse_decisions_request
+    from edge_runtime.questions import Question
+    from edge_runtime.questions import answer as decision_answer
+    from edge_runtime.requests.decisions import parse_decisions_request
 
     family = DecisionCodesFamily(read_package(package))  # no session: planning and prompt only
     if family.state_once or family.bias is not None or family.softcap:
@@ -454,7 +458,7 @@ def _worker_main(args: argparse.Namespace) -> int:
             if op == "answer":
                 reply: dict[str, Any] = answer(cmd["body"])
             elif op == "time":
-                reply = {"seconds": timed(lambda: answer(cmd["body"]), int(cmd["n"]))}
+                reply = {"seconds": timed(lambda body=cmd["body"]: answer(body), int(cmd["n"]))}
             else:
                 reply = {"error": f"unknown op {op!r}"}
         except Exception as e:  # noqa: BLE001 - reported to the harness, which raises

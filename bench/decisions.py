@@ -18,7 +18,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -235,7 +234,7 @@ class DeciderServer:
         self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="bench-sparrow-decider-", dir=log_dir))
         self.log_path = self._dir / "server.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - the child process writes it until stop()
         caps = {k: str(threads) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sparrow_decider.cli", "serve", "--host", HOST, "--port", str(self.port)],
@@ -254,7 +253,7 @@ class DeciderServer:
                     conn.close()
                     return
                 conn.close()
-            except (OSError, http.client.HTTPException, socket.timeout):
+            except (TimeoutError, OSError, http.client.HTTPException):
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"sparrow-decider serve not ready after {timeout:.0f}s:\n{self.log_tail()}")

@@ -22,8 +22,9 @@ import io
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             if cmd["op"] == "embed":
                 reply: dict[str, Any] = {"embeddings": fn(items).tolist()}
             else:
-                reply = {"seconds": timed(lambda: fn(items), int(cmd["n"]))}
+                reply = {"seconds": timed(lambda fn=fn, items=items: fn(items), int(cmd["n"]))}
         except Exception as exc:  # reported to the harness, which stops the run with it
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(reply), flush=True)

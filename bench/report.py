@@ -205,7 +205,7 @@ def conditions(threads: int, rounds: int, extra: dict[str, str] | None = None) -
         usable = "unknown"
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
     out = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _git_commit(),
         "machine": f"nproc {os.cpu_count()} (usable {usable}), "
                    f"{cpu_model(cpuinfo) or platform.processor() or 'unknown CPU'}",

@@ -76,7 +76,7 @@ class WorkerProcess:
     def __init__(self, label: str, module: str, args: list[str], threads: int, log_path: Path) -> None:
         self.label = label
         self.log_path = log_path
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 - the child process writes it until stop()
         # The OpenMP/MKL variables cap torch's pools before torch reads them; set_num_threads repeats it.
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                    OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")

@@ -86,7 +86,7 @@ class ServerProcess:
             "device": "cpu", "threads": threads, "batching": batching,
         }]}), encoding="utf-8")
         self.log_path = self._dir / "server.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - the child process writes it until stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edge_runtime", "serve", "--models", str(models_file),

@@ -31,21 +31,35 @@ import string
 import tempfile
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.export import (
-    ExportResult, PackageIdentity, identity_card, notice_files, package_tokenizer, sanitize_name,
+    ExportResult,
+    PackageIdentity,
+    identity_card,
+    notice_files,
+    package_tokenizer,
+    sanitize_name,
 )
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes import (
-    ATTENTION_MODES, CONFIG_FORMAT, PROMPT, QUESTION_TYPES, READOUT, READOUT_BIAS, SYSTEM, CodesPrompt, check_config,
+    ATTENTION_MODES,
+    CONFIG_FORMAT,
+    PROMPT,
+    QUESTION_TYPES,
+    READOUT,
+    READOUT_BIAS,
+    SYSTEM,
+    CodesPrompt,
+    check_config,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages.card import CARD_FORMAT
@@ -125,14 +139,16 @@ def choose_codes(prompt_tokenizer: Any, given: Sequence[str] | None = None) -> t
         return ids[0] if len(ids) == 1 else None
 
     if given is not None:
-        ids = [single(c) for c in given]
-        bad = [c for c, i in zip(given, ids) if i is None]
+        found = {c: single(c) for c in given}
+        bad = [c for c, i in found.items() if i is None]
         if bad:
             raise ConversionError(f"codes {bad[:5]} are not single tokens of the tokenizer; every code must be one")
-        if len(set(ids)) != len(ids):
+        given_ids = [i for i in found.values() if i is not None]
+        if len(set(given_ids)) != len(given_ids) or len(found) != len(given):
             raise ConversionError("two codes read as the same token")
-        return list(given), [int(i) for i in ids]  # type: ignore[arg-type]
-    codes, ids = [], []
+        return list(given), given_ids
+    codes: list[str] = []
+    ids: list[int] = []
     for code in code_candidates():
         tid = single(code)
         if tid is not None and tid not in ids:
@@ -227,8 +243,8 @@ def _stamp(src: Path) -> str:
 
 def export_graph(base: Any, attention_mode: str, work: Path) -> Path:
     """Export the backbone (no LM head): ``last_hidden_state``, with past key/values for prefix_causal."""
-    from optimum.exporters.onnx import onnx_export_from_model
     import optimum.exporters.onnx.model_configs  # noqa: F401 - fills the task registry (feasibility B.3.1)
+    from optimum.exporters.onnx import onnx_export_from_model
     from optimum.exporters.tasks import TasksManager
 
     custom = None
@@ -627,7 +643,7 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     import io
 
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as its allow_pickle flag
     return buf.getvalue()
 
 

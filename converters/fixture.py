@@ -96,8 +96,13 @@ def _write_sentence_transformer(d: Path, pooling: str, normalize: bool) -> None:
 def build_source(kind: str, d: Path, seed: int = 0, pooling: str = "mean", normalize: bool = True) -> Path:
     """Write a tiny random-weight Hugging Face model directory for ``kind`` into ``d``."""
     import torch
-    from transformers import (BertConfig, BertForSequenceClassification, BertForTokenClassification, BertModel,
-                              PreTrainedTokenizerFast)
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+        BertModel,
+        PreTrainedTokenizerFast,
+    )
 
     tok = train_tokenizer()
     labels = _LABELS.get(kind, [])

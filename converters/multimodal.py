@@ -20,17 +20,19 @@ from __future__ import annotations
 import json
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from converters import CONVERTER_VERSION
+from converters.ctranslate2_whisper import is_ct2_whisper
 from converters.errors import ConversionError
 from converters.export import PackageIdentity
 from converters.progress import Step, log
-from converters.ctranslate2_whisper import is_ct2_whisper
 from converters.source import resolve_source, source_stamp
 from edge_runtime.packages import read_package
 from edge_runtime.packages.golden import golden_bytes
@@ -393,7 +395,7 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
 
     diff, cases = 0.0, 0
     for i, f in enumerate(feeds):
-        d, n = _compare("audio", session, wrapper, [f], pool=lambda h, j, i=i: pool(h, j, i))
+        d, n = _compare("audio", session, wrapper, [f], pool=partial(pool, offset=i))
         diff, cases = max(diff, d), cases + n
     d, n = _compare("audio", session, wrapper, feeds, pool=pool)
     diff, cases = max(diff, d), cases + n - len(feeds)  # the alone runs were counted above
@@ -492,7 +494,7 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
         stamp = _stamp(src_dir)
         architecture = (config.get("architectures") or [type(model).__name__])[0]
         name = sanitize_name(opts.name or src_dir.name)
-        space = "-".join(sorted(towers, key=lambda t: ("text" == t, t)))  # image-text, audio-text, audio
+        space = "-".join(sorted(towers, key=lambda t: (t == "text", t)))  # image-text, audio-text, audio
         worst = max(v["max_abs_diff"] for v in extra["verification"].values())
         card = {
             "format": "edge-runtime-package/1", "name": name, "family": "multimodal-embedding", "kind": opts.kind,

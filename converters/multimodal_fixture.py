@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from converters.errors import ConversionError
 from converters.multimodal import MultimodalOptions, MultimodalResult, export_multimodal
@@ -21,9 +22,21 @@ FIXTURE_ARCHS = ("siglip", "clip", "whisper", "clap", "siglip-base-vision")
 def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
     """A tiny random-weight SigLIP, CLIP, Whisper or CLAP directory (config, weights, tokenizer, processor)."""
     import torch
-    from transformers import (ClapConfig, ClapFeatureExtractor, ClapModel, CLIPConfig, CLIPImageProcessor, CLIPModel,
-                              PreTrainedTokenizerFast, SiglipConfig, SiglipImageProcessor, SiglipModel, WhisperConfig,
-                              WhisperFeatureExtractor, WhisperModel)
+    from transformers import (
+        ClapConfig,
+        ClapFeatureExtractor,
+        ClapModel,
+        CLIPConfig,
+        CLIPImageProcessor,
+        CLIPModel,
+        PreTrainedTokenizerFast,
+        SiglipConfig,
+        SiglipImageProcessor,
+        SiglipModel,
+        WhisperConfig,
+        WhisperFeatureExtractor,
+        WhisperModel,
+    )
 
     from converters.fixture import train_tokenizer
 
@@ -48,6 +61,7 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
                     pad_token_id=tok.token_to_id("[PAD]"), eos_token_id=tok.token_to_id("[SEP]"),
                     bos_token_id=tok.token_to_id("[CLS]"))
         vision = dict(tiny, image_size=32, patch_size=8)
+        proc: Any
         if arch == "siglip":
             model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).eval()
             proc = SiglipImageProcessor(size={"height": 32, "width": 32})

@@ -10,8 +10,9 @@ import functools
 import inspect
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from optimum.exporters.onnx import onnx_export_from_model
 from optimum.exporters.onnx.model_patcher import ModelPatcher, override_arguments
@@ -47,8 +48,7 @@ class _HiddenStatesPatcher(ModelPatcher):
             args, kwargs = override_arguments(args, kwargs, signature, model_kwargs=self.model_kwargs)
             index = list(signature.parameters).index("output_hidden_states")
             if index < len(args):
-                args = list(args)
-                args[index] = True
+                args = (*args[:index], True, *args[index + 1:])
             else:
                 kwargs["output_hidden_states"] = True
             out = self.orig_forward(*args, **kwargs)

@@ -18,7 +18,7 @@ class Step:
         self.what = what
         self.seconds = 0.0
 
-    def __enter__(self) -> "Step":
+    def __enter__(self) -> Step:
         log(f"{self.what} ...")
         self._t0 = time.perf_counter()
         return self

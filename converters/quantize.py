@@ -12,8 +12,9 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort

@@ -35,7 +35,8 @@ from converters.package_writer import write_package
 from converters.progress import log
 from edge_runtime.families.sparrow import INPUTS, KINDS, OUTPUTS, SparrowText, content
 from edge_runtime.packages.card import CARD_FORMAT
-from edge_runtime.requests.decisions import Question, parse_decisions_request
+from edge_runtime.questions import Question
+from edge_runtime.requests.decisions import parse_decisions_request
 
 PACKAGE_NAME = "sparrow-nano"
 SOURCE_MODEL = "sparrow-nano-general-v1.1"
@@ -125,7 +126,7 @@ def _dequant(weights: dict[str, np.ndarray], name: str) -> np.ndarray:
 # ---- tokenizer ---------------------------------------------------------------------------
 
 
-def build_tokenizer(vocab: dict[str, int]) -> "Any":
+def build_tokenizer(vocab: dict[str, int]) -> Any:
     """BERT-uncased WordPiece as the package's pure-Python one: no specials, no truncation."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -244,7 +245,9 @@ def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.Mod
 
 def _question(state: Any, raw: dict[str, Any]) -> Question:
     """A golden question in the validated form the family plans from, through the server's parser."""
-    return parse_decisions_request({"state": state, "questions": {"golden": raw}}).single.valid[0]
+    request = parse_decisions_request({"state": state, "questions": {"golden": raw}})
+    assert request.single is not None
+    return request.single.valid[0]
 
 
 def _reference(decider: Any, state: Any, raw: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -294,7 +297,7 @@ def _licenses() -> dict[str, bytes]:
         "Code: Apache-2.0 (sparrow-decider-LICENSE), with its NOTICE (sparrow-decider-NOTICE).\n"
         "The sparrow-nano weights are fine-tuned from potion-base-8M (Model2Vec, MinishLab), whose\n"
         "MIT licence applies to them (potion-base-8M-MIT): https://github.com/MinishLab/model2vec\n"
-    ).encode("utf-8")
+    ).encode()
     return out
 
 

@@ -9,9 +9,10 @@ position holds is unspecified and no head reads it). An export above the toleran
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -139,7 +140,7 @@ def check_parity(model: Any, session: ort.InferenceSession, rows: Sequence[Row],
     report = ParityReport(max_abs_diff=worst, outputs=per_output, cases=len(batches),
                           lengths=sorted({len(r["input_ids"]) for r in chosen}))
     if math.isnan(worst) or worst > tolerance:
-        name = max(per_output, key=per_output.get)
+        name = max(per_output, key=per_output.__getitem__)
         raise ConversionError(f"parity check failed: max |onnx - torch| = {worst:.3g} on output {name} "
                               f"exceeds the tolerance {tolerance:g}; no package written")
     return report

@@ -22,6 +22,11 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
         systemone_schema=args.systemone_schema,
         max_bundle_tasks=args.max_bundle_tasks,
         drain_seconds=args.drain_seconds,
+        api_key_file=getattr(args, "api_key_file", None),
+        metrics_require_key=getattr(args, "metrics_require_key", False),
+        tls_cert=getattr(args, "tls_cert", None),
+        tls_key=getattr(args, "tls_key", None),
+        access_log=getattr(args, "access_log", True),
     )
 
 
@@ -43,6 +48,16 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--max-bundle-tasks", type=int, default=cfg.DEFAULT_MAX_BUNDLE_TASKS)
         p.add_argument("--drain-seconds", type=float, default=cfg.DEFAULT_DRAIN_SECONDS,
                        help="on SIGTERM/SIGINT, how long accepted requests may take before queued work gets 503")
+    serve = sub.choices["serve"]
+    serve.add_argument("--api-key-file", type=Path, default=None,
+                       help="require Authorization: Bearer <key> on /v1/*; one key per line, re-read on SIGHUP "
+                            "(the environment variable EDGE_RUNTIME_API_KEY adds one more)")
+    serve.add_argument("--metrics-require-key", action="store_true",
+                       help="/metrics needs a key too (it is public by default, as /health is)")
+    serve.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS with this PEM certificate (chain)")
+    serve.add_argument("--tls-key", type=Path, default=None, help="the PEM private key of --tls-cert")
+    serve.add_argument("--no-access-log", dest="access_log", action="store_false",
+                       help="no JSON access line per request on stderr")
     ex = sub.add_parser("examples", help="send the contract's Decisions examples to a server and check the answers")
     ex.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8100")
     ex.add_argument("--model", required=True, help="the decision model to ask (replaces the examples' model)")
@@ -90,8 +105,28 @@ def main(argv: list[str] | None = None) -> int:
         return _models(config)
     if args.command == "check":
         return _check(config)
-    from edge_runtime.api.app import create_app
+    return _serve(config)
 
-    app = create_app(config)
-    app.run(host=config.host, port=config.port, single_process=True, access_log=False, motd=False)
+
+def _serve(config: ServeConfig) -> int:
+    from edge_runtime.api import access_log, request_ids
+    from edge_runtime.api.app import create_app
+    from edge_runtime.api.auth import KeyFileError
+
+    if (config.tls_cert is None) != (config.tls_key is None):
+        print("error: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    request_ids.install_log_filter()
+    access_log.configure(config.access_log)
+    try:
+        app = create_app(config)
+    except KeyFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if config.metrics_require_key and not app.ctx.keys.enabled:
+        print("error: --metrics-require-key needs an API key (--api-key-file or EDGE_RUNTIME_API_KEY)",
+              file=sys.stderr)
+        return 2
+    ssl = None if config.tls_cert is None else {"cert": str(config.tls_cert), "key": str(config.tls_key)}
+    app.run(host=config.host, port=config.port, single_process=True, access_log=False, motd=False, ssl=ssl)
     return 0

@@ -40,6 +40,9 @@ class ModelConfig:
     batching: str = "exact"
     max_input_tokens: int | None = None
     max_scan_tokens: int | None = None
+    # Other names a request may use for this model (e.g. jev-latest, the System One SDK's default);
+    # answers always report `name`.
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,10 +59,17 @@ class ServeConfig:
     max_bundle_tasks: int = DEFAULT_MAX_BUNDLE_TASKS
     max_inputs: int = DEFAULT_MAX_INPUTS
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    # Access control and transport (edge_runtime/api/auth.py, access.py); keys also come from
+    # the environment variable EDGE_RUNTIME_API_KEY.
+    api_key_file: Path | None = None
+    metrics_require_key: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    access_log: bool = True
 
 
 _MODEL_KEYS = {
-    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits",
+    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases",
 }
 _LIMIT_KEYS = {"max_input_tokens", "max_scan_tokens"}
 
@@ -97,6 +107,9 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
     limits = entry.get("limits") or {}
     if not isinstance(limits, dict) or set(limits) - _LIMIT_KEYS:
         raise ConfigError(f"{where}.limits takes only {sorted(_LIMIT_KEYS)}")
+    aliases = entry.get("aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise ConfigError(f"{where}.aliases must be a list of non-empty strings")
     path = Path(package)
     return ModelConfig(
         name=name,
@@ -108,6 +121,7 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
         batching=batching,
         max_input_tokens=_positive_int(limits.get("max_input_tokens"), f"{where}.limits.max_input_tokens"),
         max_scan_tokens=_positive_int(limits.get("max_scan_tokens"), f"{where}.limits.max_scan_tokens"),
+        aliases=tuple(aliases),
     )
 
 
@@ -122,8 +136,35 @@ def load_models_file(path: Path) -> tuple[ModelConfig, ...]:
     if not isinstance(doc, dict) or not isinstance(doc.get("models"), list) or not doc["models"]:
         raise ConfigError(f"{path} must hold a non-empty list under 'models'")
     models = tuple(_model(e, i, path.parent) for i, e in enumerate(doc["models"]))
-    names = [m.name for m in models]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ConfigError(f"{path}: model names must be unique, repeated: {duplicates}")
+    _check_unique_names(models, path)
     return models
+
+
+def _check_unique_names(models: tuple[ModelConfig, ...], path: Path) -> None:
+    """A name or alias may be claimed once: a request naming it must reach exactly one model."""
+    owner: dict[str, tuple[int, str]] = {}
+    for i, m in enumerate(models):
+        for kind, value in [("name", m.name)] + [("alias", a) for a in m.aliases]:
+            if value in owner:
+                j, first_kind = owner[value]
+                raise ConfigError(
+                    f"{path}: {value!r} is claimed twice: as the {first_kind} of models[{j}] "
+                    f"({models[j].name!r}) and as the {kind} of models[{i}] ({m.name!r})"
+                )
+            owner[value] = (i, kind)
+
+
+def served_names(models: tuple[ModelConfig, ...]) -> str:
+    """The served models and their aliases, for messages: ``a, b (aliases: jev-latest)``."""
+    parts = []
+    for m in models:
+        parts.append(f"{m.name} (aliases: {', '.join(m.aliases)})" if m.aliases else m.name)
+    return ", ".join(sorted(parts))
+
+
+def canonical_name(models: tuple[ModelConfig, ...], name: str) -> str:
+    """The model name a requested name or alias stands for; an unknown name is returned as it is."""
+    for m in models:
+        if name == m.name or name in m.aliases:
+            return m.name
+    return name

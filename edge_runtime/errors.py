@@ -1,44 +1,29 @@
 """Errors in the contract's shape.
 
 A request that cannot be served at all raises :class:`ApiError`; the API layer turns it into
-``{"error": {"code", "message", "reason"?, "limit"?}}`` with its status. A failed item (one input,
-one document) is an :class:`ItemError` answered in place, and never fails its siblings.
+``{"error": {"code", "message", "reason"?, "limit"?}}`` with the status its code maps to
+(edge_runtime.api.statuses: no other module picks a status). A failed item (one input, one
+document) is an :class:`ItemError` answered in place, and never fails its siblings.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# The contract's request-level codes and their statuses, in one place.
-STATUS_OF: dict[str, int] = {
-    "invalid_request": 400,
-    "model_not_found": 404,
-    "request_too_large": 413,
-    "unsupported_media_type": 415,
-    "unsupported_surface": 422,
-    "overloaded": 429,
-    "internal_error": 500,
-    "not_ready": 503,
-}
-
-# Retry-After seconds the contract attaches to these codes.
-RETRY_AFTER: dict[str, int] = {"overloaded": 1, "not_ready": 5}
-
 
 class ApiError(Exception):
-    """A request-level failure: HTTP status, fixed code, human message, optional reason and limit."""
+    """A request-level failure: a fixed code, a human message, an optional fixed reason and limit."""
 
     def __init__(
         self,
-        status: int,
         code: str,
         message: str,
         reason: str | None = None,
         limit: int | float | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
         self.code = code
         self.message = message
         self.reason = reason
@@ -53,19 +38,10 @@ class ApiError(Exception):
             error["limit"] = self.limit
         return {"error": error}
 
-    @property
-    def retry_after(self) -> int | None:
-        """Seconds for the Retry-After header, where the contract asks for one."""
-        return RETRY_AFTER.get(self.code)
-
-    def headers(self) -> dict[str, str]:
-        """The response headers this error carries (Retry-After on overloaded and not_ready)."""
-        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
-
 
 def invalid_request(message: str, reason: str | None = None) -> ApiError:
-    """400 invalid_request."""
-    return ApiError(400, "invalid_request", message, reason)
+    """The contract's invalid_request (400)."""
+    return ApiError("invalid_request", message, reason)
 
 
 @dataclass(frozen=True)
@@ -77,3 +53,50 @@ class ItemError:
 
     def body(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
+
+
+#: The code of a System One request any of whose questions failed.
+QUESTION_FAILED = "question_failed"
+
+
+@dataclass(frozen=True)
+class FailedQuestion:
+    """One question answered with an error: where it is, its type as sent, and its error."""
+
+    state: str | None
+    question: str
+    type: str | None
+    error: str
+    reason: str
+    message: str
+
+    @property
+    def where(self) -> str:
+        return self.question if self.state is None else f"{self.state}.{self.question}"
+
+
+class QuestionFailed(ApiError):
+    """A System One request with a failed question: ``question_failed``, decided by the first one.
+
+    Its status follows the first failed question's error (``question_error``).
+    """
+
+    def __init__(self, failed: Sequence[FailedQuestion]) -> None:
+        if not failed:
+            raise ValueError("QuestionFailed needs at least one failed question")
+        first = failed[0]
+        parts = [f"{f.where} ({f.error}, {f.reason}): {f.message}" for f in failed]
+        noun = "question" if len(failed) == 1 else "questions"
+        super().__init__(QUESTION_FAILED, f"{len(failed)} {noun} failed: " + "; ".join(parts), reason=first.reason)
+        self.failed = tuple(failed)
+        self.question_error = first.error
+        self.question = first.question
+        self.state = first.state
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "question_error": self.question_error,
+                                 "reason": self.reason, "question": self.question}
+        if self.state is not None:
+            error["state"] = self.state
+        error["message"] = self.message
+        return {"error": error}

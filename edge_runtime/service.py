@@ -1,21 +1,21 @@
 """Serving a surface request without HTTP: validate, pick the model, plan, execute, assemble.
 
 The API layer only reads bodies and writes responses; everything between is here, so that a
-bundle's tasks take exactly the path each would take alone.
+bundle's tasks and System One requests take exactly the path each would take alone. Request-level
+failures go up as typed errors (ApiError, the engine's errors); api/statuses.py decides statuses.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from edge_runtime.errors import ApiError, invalid_request
-from edge_runtime.requests.common import check_count, reject_unknown, require_object
+from edge_runtime.families.base import Plan
+from edge_runtime.loading import ServedModel
 from edge_runtime.requests.decisions import parse_decisions_request
 from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
-from edge_runtime.families.base import Plan
-from edge_runtime.runtime import Runtime, ServedModel
+from edge_runtime.runtime import Runtime
 from edge_runtime.timing import Timing
 
 Parser = Callable[[Any, int], Any]
@@ -35,18 +35,18 @@ def _prepare(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedMode
     return request, model, model.family.plan(surface, request)
 
 
-def _deadline(deadline_ms: float | None, started: float) -> float | None:
+def deadline_at(deadline_ms: float | None, started: float) -> float | None:
     return None if deadline_ms is None else started + deadline_ms / 1000.0
 
 
 async def serve(
     runtime: Runtime, surface: str, body: Any, timing: Timing, bundle_deadline: float | None = None
 ) -> dict[str, Any]:
-    """Answer one surface request; raises ApiError for request-level failures."""
+    """Answer one surface request; raises ApiError (or an engine error) for request-level failures."""
     started = time.monotonic()
     with timing.phase("tokenize"):
         request, model, plan = await runtime.work.run(_prepare, runtime, surface, body)
-    deadline = _deadline(request.options.deadline_ms, started)
+    deadline = deadline_at(request.options.deadline_ms, started)
     if bundle_deadline is not None:
         deadline = bundle_deadline if deadline is None else min(deadline, bundle_deadline)
     answer = await runtime.execute(model, plan, deadline, timing)
@@ -56,65 +56,3 @@ async def serve(
     if request.options.return_meta:
         out["meta"] = model.meta(timing, plan.extras)
     return out
-
-
-BUNDLE_SURFACES = ("classify", "embeddings", "rerank", "decisions")
-
-
-async def serve_bundle(runtime: Runtime, body: Any, timing: Timing) -> dict[str, Any]:
-    """Several surface requests in one call; each task answered with the status it would have alone."""
-    body = require_object(body)
-    reject_unknown(body, {"tasks", "options"}, "bundle requests")
-    tasks = body.get("tasks")
-    if not isinstance(tasks, list) or not tasks:
-        raise invalid_request("tasks must be a non-empty list")
-    check_count(len(tasks), "tasks", runtime.config.max_bundle_tasks)
-    options = require_object(body.get("options") or {}, "options")
-    reject_unknown(options, {"deadline_ms", "return_meta"}, "bundle options")
-    bundle_meta = options.get("return_meta", False)
-    if not isinstance(bundle_meta, bool):
-        raise invalid_request("options.return_meta must be a boolean")
-    deadline_ms = options.get("deadline_ms")
-    if deadline_ms is not None and (
-        isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, float)) or deadline_ms <= 0
-    ):
-        raise invalid_request("options.deadline_ms must be a number > 0")
-    deadline = _deadline(deadline_ms, time.monotonic())
-    parsed: list[tuple[str, str, Any]] = []
-    seen: set[str] = set()
-    for i, task in enumerate(tasks):
-        task = require_object(task, f"tasks[{i}]")
-        task_id = task.get("id")
-        if not isinstance(task_id, str) or not task_id:
-            raise invalid_request(f"tasks[{i}].id must be a non-empty string")
-        if task_id in seen:
-            raise invalid_request(f"tasks[{i}].id {task_id!r} is repeated")
-        seen.add(task_id)
-        surfaces = [k for k in task if k != "id"]
-        if len(surfaces) != 1 or surfaces[0] not in BUNDLE_SURFACES:
-            raise invalid_request(f"tasks[{i}] must hold its id and exactly one of {list(BUNDLE_SURFACES)}")
-        request = task[surfaces[0]]
-        if bundle_meta and isinstance(request, dict):
-            # The bundle's return_meta is every task's default; a task may still say otherwise.
-            task_options = request.get("options")
-            if task_options is None or isinstance(task_options, dict):
-                request = {**request, "options": {"return_meta": True, **(task_options or {})}}
-        parsed.append((task_id, surfaces[0], request))
-
-    timings = [Timing() for _ in parsed]
-
-    async def one(index: int) -> tuple[dict[str, Any], float]:
-        task_id, surface, request = parsed[index]
-        try:
-            answer = await serve(runtime, surface, request, timings[index], deadline)
-            result = {"id": task_id, "status": 200, surface: answer}
-        except ApiError as exc:
-            result = {"id": task_id, "status": exc.status, "error": exc.body()["error"]}
-        return result, time.perf_counter()
-
-    done = await asyncio.gather(*(one(i) for i in range(len(parsed))))
-    last = max(range(len(done)), key=lambda i: done[i][1])
-    t = timings[last].seconds
-    timing.add("tokenize", sum(x.seconds["tokenize"] for x in timings))
-    timing.set_model_phases(t["queue"], t["forward"], t["post"])
-    return {"results": [r for r, _ in done]}

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

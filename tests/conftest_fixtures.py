@@ -7,8 +7,8 @@ directory, through the same converter path as real models.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -1,6 +1,6 @@
 """The HTTP contract's example bodies, each written once, as the contract writes them.
 
-Source: /work/shared/reference/http-api-reference.txt. test_openapi checks these against the
+Source: docs/reference/http-api-reference.txt (the contract, copied verbatim). test_openapi checks these against the
 reference text where it is on the machine, so a change to the contract shows up there; tests that
 need a variant (another model name, a broken member) copy one of these and change the copy, and
 never change these objects in place, since every test module shares them.

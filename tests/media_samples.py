@@ -24,10 +24,7 @@ def tone(seconds: float, rate: int, freq: float = 440.0, seed: int = 0) -> np.nd
 def encode_audio(samples: np.ndarray, rate: int, fmt: str = "wav", channels: int = 1) -> bytes:
     """Encode mono float32 ``samples`` into ``fmt`` (the same sound on every channel)."""
     container_name, codec = AUDIO_CODECS[fmt]
-    if codec == "libopus":
-        rate_out = 48000
-    else:
-        rate_out = rate
+    rate_out = 48000 if codec == "libopus" else rate
     buf = io.BytesIO()
     out = av.open(buf, "w", format=container_name)
     stream = out.add_stream(codec, rate=rate_out, layout="stereo" if channels == 2 else "mono")

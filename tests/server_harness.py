@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -30,18 +31,23 @@ def write_models_file(path: Path, models: list[dict[str, Any]]) -> Path:
 class Server:
     """`python -m edge_runtime serve` in a subprocess; stop() ends it (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, models_file: Path, *extra: str, log: Path | None = None) -> None:
+    def __init__(self, models_file: Path, *extra: str, log: Path | None = None,
+                 env: dict[str, str] | None = None, tls_ca: Path | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        """``env`` adds environment variables; ``tls_ca`` speaks HTTPS, trusting that certificate;
+        ``headers`` go with every request of ``client`` (an API key, say)."""
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls_ca else 'http'}://127.0.0.1:{self.port}"
         self.log_path = log or models_file.with_suffix(f".{self.port}.log")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
-        self._log = open(self.log_path, "wb")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", **(env or {}))
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - the child process writes it until stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edge_runtime", "serve", "--models", str(models_file),
              "--host", "127.0.0.1", "--port", str(self.port), *extra],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
-        self.client = httpx.Client(base_url=self.url, timeout=60.0)
+        verify = ssl.create_default_context(cafile=str(tls_ca)) if tls_ca else True
+        self.client = httpx.Client(base_url=self.url, timeout=60.0, headers=headers, verify=verify)
 
     def wait(self, status: tuple[str, ...] = ("ready",), timeout: float = 120.0) -> dict[str, Any]:
         """Wait until /health reports one of `status`; raises with the server log otherwise."""

@@ -12,13 +12,32 @@ import numpy as np
 import pytest
 
 from bench.decision_codes import (
-    QWEN3_0_6B, Inputs, Shape, fit_words, layers_that_fit, parse_meminfo, token_rows,
+    QWEN3_0_6B,
+    Inputs,
+    Shape,
+    fit_words,
+    layers_that_fit,
+    parse_meminfo,
+    token_rows,
 )
 from bench.decisions import (
-    Target, answer_probabilities, decision_requests, max_abs_diff, reference_probabilities, response_probabilities,
+    Target,
+    answer_probabilities,
+    decision_requests,
+    max_abs_diff,
+    reference_probabilities,
+    response_probabilities,
 )
 from bench.report import (
-    Table, cpu_busy_seconds, cpu_flags, cpu_model, fmt_ms, fmt_ratio, format_table, record, render_run,
+    Table,
+    cpu_busy_seconds,
+    cpu_flags,
+    cpu_model,
+    fmt_ms,
+    fmt_ratio,
+    format_table,
+    record,
+    render_run,
 )
 from bench.runners import cosines, decode_embeddings
 from bench.server import parse_proc_status

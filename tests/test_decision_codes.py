@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_codes import build_decision_codes_fixture_result, export_decision_codes, DecisionCodesOptions
+from converters.decision_codes import DecisionCodesOptions, build_decision_codes_fixture_result, export_decision_codes
 from converters.errors import ConversionError
 from converters.samples import SAMPLE_TEXTS
+from edge_runtime.api.statuses import status_of
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, causal_row
 from edge_runtime.errors import ApiError, ItemError
@@ -112,7 +113,7 @@ def _random_request(rng: random.Random, n: int) -> dict[str, Any]:
 
 
 def test_cards_configs_and_goldens(built, causal, once) -> None:
-    from edge_runtime.runtime import self_check
+    from edge_runtime.loading import self_check
 
     for key, usage in (("causal", "per_question"), ("once", "state_once")):
         package = read_package(built[key].path)
@@ -158,7 +159,7 @@ def test_readout_matches_transformers_logits(causal, torch_lm) -> None:
     rng = random.Random(20260301)
     token_ids = causal.config["token_ids"]
     worst, spread, count = 0.0, 0.0, 0
-    for i in range(8):
+    for _ in range(8):
         body = _random_request(rng, rng.randint(1, 4))
         plan, answer = run(causal, body)
         entry = plan.entries[0]
@@ -329,7 +330,7 @@ def test_question_limits_fail_in_place(causal) -> None:
     assert answer["answers"]["n"]["reason"] == "question_tokens"
     with pytest.raises(ApiError) as e:
         run(causal, {"state": "s", "questions": q, "options": {"max_tokens": 1025}})
-    assert e.value.status == 400
+    assert status_of(e.value) == 400
     plan, answer = run(causal, {"state": "short", "questions": {
         "n": q["n"], "long": {"type": "choice", "criteria": {f"k{i}": state[:1200] for i in range(3)}}}})
     assert answer["answers"]["n"]["type"] == "noul" and answer["answers"]["long"]["reason"] == "question_tokens"
@@ -341,7 +342,7 @@ def test_state_once_request_limit(once) -> None:
     with pytest.raises(ApiError) as e:
         run(once, {"state": "The app crashes.", "questions": questions})
     err = e.value
-    assert (err.status, err.code, err.reason, err.limit) == (400, "invalid_request", "request_tokens", 1536)
+    assert (status_of(err), err.code, err.reason, err.limit) == (400, "invalid_request", "request_tokens", 1536)
     _, answer = run(once, {"states": {"big": {"state": "The app crashes.", "questions": questions},
                                       "small": {"state": "The app crashes.", "questions": fits}}})
     big = answer["states"]["big"]["answers"]["q0"]

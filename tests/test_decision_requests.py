@@ -7,12 +7,16 @@ from typing import Any
 
 import pytest
 
+from edge_runtime.api.statuses import status_of
 from edge_runtime.errors import ApiError
-from edge_runtime.requests.decisions import (
-    DecisionOption, InvalidQuestion, NoValidQuestion, Question, parse_decisions_request,
-)
+from edge_runtime.questions import DecisionOption, InvalidQuestion, Question
+from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 from tests.contract_examples import (
-    BUNDLE_EXAMPLE, DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS,
+    BUNDLE_EXAMPLE,
+    DECISIONS_EXAMPLE_1,
+    DECISIONS_EXAMPLE_2,
+    DECISIONS_EXAMPLE_BATCH,
+    SYSTEMONE_EXAMPLE_ASSETS,
     SYSTEMONE_EXAMPLE_MEDIA,
 )
 
@@ -184,7 +188,7 @@ def test_unpaired_surrogates() -> None:
     assert isinstance(q, InvalidQuestion) and "surrogate" in q.message
     with pytest.raises(ApiError) as e:
         parse_decisions_request({"state": "bad \udc00", "questions": BUNDLE_TASK["questions"]})
-    assert e.value.status == 400
+    assert status_of(e.value) == 400
     with pytest.raises(ApiError):
         parse_decisions_request({"state": "s", "questions": {"\ud800": {"type": "noul", "instructions": "x"}}})
 
@@ -195,7 +199,7 @@ def test_unpaired_surrogates() -> None:
 def _fails(body: Any, *words: str) -> ApiError:
     with pytest.raises(ApiError) as e:
         parse_decisions_request(body)
-    assert (e.value.status, e.value.code) == (400, "invalid_request")
+    assert (status_of(e.value), e.value.code) == (400, "invalid_request")
     for w in words:
         assert w in e.value.message, e.value.message
     return e.value
@@ -255,8 +259,8 @@ def test_question_count_limit_is_413() -> None:
     assert len(parse_decisions_request({"state": "s", "questions": questions}, 5).single.questions) == 5
     with pytest.raises(ApiError) as e:
         parse_decisions_request({"state": "s", "questions": questions}, 4)
-    assert (e.value.status, e.value.code, e.value.limit) == (413, "request_too_large", 4)
+    assert (status_of(e.value), e.value.code, e.value.limit) == (413, "request_too_large", 4)
     with pytest.raises(ApiError) as e:
         parse_decisions_request({"states": {"a": {"state": "s", "questions": questions},
                                             "b": {"state": "t", "questions": questions}}}, 9)
-    assert e.value.status == 413
+    assert status_of(e.value) == 413

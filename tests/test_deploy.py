@@ -156,9 +156,16 @@ def test_deployment_args_are_the_image_cmd_with_the_configmap_models_file() -> N
     cmd = image_cmd(ROOT / "Dockerfile.cpu")
     args = main_container()["args"]
     models_file = flag(args, "--models")
-    assert args == [models_file if a == flag(cmd, "--models") else a for a in cmd]
+    key_file = flag(args, "--api-key-file")
+    without_keys = [a for a in args if a not in ("--api-key-file", key_file)]
+    assert without_keys == [models_file if a == flag(cmd, "--models") else a for a in cmd]
     assert flag(args, "--host") == "0.0.0.0"
     mounts = {m["name"]: m["mountPath"] for m in main_container()["volumeMounts"]}
+    # The key file comes from a Secret mounted as a directory (a subPath mount would never see a rotation).
+    assert Path(key_file).parent == Path(mounts["api-keys"])
+    volumes = {v["name"]: v for v in one("Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["api-keys"]["secret"]["secretName"] and not volumes["api-keys"]["secret"].get("optional")
+    assert all("subPath" not in m for m in main_container()["volumeMounts"] if m["name"] == "api-keys")
     assert Path(models_file).parent == Path(mounts["config"])
     assert Path(models_file).name in one("ConfigMap")["data"]
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import io
 import wave
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -212,7 +213,7 @@ def test_bundle_tasks_embed_images(mm_server: Server) -> None:
 def test_card_records_parity_and_the_long_audio_rule(mm_sources: dict[str, tuple[Path, Path]]) -> None:
     from edge_runtime.packages import read_package
 
-    for arch, (_, pkg) in mm_sources.items():
+    for _, pkg in mm_sources.values():
         card = read_package(pkg).card.raw
         towers = card["verification"]["towers"]
         assert set(towers) == set(card["towers"]) and card["verification"]["max_abs_diff"] <= PARITY

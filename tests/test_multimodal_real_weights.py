@@ -5,8 +5,8 @@ than two different sentences."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest

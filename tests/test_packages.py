@@ -16,7 +16,12 @@ import pytest
 
 from converters.package_writer import write_package
 from edge_runtime.packages import (
-    PackageError, build_manifest, compute_digest, file_sha256, read_package, validate_card,
+    PackageError,
+    build_manifest,
+    compute_digest,
+    file_sha256,
+    read_package,
+    validate_card,
 )
 from edge_runtime.packages.golden import golden_bytes
 

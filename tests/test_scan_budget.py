@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edge_runtime.config import ModelConfig, ServeConfig
 from edge_runtime.runtime import Runtime

@@ -14,6 +14,7 @@ from sparrow_decider import Decider
 from sparrow_decider.wordpiece import WordPiece
 
 from converters.sparrow import build_sparrow_package
+from edge_runtime.api.statuses import status_of
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.sparrow import KINDS, SparrowFamily, SparrowForward, SparrowText, content
 from edge_runtime.packages import read_package
@@ -317,7 +318,7 @@ def test_no_answerable_question_is_400(family) -> None:
         "p": {"type": "span", "labels": [{"key": "EMAIL"}]}, "b": {"type": "box", "instructions": "x"}}})
     with pytest.raises(NoValidQuestion) as e:
         family.plan_request(req)
-    assert e.value.status == 400 and e.value.reason == "question_type_unsupported"
+    assert status_of(e.value) == 400 and e.value.reason == "question_type_unsupported"
     assert e.value.body()["error"]["question"] == "p" and "box_unsupported" in e.value.message
 
 
@@ -326,7 +327,7 @@ def test_images_are_refused(family) -> None:
     with pytest.raises(ApiError) as e:
         family.plan_request(parse_decisions_request({"state": "s", "images": ["data:image/png;base64,AAAA"],
                                                      "questions": q}))
-    assert (e.value.status, e.value.code, e.value.reason) == (400, "invalid_request", "image_unsupported")
+    assert (status_of(e.value), e.value.code, e.value.reason) == (400, "invalid_request", "image_unsupported")
     body = answer(family, {"states": {
         "a": {"state": "s", "images": ["data:image/png;base64,AAAA"], "questions": q},
         "b": {"state": "the sky is red", "questions": q},
@@ -360,7 +361,7 @@ def test_max_tokens_budget_cuts_the_state(family) -> None:
     with pytest.raises(ApiError) as e:
         family.plan_request(parse_decisions_request({"state": state, "options": {"max_tokens": 513},
                                                      "questions": {"q": {"type": "noul", "instructions": "x"}}}))
-    assert e.value.status == 400
+    assert status_of(e.value) == 400
 
 
 def test_deadline_fails_every_planned_question(family) -> None:

@@ -9,25 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from converters.sparrow import build_sparrow_package
 from edge_runtime.api.schema import request_validator, validate_response
+from edge_runtime.api.statuses import status_of
+from edge_runtime.api.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.config import ModelConfig, ServeConfig
 from edge_runtime.engine import Overloaded
 from edge_runtime.errors import ApiError
 from edge_runtime.requests.systemone import (
-    SCHEMA_4, SCHEMA_5, internal_body, long_context_header, parse_systemone_request,
+    SCHEMA_4,
+    SCHEMA_5,
+    internal_body,
+    long_context_header,
+    parse_systemone_request,
 )
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
-from edge_runtime.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error
 from edge_runtime.timing import Timing
 from tests.contract_examples import (
-    DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, DECISIONS_EXAMPLE_BATCH, SYSTEMONE_EXAMPLE_ASSETS,
+    DECISIONS_EXAMPLE_1,
+    DECISIONS_EXAMPLE_2,
+    DECISIONS_EXAMPLE_BATCH,
+    SYSTEMONE_EXAMPLE_ASSETS,
     SYSTEMONE_EXAMPLE_MEDIA,
 )
 from tests.server_harness import Server, write_models_file
@@ -188,10 +197,39 @@ def test_long_context_header_reads_a_long_context(runtime: Runtime) -> None:
 
 
 def test_request_level_faults_stay_400(runtime: Runtime) -> None:
-    for body in ({"model": MODEL, "questions": {"q": NOUL}}, {**GOLDEN, "questions": {}},
-                 {**GOLDEN, "options": {"stream": True}}, [GOLDEN], {**GOLDEN, "questions": {" ": NOUL}}):
+    for body in ({**GOLDEN, "options": {"stream": True}}, {**GOLDEN, "questions": {" ": NOUL}},
+                 {**GOLDEN, "stream": True}, {"model": MODEL, "stream": True}):
         status, out, _ = call(runtime, body)
         assert status == 400 and out["code"] == "invalid_request", body
+        assert isinstance(out["detail"], dict), body
+    # Under vllm-sr/4.0 a request whose shape is wrong keeps today's 400 and its shape.
+    for body in ({"model": MODEL, "questions": {"q": NOUL}}, {**GOLDEN, "questions": {}}, [GOLDEN]):
+        status, out, _ = call(runtime, body, SCHEMA_4)
+        assert status == 400 and out["error"]["code"] == "invalid_request", body
+
+
+SHAPE_FAULTS = [
+    ({"model": MODEL, "questions": {"q": NOUL}}, [(["body", "state"], "missing")]),
+    ({"model": MODEL, "state": 3, "questions": {"q": NOUL}}, [(["body", "state"], "string_type")]),
+    ({"model": MODEL, "state": "s"}, [(["body", "questions"], "missing")]),
+    ({**GOLDEN, "questions": {}}, [(["body", "questions"], "too_short")]),
+    ({**GOLDEN, "questions": ["q"]}, [(["body", "questions"], "dict_type")]),
+    ({"model": MODEL}, [(["body", "state"], "missing"), (["body", "questions"], "missing")]),
+    ([GOLDEN], [(["body"], "dict_type")]),
+    ({"model": MODEL, "states": {"a": {"state": "s", "questions": {}}, "b": {"questions": {"q": NOUL}}}},
+     [(["body", "states", "a", "questions"], "too_short"), (["body", "states", "b", "state"], "missing")]),
+]
+
+
+@pytest.mark.parametrize("body,want", SHAPE_FAULTS)
+def test_a_malformed_shape_is_422_with_the_standard_detail_list(runtime: Runtime, body: Any, want: Any) -> None:
+    status, out, _ = call(runtime, body)
+    assert status == 422 and out["code"] == "invalid_request" and out["reason"] == want[0][1]
+    assert [(i["loc"], i["type"]) for i in out["detail"]] == want
+    assert all(i["msg"] for i in out["detail"]) and "error" not in out
+    # In a batch, the entry fails alone with the status it would have had alone.
+    status, out, _ = call(runtime, {"requests": {"bad": body, "good": GOLDEN}}, batch=True)
+    assert status == 200 and out["responses"]["bad"]["status"] == 422 and "answers" in out["responses"]["good"]
 
 
 # ---- failed questions -------------------------------------------------------------------------
@@ -273,7 +311,7 @@ def test_every_question_error_has_its_status() -> None:
                   "usage": {"input_tokens": 3, "output_tokens": 0}}
         with pytest.raises(ApiError) as caught:
             systemone_answer(answer)
-        assert (caught.value.status, caught.value.question, caught.value.question_error) == (want, "b", code)
+        assert (status_of(caught.value), caught.value.question, caught.value.question_error) == (want, "b", code)
         for schema in SCHEMAS:
             status, body, _ = systemone_error(caught.value, schema)
             assert status == want
@@ -283,16 +321,16 @@ def test_every_question_error_has_its_status() -> None:
 
 
 def test_request_errors_in_each_schema() -> None:
-    surface = ApiError(422, "unsupported_surface", "model 'x' does not serve decisions")
+    surface = ApiError("unsupported_surface", "model 'x' does not serve decisions")
     status, body, _ = systemone_error(surface, SCHEMA_5)
     assert status == 422
     assert body == {"detail": [{"loc": ["body", "model"], "msg": surface.message, "type": "unsupported_surface"}],
                     "code": "unsupported_surface"}
-    too_large = ApiError(413, "request_too_large", "questions has 9 items, at most 8", limit=8)
+    too_large = ApiError("request_too_large", "questions has 9 items, at most 8", limit=8)
     status, body, _ = systemone_error(too_large, SCHEMA_4)
     assert (status, body["limit"], body["error"]["limit"], body["detail"]["error_type"]) == (
         413, 8, 8, "request_too_large")
-    status, body, headers = systemone_error(ApiError(503, "not_ready", "model is loading"), SCHEMA_5)
+    status, body, headers = systemone_error(ApiError("not_ready", "model is loading"), SCHEMA_5)
     assert (status, headers) == (503, {"Retry-After": "5"})
 
 
@@ -309,7 +347,7 @@ def test_unknown_model_names_the_served_models(runtime: Runtime) -> None:
 
 def test_overloaded_is_529_under_5_0_and_429_under_4_0(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     async def full(rows: Any, deadline: Any) -> Any:
-        raise Overloaded("1 job waiting", retry_after=1)
+        raise Overloaded("1 job waiting")
 
     monkeypatch.setattr(runtime.models[MODEL].executor, "submit", full)
     status, out, headers = call(runtime, GOLDEN, SCHEMA_5)
@@ -364,7 +402,13 @@ def _server(package: Path, tmp_path: Path, *flags: str) -> Server:
 
 def test_official_sdk_calls_systemone_and_lists_models(package: Path, tmp_path: Path) -> None:
     from typesafe_sdk import (
-        Choice, Noul, RetryPolicy, Score, TypeSafeClient, TypeSafeNotFoundError, TypeSafeUnprocessableEntityError,
+        Choice,
+        Noul,
+        RetryPolicy,
+        Score,
+        TypeSafeClient,
+        TypeSafeNotFoundError,
+        TypeSafeUnprocessableEntityError,
     )
 
     srv = _server(package, tmp_path)
@@ -405,10 +449,11 @@ def test_official_sdk_calls_systemone_and_lists_models(package: Path, tmp_path: 
                 client.system_one(state=state, questions=questions, model="jev-latest")
             assert MODEL in str(missing.value)
 
-        # A body that cannot be read is answered in the schema's shape too.
+        # A body that is not JSON is answered as the standard answers it: 422, json_invalid, in a list.
         bad = srv.client.post("/v1/systemone", content=b"{not json", headers={"content-type": "application/json"})
-        assert bad.status_code == 400 and bad.json()["code"] == "invalid_request" and "detail" in bad.json()
-        validate_response("/v1/systemone", "post", 400, bad.json())
+        assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
+        assert bad.json()["detail"] == [{"loc": ["body", 1], "msg": "JSON decode error", "type": "json_invalid"}]
+        validate_response("/v1/systemone", "post", 422, bad.json())
     finally:
         srv.stop()
 

@@ -101,7 +101,7 @@ class Spy:
         return self.tokenizer.encode_batch(texts, *args, **kwargs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spied_encoder(name: str) -> tuple[Spy, TextEncoder]:
     """One spied encoder per tokenizer for the whole module, probed up front (outside the counts)."""
     spy = Spy(BUILDERS[name]())

@@ -13,7 +13,7 @@ from edge_runtime.text.windows import longest_first, window_starts
 from tests.test_text_bounds import ENGLISH, MINILM, spied_encoder, train_bytelevel_bpe, train_wordpiece
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def encoder(name: str, max_input_tokens: int = 512) -> TextEncoder:
     """Shared encoders (probed at most once per tokenizer in the test session)."""
     if max_input_tokens == 512:

@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import itertools
+import logging
 import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, cast
 
 from sanic import Request, Sanic
-from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, SanicException
+from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, RequestTimeout, SanicException
+from sanic.http import Http
 from sanic.response import HTTPResponse
 
 from edge_runtime import API_VERSION
+from edge_runtime.api import access
+from edge_runtime.api.auth import ApiKeys
 from edge_runtime.api.body import inline_parts, parse_json, parse_multipart, read_body
+from edge_runtime.api.bundle import serve_bundle
+from edge_runtime.api.listing import list_models
 from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
 from edge_runtime.api.schema import openapi_bytes
+from edge_runtime.api.statuses import RETRY_AFTER, as_api_error
+from edge_runtime.api.systemone import serve_systemone, systemone_error
 from edge_runtime.config import ServeConfig
+from edge_runtime.engine.errors import EngineError
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
-from edge_runtime.runtime import Runtime, ServedModel
-from edge_runtime.service import serve, serve_bundle
-from edge_runtime.systemone import serve_systemone, systemone_error
+from edge_runtime.runtime import Runtime
+from edge_runtime.service import serve
 from edge_runtime.timing import Timing
 from edge_runtime.work import keep_inline
 
@@ -46,6 +54,9 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     app.config.GRACEFUL_SHUTDOWN_TIMEOUT = config.drain_seconds
     app.ctx.runtime = runtime
     app.ctx.metrics = metrics
+    # API keys, request ids and the access log (edge_runtime/api/access.py).
+    app.ctx.keys = ApiKeys(config.api_key_file)
+    access.install(app, app.ctx.keys, config.systemone_schema, config.metrics_require_key, metrics)
 
     @app.after_server_start
     async def start_loading(app: Sanic) -> None:
@@ -70,7 +81,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     async def read_request(request: Request, multipart: bool) -> Any:
         """The decoded JSON request; decisions routes also read multipart/form-data bodies."""
         raw = await read_body(
-            _stream_chunks(request),
+            _stream_chunks(request, partial(access.count_bytes_in, request)),
             _content_length(request),
             request.headers.get("content-encoding"),
             config.max_request_bytes,
@@ -79,16 +90,16 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         content_type = request.headers.get("content-type", "")
         if content_type.lower().startswith("multipart/"):
             if not multipart:
-                raise ApiError(400, "invalid_request", f"{request.path} reads JSON bodies, not {content_type}")
+                raise ApiError("invalid_request", f"{request.path} reads JSON bodies, not {content_type}")
             return await runtime.work.run(_multipart_body, raw, content_type)
         return await runtime.work.run(parse_json, raw)
 
     def surface_route(
         endpoint: str,
         handler: Handler,
-        on_error: Callable[[ApiError], Reply] = contract_error,
+        on_error: Callable[[ApiError | EngineError], Reply] = lambda exc: contract_error(as_api_error(exc)),
         multipart: bool = False,
-    ) -> Callable[[Request], Awaitable[HTTPResponse]]:
+    ) -> Callable[[Request], Coroutine[Any, Any, HTTPResponse]]:
         """A POST route: read the body, answer it, and format request-level errors with ``on_error``."""
 
         async def route(request: Request) -> HTTPResponse:
@@ -98,8 +109,9 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
             try:
                 with timing.phase("parse"):
                     body = await read_request(request, multipart)
+                access.note_request(request, body)
                 status, answer, headers = await handler(body, timing, request.headers)
-            except ApiError as exc:
+            except (ApiError, EngineError) as exc:
                 status, answer, headers = on_error(exc)
             except asyncio.CancelledError:
                 status = 499  # the client went away; its queued rows were dropped
@@ -133,8 +145,8 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         app.add_route(
             surface_route(
                 path,
-                lambda body, timing, headers, b=batch: serve_systemone(runtime, body, timing, schema, headers, b),
-                lambda exc: systemone_error(exc, schema),
+                partial(_systemone_handler, runtime, schema, batch),
+                partial(systemone_error, schema=schema),
                 multipart=True,
             ),
             path, methods=["POST"], stream=True,
@@ -144,7 +156,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     async def health(request: Request) -> HTTPResponse:
         status, body = runtime.health()
         metrics.set_ready(status == 200)
-        return json_response(body, status, {"Retry-After": "5"} if status != 200 else None)
+        return json_response(body, status, {"Retry-After": str(RETRY_AFTER["not_ready"])} if status != 200 else None)
 
     @app.get("/health/live")
     async def live(request: Request) -> HTTPResponse:
@@ -168,22 +180,29 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     @app.exception(PayloadTooLarge)
     async def too_large(request: Request, exc: Exception) -> HTTPResponse:
         limit = config.max_request_bytes
-        return error_response(ApiError(413, "request_too_large", f"the body exceeds {limit} bytes", limit=limit))
+        return error_response(ApiError("request_too_large", f"the body exceeds {limit} bytes", limit=limit))
 
     @app.exception(NotFound, MethodNotAllowed)
     async def no_route(request: Request, exc: SanicException) -> HTTPResponse:
-        status = getattr(exc, "status_code", 404)
-        return error_response(ApiError(status, "invalid_request", f"no route {request.method} {request.path}"))
+        reason = "method_not_allowed" if isinstance(exc, MethodNotAllowed) else "route_not_found"
+        return error_response(ApiError("invalid_request", f"no route {request.method} {request.path}", reason))
 
     @app.exception(Exception)
     async def internal(request: Request, exc: Exception) -> HTTPResponse:
-        if isinstance(exc, SanicException) and getattr(exc, "status_code", 500) < 500:
-            return error_response(ApiError(exc.status_code, "invalid_request", str(exc)))
+        if isinstance(exc, RequestTimeout):
+            return error_response(ApiError("invalid_request", str(exc), "request_timeout"))
+        if isinstance(exc, SanicException) and exc.status_code < 500:
+            return error_response(ApiError("invalid_request", str(exc)))
         # The exception's text may hold request data or internals: it goes to the log, not the client.
         log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
-        return error_response(ApiError(500, "internal_error", "internal error; the server log has the details"))
+        return error_response(ApiError("internal_error", "internal error; the server log has the details"))
 
     return app
+
+
+async def _systemone_handler(runtime: Runtime, schema: str, batch: bool, body: Any, timing: Timing,
+                             headers: Mapping[str, str]) -> Reply:
+    return await serve_systemone(runtime, body, timing, schema, headers, batch)
 
 
 def _multipart_body(raw: bytes, content_type: str) -> Any:
@@ -191,61 +210,15 @@ def _multipart_body(raw: bytes, content_type: str) -> Any:
     return inline_parts(body, parts)
 
 
-def list_models(runtime: Runtime) -> dict[str, Any]:
-    """GET /v1/models: each model's card and state, the decision models in the SDK's shape, the limits."""
-    data = [m.info() for m in runtime.models.values()]
-    decision = [
-        _decision_model(m, runtime.config.systemone_schema == "vllm-sr/5.0")
-        for m in runtime.models.values()
-        if m.package is not None and "decisions" in m.package.card.surfaces
-    ]
-    return {
-        "object": "list",
-        "api_version": API_VERSION,
-        "data": data,
-        "models": decision,
-        "limits": {
-            "max_bundle_tasks": runtime.config.max_bundle_tasks,
-            "max_request_bytes": runtime.config.max_request_bytes,
-            "max_inputs": runtime.config.max_inputs,
-        },
-    }
-
-
-def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:
-    """A decision model as the System One SDKs read it; vllm-sr/5.0 adds version, features and card."""
-    assert model.package is not None
-    card = model.package.card
-    entry: dict[str, Any] = {"name": model.name, "description": card.description, "release_date": card.release_date}
-    if extended:
-        question_types = list(card.raw.get("question_types", []))
-        features = question_types + [m for m in card.modalities if m != "text"]
-        if card.raw.get("usage") == "state_once":
-            features.append("state_once")
-        if "validated_input_tokens" in card.limits:
-            features.append("long_context")
-        entry.update(
-            version=card.version,
-            features=features,
-            card={
-                "family": card.family,
-                "question_types": question_types,
-                "modalities": list(card.modalities),
-                "usage": card.raw.get("usage", "per_question"),
-                "limits": dict(card.limits),
-                "revision": card.revision,
-                "model_sha256": model.package.digest,
-            },
-        )
-    return entry
-
-
-async def _stream_chunks(request: Request) -> Any:
-    """The request body as it arrives (routes are declared with stream=True)."""
+async def _stream_chunks(request: Request, count: Callable[[int], None]) -> Any:
+    """The request body as it arrives; ``count`` sees each chunk's size."""
+    # Routes are declared with stream=True, so the stream is HTTP's own, which reads the body.
+    stream = cast(Http, request.stream)
     while True:
-        chunk = await request.stream.read()
+        chunk = await stream.read()
         if chunk is None:
             return
+        count(len(chunk))
         yield chunk
 
 
@@ -256,4 +229,4 @@ def _content_length(request: Request) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise ApiError(400, "invalid_request", "Content-Length is not a number") from None
+        raise ApiError("invalid_request", "Content-Length is not a number") from None

@@ -17,14 +17,16 @@ from __future__ import annotations
 import base64
 import re
 import zlib
+from collections.abc import AsyncIterator
 from email import policy
 from email.parser import BytesHeaderParser, HeaderParser
-from typing import Any, AsyncIterator
+from typing import Any
 
 import orjson
 import zstandard
 
 from edge_runtime.errors import ApiError
+from edge_runtime.requests.validation import JsonInvalid
 
 #: Containers (objects and arrays) a JSON body may nest; a deeper one is refused.
 MAX_JSON_DEPTH = 64
@@ -78,14 +80,14 @@ def content_coding(content_encoding: str | None) -> str:
     shown = _shown(content_encoding)
     if len(layers) > 1:
         raise ApiError(
-            415, "unsupported_media_type",
+            "unsupported_media_type",
             f"Content-Encoding {shown} has {len(layers)} layers; send at most one layer of gzip or zstd",
             reason=ENCODING_UNSUPPORTED,
         )
     coding = CODINGS.get(layers[0])
     if coding is None:
         raise ApiError(
-            415, "unsupported_media_type",
+            "unsupported_media_type",
             f"Content-Encoding {shown} is not supported; send gzip, x-gzip, zstd or no encoding",
             reason=ENCODING_UNSUPPORTED,
         )
@@ -103,7 +105,7 @@ def _shown(value: str, width: int = 64) -> str:
 def _too_large_as_sent(max_bytes: int, size: int | None = None) -> ApiError:
     told = f"of {size} bytes " if size is not None else ""
     return ApiError(
-        413, "request_too_large",
+        "request_too_large",
         f"the request body {told}is larger than the limit of {max_bytes} bytes",
         reason=BODY_TOO_LARGE, limit=max_bytes,
     )
@@ -111,14 +113,14 @@ def _too_large_as_sent(max_bytes: int, size: int | None = None) -> ApiError:
 
 def _too_large_decoded(max_bytes: int, coding: str) -> ApiError:
     return ApiError(
-        413, "request_too_large",
+        "request_too_large",
         f"the {coding} request body is larger than the limit of {max_bytes} bytes once decoded",
         reason=DECODED_BODY_TOO_LARGE, limit=max_bytes,
     )
 
 
 def _malformed(message: str) -> ApiError:
-    return ApiError(400, "invalid_request", message, reason=ENCODING_MALFORMED)
+    return ApiError("invalid_request", message, reason=ENCODING_MALFORMED)
 
 
 def decode_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
@@ -152,7 +154,7 @@ async def read_body(
     content_coding(content_encoding)  # a 415 needs no body
     if content_length is not None:
         if content_length < 0:
-            raise ApiError(400, "invalid_request", "Content-Length must not be negative")
+            raise ApiError("invalid_request", "Content-Length must not be negative")
         if content_length > max_bytes:
             raise _too_large_as_sent(max_bytes, content_length)
     chunks: list[bytes] = []
@@ -165,7 +167,7 @@ async def read_body(
             chunks.append(bytes(chunk))
     if content_length is not None and size != content_length:
         raise ApiError(
-            400, "invalid_request", f"the body has {size} bytes but Content-Length says {content_length}"
+            "invalid_request", f"the body has {size} bytes but Content-Length says {content_length}"
         )
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     del chunks
@@ -247,13 +249,13 @@ def _check_zstd_frame(header: memoryview, room: int, max_bytes: int) -> None:
         raise _malformed(f"the zstd body is not a zstd frame: {exc}") from None
     if params.window_size > ZSTD_MAX_WINDOW:
         raise ApiError(
-            415, "unsupported_media_type",
+            "unsupported_media_type",
             f"the zstd frame needs a {params.window_size}-byte window; at most {ZSTD_MAX_WINDOW} is accepted",
             reason=ZSTD_WINDOW_TOO_LARGE, limit=ZSTD_MAX_WINDOW,
         )
     if params.dict_id:
         raise ApiError(
-            415, "unsupported_media_type", "zstd frames compressed with a dictionary are not supported",
+            "unsupported_media_type", "zstd frames compressed with a dictionary are not supported",
             reason=ENCODING_UNSUPPORTED,
         )
     if params.content_size != _ZSTD_CONTENTSIZE_UNKNOWN and params.content_size > room:
@@ -275,7 +277,11 @@ def parse_json(data: bytes) -> Any:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise ApiError(400, "invalid_request", _json_error_message(data, exc)) from None
+        message = _json_error_message(data, exc)
+        if "depth limit" in str(exc):  # valid JSON past our nesting limit: a limit, not a malformed body
+            raise ApiError("invalid_request", message) from None
+        # JsonInvalid is a 400 invalid_request; it keeps where decoding failed for System One's 422.
+        raise JsonInvalid(message, int(getattr(exc, "pos", 0) or 0)) from None
     _check_depth(value, data)
     _check_integers(data)
     return value
@@ -308,7 +314,7 @@ def _check_depth(value: Any, data: bytes) -> None:
             if type(child) is dict or type(child) is list:
                 if depth + 1 > MAX_JSON_DEPTH:
                     raise ApiError(
-                        400, "invalid_request",
+                        "invalid_request",
                         f"the request body nests objects and arrays deeper than {MAX_JSON_DEPTH} levels",
                     )
                 stack.append((child, depth + 1))
@@ -326,7 +332,7 @@ def _check_integers(data: bytes) -> None:
         if not _INT_MIN <= number <= _INT_MAX:
             shown = token.decode() if len(token) <= 40 else token[:40].decode() + "..."
             raise ApiError(
-                400, "invalid_request",
+                "invalid_request",
                 f"the request body has the integer {shown}, outside the 64-bit range",
             )
 
@@ -383,7 +389,7 @@ def parse_multipart(data: bytes, content_type: str) -> tuple[Any, dict[str, byte
 
 
 def _bad_multipart(message: str) -> ApiError:
-    return ApiError(400, "invalid_request", f"the multipart/form-data body is malformed: {message}")
+    return ApiError("invalid_request", f"the multipart/form-data body is malformed: {message}")
 
 
 def _boundary(content_type: str) -> bytes:
@@ -392,7 +398,7 @@ def _boundary(content_type: str) -> bytes:
     header = HeaderParser(policy=policy.HTTP).parsestr(f"Content-Type: {content_type}\r\n\r\n")
     if header.get_content_type() != _MULTIPART:
         raise ApiError(
-            415, "unsupported_media_type",
+            "unsupported_media_type",
             f"the body is {header.get_content_type()}, not {_MULTIPART}",
         )
     boundary = header.get_param("boundary")
@@ -439,10 +445,10 @@ def inline_parts(request: Any, parts: dict[str, bytes]) -> Any:
             if isinstance(asset, dict) and "part" in asset:
                 name = asset["part"]
                 if not isinstance(name, str) or name not in parts:
-                    raise ApiError(400, "invalid_request", f"assets[{key!r}] names part {name!r}, which the body "
+                    raise ApiError("invalid_request", f"assets[{key!r}] names part {name!r}, which the body "
                                    "does not hold", reason="asset_part_missing")
                 if name in claimed:
-                    raise ApiError(400, "invalid_request", f"part {name!r} is claimed by more than one asset",
+                    raise ApiError("invalid_request", f"part {name!r} is claimed by more than one asset",
                                    reason="asset_part_reused")
                 claimed.add(name)
                 asset = {k: v for k, v in asset.items() if k != "part"}
@@ -451,6 +457,6 @@ def inline_parts(request: Any, parts: dict[str, bytes]) -> Any:
         request = {**request, "assets": resolved}
     unclaimed = sorted(set(parts) - claimed)
     if unclaimed:
-        raise ApiError(400, "invalid_request", f"parts {unclaimed} are not claimed by any asset",
+        raise ApiError("invalid_request", f"parts {unclaimed} are not claimed by any asset",
                        reason="asset_unreferenced")
     return request

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from sanic.response import HTTPResponse
 
+from edge_runtime.api.statuses import retry_headers, status_of
 from edge_runtime.errors import ApiError
 from edge_runtime.timing import Timing
 
@@ -22,7 +23,7 @@ Reply = tuple[int, Any, dict[str, str]]  # status, body, extra headers
 
 def contract_error(error: ApiError) -> Reply:
     """A request-level error in the contract's shape, with Retry-After where its code has one."""
-    return error.status, error.body(), error.headers()
+    return status_of(error), error.body(), retry_headers(error)
 
 
 def error_response(error: ApiError, timing: Timing | None = None) -> HTTPResponse:

@@ -15,7 +15,7 @@ import yaml
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
-from referencing import Registry, Resource
+from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.yaml")
@@ -54,7 +54,7 @@ def load_openapi() -> dict[str, Any]:
 
 @cache
 def _registry() -> Registry:
-    resource = Resource(contents=load_openapi(), specification=DRAFT202012)
+    resource = DRAFT202012.create_resource(load_openapi())
     return Registry().with_resource(DOCUMENT_URI, resource)
 
 

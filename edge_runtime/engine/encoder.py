@@ -15,7 +15,7 @@ ATTENTION_MASK = "attention_mask"
 TOKEN_TYPE_IDS = "token_type_ids"
 _KNOWN_INPUTS = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
 
-_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+_INT_TYPES: dict[str, type[np.integer]] = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
 
 
 class EncoderForward:

@@ -1,13 +1,12 @@
-"""Errors the engine raises; the API layer maps each one to an HTTP status.
+"""Errors the engine raises; api/statuses.py gives each the contract's code and status.
 
 This module imports neither onnxruntime nor sanic, so api/ can import it freely.
 
-Mapping the contract expects (reference/http-api-reference.txt):
-    Overloaded        -> 429 overloaded (Retry-After: retry_after)
-    RequestTooLarge   -> 413 request_too_large
-    DeadlineExceeded  -> deadline_exceeded (per item) or 504
-    ForwardError      -> 500 internal_error
-    ExecutorClosed    -> 503 not_ready
+    Overloaded        -> overloaded (429)
+    RequestTooLarge   -> request_too_large (413)
+    DeadlineExceeded  -> deadline_exceeded, per item (the family answers it in place)
+    ForwardError      -> internal_error (500)
+    ExecutorClosed    -> not_ready (503)
     SessionError      -> the model fails to load (status failed, reason)
 """
 
@@ -32,10 +31,6 @@ class EngineError(Exception):
 
 class Overloaded(EngineError):
     """The model's queue is full, or a shared forward ran out of memory; the client should retry."""
-
-    def __init__(self, message: str = "the model is overloaded", retry_after: float = 1) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class RequestTooLarge(EngineError):

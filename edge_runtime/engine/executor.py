@@ -9,6 +9,7 @@ so a new short request waits at most for the forward in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from .errors import (
     RequestTooLarge,
     is_out_of_memory,
 )
-from .forward import GROUPINGS, Forward, Grouping, row_length
+from .forward import GROUPINGS, Forward, Grouping
 
 __all__ = ["ExecutorMetrics", "Forward", "JobResult", "ModelExecutor"]
 
@@ -125,7 +126,7 @@ class ModelExecutor:
         rows = list(rows)
         if not rows:
             return JobResult([], 0.0, 0.0, 0)
-        lengths = [row_length(self.forward, row) for row in rows]
+        lengths = [self.forward.length(row) for row in rows]
         now = time.monotonic()
         if deadline is not None and deadline <= now:
             raise DeadlineExceeded("the deadline passed before the job was queued", [None] * len(rows))
@@ -144,7 +145,7 @@ class ModelExecutor:
             if self._closed:
                 raise ExecutorClosed(f"model {self.name} is shut down")
             if len(self._waiting) >= self.max_queue:
-                raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting", retry_after=1)
+                raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting")
             self._waiting.append(job)
             depth = len(self._waiting)
             self._cond.notify()
@@ -304,7 +305,7 @@ class ModelExecutor:
             if oom and len(jobs) == 1:
                 error = RequestTooLarge(f"model {self.name}: the request's forward ran out of memory")
             elif oom:
-                error = Overloaded(f"model {self.name}: a shared forward ran out of memory", retry_after=1)
+                error = Overloaded(f"model {self.name}: a shared forward ran out of memory")
             else:
                 error = ForwardError(f"model {self.name}: the forward failed: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
@@ -326,10 +327,8 @@ class ModelExecutor:
 
     def _finish(self, job: _Job, result: JobResult | None = None, error: BaseException | None = None) -> None:
         job.done = True
-        try:
+        with contextlib.suppress(RuntimeError):  # the job's event loop is closed: nobody is waiting
             job.loop.call_soon_threadsafe(_settle, job.future, result, error)
-        except RuntimeError:
-            pass  # the job's event loop is closed: nobody is waiting
 
     def _drop(self, n: int) -> None:
         """Count rows that will never run (lock not held)."""

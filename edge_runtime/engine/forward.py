@@ -24,12 +24,3 @@ class Forward(Protocol):
     def length(self, row: Any) -> int:
         """The row's token count, used for grouping, token budgets and metrics."""
         ...
-
-
-def row_length(forward: Any, row: Any) -> int:
-    """Token count of `row`: forward.length(row) when the forward defines it, else len(row.ids) or len(row)."""
-    length = getattr(forward, "length", None)
-    if callable(length):
-        return int(length(row))
-    ids = getattr(row, "ids", None)
-    return len(ids) if ids is not None else len(row)

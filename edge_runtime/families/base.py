@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from edge_runtime.engine.executor import Forward
 
@@ -23,10 +24,27 @@ class Plan:
 
 
 class ModelFamily(Protocol):
-    """A loaded model of some family: knows its surfaces, plans requests and reads outputs."""
+    """A loaded model of some family: every capability the runtime calls, and nothing it must probe for."""
 
-    surfaces: frozenset[str]
-    forward: Forward
+    @property
+    def surfaces(self) -> frozenset[str]:
+        """The endpoints this model serves."""
+        ...
+
+    @property
+    def forward(self) -> Forward:
+        """The engine's forward over the model's session."""
+        ...
+
+    @property
+    def max_input_tokens(self) -> int:
+        """The most tokens one row reads (the probe's longest row, /v1/models' limit)."""
+        ...
+
+    @property
+    def batchable(self) -> bool:
+        """False when rows must always run alone (their shapes differ, or a row batches itself)."""
+        ...
 
     def plan(self, surface: str, request: Any) -> Plan:
         """Validate against the model and tokenize; raises ApiError for request-level failures."""
@@ -36,7 +54,10 @@ class ModelFamily(Protocol):
         """A synthetic row of ``length`` tokens for the load-time batch-invariance probe."""
         ...
 
+    def warm(self) -> None:
+        """Work done once at load so the first request does not pay for it (may do nothing)."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """Surface-specific members of the model's /v1/models entry (labels, dimensions, ...)."""
         ...
-

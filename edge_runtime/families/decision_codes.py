@@ -34,23 +34,31 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_runtime.text.bounds import encode_plain
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
-    DecisionPlan, Entry, Slot, assemble, decision_answer, failed_answer, media_refusal, refused_entry, unsupported,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    assemble,
+    media_refusal,
+    refused_entry,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import Package
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, InvalidQuestion, NoValidQuestion, Question
+from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+from edge_runtime.text.bounds import encode_plain
 
 SURFACE = "decisions"
 CONFIG_FORMAT = "decision-codes-config/1"
@@ -144,7 +152,7 @@ class CodesPrompt:
         self._cached = lru_cache(maxsize=8192)(self._encode_text)
 
     @classmethod
-    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> "CodesPrompt":
+    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> CodesPrompt:
         return cls(Tokenizer.from_file(str(tokenizer_path)), config)
 
     def _markup(self, text: str) -> tuple[int, ...]:
@@ -242,25 +250,35 @@ class DecisionCodesFamily:
         self.validated_input_tokens = None if validated is None else min(int(validated), self.max_input_tokens)
         request_cap = limits.get("max_request_tokens")
         self.max_request_tokens = int(request_cap) if request_cap is not None else self.max_input_tokens
-        self.question_types = tuple(t for t in card.raw.get("question_types", QUESTION_TYPES) if t in QUESTION_TYPES)
+        self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         self.pad_id = int(config.get("pad_token_id", 0))
-        self.forward: CausalForward | None = None
+        self._forward: CausalForward | None = None
         if session is not None:
-            self.forward = CausalForward(session, pad_id=self.pad_id)
+            self._forward = CausalForward(session, pad_id=self.pad_id)
             hidden = session.outputs["last_hidden_state"].shape[-1]
             if isinstance(hidden, int) and hidden != self.readout.shape[1]:
                 raise ValueError(f"the graph's hidden size {hidden} differs from the readout's {self.readout.shape[1]}")
-            if self.state_once and not self.forward.has_past:
+            if self.state_once and not self._forward.has_past:
                 raise ValueError("attention_mode prefix_causal needs a graph with past key/value inputs")
         self._vocab = self.prompt.text.get_vocab_size()
         self._probe_rng = np.random.default_rng(0)
 
     # -- engine hooks -----------------------------------------------------------------------
 
+    @property
+    def forward(self) -> CausalForward:
+        """The graph's forward; a family built without a session (converters, benches) only plans."""
+        if self._forward is None:
+            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
+        return self._forward
+
     def probe_row(self, length: int) -> CausalRow:
         """A fresh random row of ``length`` tokens on every call (the probe needs distinct rows)."""
         return causal_row(self._probe_rng.integers(0, self._vocab, size=max(1, length)))
+
+    def warm(self) -> None:
+        """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
 
     def describe(self) -> dict[str, Any]:
         return {}
@@ -322,7 +340,7 @@ class DecisionCodesFamily:
         return cap
 
     def _unsupported(self, q: Question) -> InvalidQuestion | None:
-        refused = unsupported(q, self.name, self.question_types)
+        refused = refusal(q, self.name, self.question_types)
         if refused is None and len(q.options) > len(self.prompt.codes):
             return InvalidQuestion(q.id, q.type, "too_many_options",
                                    f"model {self.name!r} lists at most {len(self.prompt.codes)} options under its "
@@ -372,7 +390,7 @@ class DecisionCodesFamily:
             total = len(state_ids) + sum(len(s.ids or ()) for s in run)
             if total > self.max_request_tokens:
                 return planned, ApiError(
-                    400, "invalid_request",
+                    "invalid_request",
                     f"the state once and every question take {total} tokens, more than the model's "
                     f"max_request_tokens {self.max_request_tokens}",
                     reason="request_tokens", limit=self.max_request_tokens)
@@ -400,10 +418,7 @@ class DecisionCodesFamily:
     def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
         """A question's answer from its row's hidden state (its branch's, state-once)."""
         hidden = output if slot.branch is None else output[slot.branch]
-        return decision_answer(q, self.probabilities(hidden, len(q.options), entry.temperature))
+        return answer(q, self.probabilities(hidden, len(q.options), entry.temperature))
 
 
-#: The name the runtime loads the family by.
-DecisionCodesModel = DecisionCodesFamily
-
-__all__ = ["CodesPrompt", "DecisionCodesFamily", "DecisionCodesModel", "check_config", "describe", "option_texts"]
+__all__ = ["CodesPrompt", "DecisionCodesFamily", "check_config", "describe", "option_texts"]

@@ -5,23 +5,22 @@ A decisions request becomes one :class:`Entry` per state (one for a standard req
 engine to run, or an answer decided in place while planning (an invalid or refused question, a
 question too long, a refused batch entry). :func:`assemble` turns the engine's outputs back into the
 body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch. A family supplies only
-how one row's output becomes a question's answer (``read``), typically through :func:`decision_answer`.
+how one row's output becomes a question's answer (``read``), typically through
+:func:`edge_runtime.questions.answer`.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Any
 
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan
-from edge_runtime.heads.decisions import (
-    INVALID_MODEL_OUTPUT, DecisionAnswers, InvalidModelOutput, choice_answer, noul_from_pair, score_answer,
-)
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, InvalidQuestion, Question
+from edge_runtime.packages.card import Card
+from edge_runtime.questions import InvalidQuestion, Question, failed_answer
+from edge_runtime.questions.answers import DecisionAnswers
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 
 
 @dataclass
@@ -67,18 +66,13 @@ class DecisionPlan:
         """The tokens the request reads: every entry's, each state counted as its family runs it."""
         return sum(e.tokens for e in self.entries)
 
-    def engine_plan(self, finish: Callable[["DecisionPlan", list[Any] | ItemError], dict[str, Any]]) -> Plan:
+    def engine_plan(self, finish: Callable[[DecisionPlan, list[Any] | ItemError], dict[str, Any]]) -> Plan:
         """The runtime's Plan: these rows, finished by ``finish(self, outputs)``."""
         return Plan(self.rows, lambda outputs: finish(self, outputs), self.input_tokens)
 
 
 #: How a family answers a question from its row's output: ``read(question, slot, entry, output)``.
 Read = Callable[[Question, Slot, Entry, Any], dict[str, Any]]
-
-
-def failed_answer(qtype: str | None, error: str, reason: str, message: str) -> dict[str, Any]:
-    """A question's in-place error: ``{type, error, reason, message}``."""
-    return {"type": qtype, "error": error, "reason": reason, "message": message}
 
 
 def refused_entry(name: str | None, entry: DecisionState, refusal: ApiError) -> Entry:
@@ -91,45 +85,18 @@ def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
                   request: DecisionsRequest) -> ApiError | None:
     """The 400 for images or videos (or request assets) that a model of these modalities cannot read."""
     if (entry.images or request.assets) and "image" not in modalities:
-        return ApiError(400, "invalid_request", f"model {model!r} reads text only, not images",
+        return ApiError("invalid_request", f"model {model!r} reads text only, not images",
                         reason="image_unsupported")
     if entry.videos and "video" not in modalities:
-        return ApiError(400, "invalid_request", f"model {model!r} reads text only, not videos",
+        return ApiError("invalid_request", f"model {model!r} reads text only, not videos",
                         reason="video_unsupported")
     return None
 
 
-def unsupported(q: Question, model: str, question_types: Sequence[str]) -> InvalidQuestion | None:
-    """A question of a type the model's card does not list, failed in place with its fixed reason."""
-    if q.type in question_types:
-        return None
-    if q.type in ("box", "track"):
-        return InvalidQuestion(q.id, q.type, f"{q.type}_unsupported",
-                               f"model {model!r} does not answer {q.type} questions")
-    return InvalidQuestion(q.id, q.type, "question_type_unsupported",
-                           f"model {model!r} answers {', '.join(question_types)} questions, not {q.type}")
-
-
-def legend_text(value: Any) -> str:
-    """A score level as the legend shows it: the request's string, or canonical JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def decision_answer(q: Question, probs: np.ndarray | Sequence[float]) -> dict[str, Any]:
-    """A Choice, Noul or Score question's answer from its option probabilities.
-
-    A vector that is not a distribution answers the question with invalid_model_output in place.
-    """
-    try:
-        if q.type == "choice":
-            return choice_answer([o.key for o in q.options], probs)
-        if q.type == "noul":
-            return noul_from_pair(probs)
-        return score_answer([legend_text(o.description) for o in q.options], probs)
-    except InvalidModelOutput as e:
-        return failed_answer(q.type, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+def answered_types(card: Card, family_types: Sequence[str]) -> tuple[str, ...]:
+    """The question types a model answers: its card's ``question_types`` (all, when it lists none)
+    that its family can answer."""
+    return tuple(t for t in card.question_types or family_types if t in family_types)
 
 
 def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str, read: Read) -> dict[str, Any]:
@@ -168,5 +135,4 @@ def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
     return usage
 
 
-__all__ = ["DecisionPlan", "Entry", "Read", "Slot", "assemble", "decision_answer", "failed_answer",
-           "legend_text", "media_refusal", "refused_entry"]
+__all__ = ["DecisionPlan", "Entry", "Read", "Slot", "answered_types", "assemble", "media_refusal", "refused_entry"]

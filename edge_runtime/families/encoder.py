@@ -20,7 +20,7 @@ from edge_runtime.heads.pooling import embed
 from edge_runtime.heads.tokens import decode_bio
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
 from edge_runtime.packages import Package
-from edge_runtime.requests.common import Options
+from edge_runtime.requests.common import Options, Overflow
 from edge_runtime.requests.embedding_inputs import modality_unsupported
 from edge_runtime.requests.encoder import ClassifyRequest, EmbeddingsRequest, RerankRequest, TextItem
 from edge_runtime.text import Encoded, InputError, TextEncoder, Window
@@ -37,8 +37,15 @@ def _failed(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Enc
     return outputs if isinstance(outputs, ItemError) and not isinstance(encoded, ItemError) else encoded
 
 
-class EncoderModel:
+def _ran(outputs: list[Any] | ItemError) -> list[Any]:
+    """The forward's outputs; none when the job failed as a whole (then _failed fails every item)."""
+    return [] if isinstance(outputs, ItemError) else outputs
+
+
+class EncoderFamily:
     """One encoder package: its tokenizer, head settings and the forward over its graph."""
+
+    batchable = True  # the load-time probe decides how rows may share a forward
 
     def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None,
                  max_scan_tokens: int | None = None) -> None:
@@ -119,7 +126,7 @@ class EncoderModel:
         return budget
 
     def _encode_all(
-        self, items: list[tuple[str, str | None]], options: Options, default_overflow: str
+        self, items: list[tuple[str, str | None]], options: Options, default_overflow: Overflow
     ) -> tuple[list[Encoded | ItemError], list[Any], list[list[int]], int, bool]:
         """Tokenize every item: per item its Encoded (or ItemError) and the row indices it owns."""
         budget = self._budget(options)
@@ -179,7 +186,7 @@ class EncoderModel:
                 if isinstance(enc, ItemError):
                     results.append({"index": index, "error": enc.body()})
                     continue
-                result = self._classify_one(item, enc, [outputs[r] for r in own])
+                result = self._classify_one(item, enc, [_ran(outputs)[r] for r in own])
                 result["index"] = index
                 if len(own) > 1:
                     result["windows"] = len(own)
@@ -245,9 +252,9 @@ class EncoderModel:
                 if isinstance(enc, ItemError):
                     data.append({"object": "embedding", "index": index, "embedding": None, "error": enc.body()})
                     continue
-                vector = embed(outputs[own[0]][output], pooling, normalized, dims)
+                vector = embed(_ran(outputs)[own[0]][output], pooling, normalized, dims)
                 if not np.all(np.isfinite(vector)):
-                    raise ApiError(500, "internal_error", "the model produced a non-finite embedding")
+                    raise ApiError("internal_error", "the model produced a non-finite embedding")
                 value: Any = (
                     base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
                     if req.encoding_format == "base64"
@@ -280,13 +287,14 @@ class EncoderModel:
         name = self.head.get("output", "logits")
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
-            scored, failed = [], []
+            scored: list[dict[str, Any]] = []
+            failed: list[dict[str, Any]] = []
             for index, (enc, own) in enumerate(zip(encoded, owners)):
                 enc = _failed(enc, outputs)
                 if isinstance(enc, ItemError):
                     failed.append({"index": index, "relevance_score": None, "error": enc.body()})
                     continue
-                logits = np.asarray(outputs[own[0]][name], dtype=np.float64).reshape(-1)
+                logits = np.asarray(_ran(outputs)[own[0]][name], dtype=np.float64).reshape(-1)
                 score = float(sigmoid(logits[:1])[0]) if logits.size == 1 else float(softmax(logits)[-1])
                 entry: dict[str, Any] = {"index": index, "relevance_score": score}
                 if req.return_documents:

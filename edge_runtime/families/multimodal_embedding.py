@@ -13,6 +13,7 @@ import base64
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -132,6 +133,7 @@ class MultimodalEmbeddingModel:
     """A multimodal embedding package: its towers, space, limits and the plan of /v1/embeddings."""
 
     surfaces = frozenset({"embeddings"})
+    batchable = True  # each tower's own probe decides how its rows share a forward
 
     def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None) -> None:
         card = package.card
@@ -165,7 +167,7 @@ class MultimodalEmbeddingModel:
         for tower in self.towers.values():
             lengths = ([min(n, self.max_input_tokens) for n in TEXT_PROBE_LENGTHS] if tower.name == "text"
                        else [1, 1, 1])
-            tower.grouping = probe_grouping(tower.run, lambda n, t=tower.name: self._random_row(t, n), lengths)
+            tower.grouping = probe_grouping(tower.run, partial(self._random_row, tower.name), lengths)
             log.info("multimodal tower %s: grouping %s", tower.name, tower.grouping)
 
     # -- engine hooks -------------------------------------------------------------------------
@@ -262,13 +264,14 @@ class MultimodalEmbeddingModel:
                 if failure is not None:
                     data.append({"object": "embedding", "index": index, "embedding": None, "error": failure.body()})
                     continue
+                assert not isinstance(own, ItemError) and not isinstance(outputs, ItemError)
                 vector = np.asarray(outputs[own], dtype=np.float32)
                 if dims is not None:
                     vector = vector[:dims]
                 if self.normalized:
                     vector = normalize(vector)
                 if not np.all(np.isfinite(vector)):
-                    raise ApiError(500, "internal_error", "the model produced a non-finite embedding")
+                    raise ApiError("internal_error", "the model produced a non-finite embedding")
                 value: Any = (base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
                               if req.encoding_format == "base64" else vector.tolist())
                 data.append({"object": "embedding", "index": index, "embedding": value})
@@ -288,8 +291,8 @@ class MultimodalEmbeddingModel:
         if isinstance(part, AudioInput):
             spec = self.towers["audio"].spec
             pre = spec["preprocess"]
-            limits = AudioLimits(int(self.limits["audio_max_bytes"]), float(self.limits["audio_max_seconds"]))
-            samples = decode_audio(b64_bytes(part.data, limits.max_bytes, "audio"), limits,
+            audio_limits = AudioLimits(int(self.limits["audio_max_bytes"]), float(self.limits["audio_max_seconds"]))
+            samples = decode_audio(b64_bytes(part.data, audio_limits.max_bytes, "audio"), audio_limits,
                                    int(pre["sampling_rate"]), part.format)
             if pre["log"] == "clap_db":  # CLAP: the graph pools; a clip counts as its spectrogram's patches
                 return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -26,12 +27,17 @@ from tokenizers import Tokenizer
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
-    DecisionPlan, Entry, Slot, assemble, decision_answer, legend_text, media_refusal, refused_entry, unsupported,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    assemble,
+    media_refusal,
+    refused_entry,
 )
 from edge_runtime.packages import Package
-from edge_runtime.requests.decisions import (
-    DecisionsRequest, DecisionState, InvalidQuestion, NoValidQuestion, Question,
-)
+from edge_runtime.questions import InvalidQuestion, Question, answer, refusal
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
 from edge_runtime.text.bounds import BudgetReader, encode_plain
 from edge_runtime.text.tokenizer import analyze
 
@@ -96,7 +102,7 @@ class SparrowText:
         self.reader = BudgetReader(tokenizer, analyze(tokenizer))
 
     @classmethod
-    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> "SparrowText":
+    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> SparrowText:
         return cls(Tokenizer.from_file(str(tokenizer_path)), config)
 
     def _encode(self, text: str) -> list[int]:
@@ -164,7 +170,7 @@ class SparrowText:
             n = max(1, len(o))
             ids[0, k, : len(o)] = o
             mask[0, k, :n] = 1.0
-        feeds = {
+        feeds: dict[str, np.ndarray] = {
             "state_ids": np.asarray([list(state_ids) or [EMPTY_ID]], dtype=np.int64),
             "question_ids": np.asarray([list(question_ids) or [EMPTY_ID]], dtype=np.int64),
             "option_ids": ids,
@@ -204,13 +210,20 @@ class SparrowFamily:
             raise ValueError(f"package {card.name} has no decision_config.json")
         self.name = name or card.name
         self.max_input_tokens = int(card.limits["max_input_tokens"])
-        self.question_types = tuple(card.raw.get("question_types", ()))
+        self.question_types = answered_types(card, tuple(KINDS))
         self.text = SparrowText.from_files(package.file("tokenizer.json"), config)
         self.modalities = frozenset(card.modalities)
-        self.forward = SparrowForward(session) if session is not None else None
+        self._forward = SparrowForward(session) if session is not None else None
         self._vocab_size = self.text.tokenizer.get_vocab_size()
 
     # -- engine hooks -----------------------------------------------------------------------
+
+    @property
+    def forward(self) -> SparrowForward:
+        """The graph's forward; a family built without a session (converters, benches) only plans."""
+        if self._forward is None:
+            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
+        return self._forward
 
     def probe_row(self, length: int) -> SparrowRow:
         """A question about ``length`` random state tokens (seeded by the length)."""
@@ -218,6 +231,9 @@ class SparrowFamily:
         state = rng.integers(5, self._vocab_size, size=length).tolist()
         return self.text.feeds(state, rng.integers(5, self._vocab_size, size=4).tolist(),
                                [[7, 8], [9]], KINDS["choice"])
+
+    def warm(self) -> None:
+        """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
 
     def describe(self) -> dict[str, Any]:
         return {}
@@ -272,7 +288,7 @@ class SparrowFamily:
             if isinstance(q, InvalidQuestion):
                 planned.slots.append(Slot(q))
                 continue
-            refused = unsupported(q, self.name, [t for t in self.question_types if t in KINDS])
+            refused = refusal(q, self.name, self.question_types)
             if refused is not None:
                 planned.slots.append(Slot(refused))
                 continue
@@ -292,11 +308,7 @@ class SparrowFamily:
         ``outputs`` holds one ``{"probs": [K], ...}`` per row in row order, or one ItemError for the
         whole job (a deadline), which every planned question then carries.
         """
-        return assemble(plan, outputs, self.name, lambda q, slot, entry, output: decision_answer(q, output["probs"]))
+        return assemble(plan, outputs, self.name, lambda q, slot, entry, output: answer(q, output["probs"]))
 
 
-#: The name the runtime loads the family by.
-SparrowModel = SparrowFamily
-
-__all__ = ["SparrowFamily", "SparrowModel", "SparrowForward", "SparrowRow", "SparrowText", "content",
-           "legend_text"]
+__all__ = ["SparrowFamily", "SparrowForward", "SparrowRow", "SparrowText", "content"]

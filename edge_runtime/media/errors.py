@@ -19,6 +19,6 @@ class MediaError(Exception):
         self.limit = limit
 
     def api_error(self, where: str = "") -> ApiError:
-        """The request-level 400 invalid_request this refusal becomes, the input's place in front."""
+        """The request-level invalid_request this refusal becomes, the input's place in front."""
         prefix = f"{where}: " if where else ""
-        return ApiError(400, "invalid_request", prefix + self.message, self.reason, self.limit)
+        return ApiError("invalid_request", prefix + self.message, self.reason, self.limit)

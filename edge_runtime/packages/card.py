@@ -62,6 +62,11 @@ class Card:
     modalities: tuple[str, ...]
     raw: dict[str, Any]
 
+    @property
+    def question_types(self) -> tuple[str, ...]:
+        """The decision question types the card lists (empty for models without decisions)."""
+        return tuple(self.raw.get("question_types", ()))
+
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import numpy as np
 

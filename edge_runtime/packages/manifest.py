@@ -52,7 +52,7 @@ def list_package_files(root: Path) -> list[str]:
 
 def build_manifest(root: Path) -> dict[str, Any]:
     """The manifest of the package directory ``root`` as it is on disk now."""
-    files = {rel: {"sha256": file_sha256(root / rel), "size": (root / rel).stat().st_size}
+    files: dict[str, dict[str, Any]] = {rel: {"sha256": file_sha256(root / rel), "size": (root / rel).stat().st_size}
              for rel in list_package_files(root)}
     digest = compute_digest({rel: entry["sha256"] for rel, entry in files.items()})
     return {"format": MANIFEST_FORMAT, "files": files, "digest": digest}

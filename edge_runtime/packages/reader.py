@@ -19,11 +19,17 @@ import numpy as np
 from edge_runtime.packages.card import CARD_FILE, DECISION_FAMILIES, Card, parse_card
 from edge_runtime.packages.errors import PackageError
 from edge_runtime.packages.golden import GoldenCase, read_golden
-from edge_runtime.packages.multimodal import (
-    MULTIMODAL_FAMILY, check_multimodal_card, multimodal_required_files,
-)
 from edge_runtime.packages.manifest import (
-    MANIFEST_FILE, MANIFEST_FORMAT, compute_digest, file_sha256, list_package_files,
+    MANIFEST_FILE,
+    MANIFEST_FORMAT,
+    compute_digest,
+    file_sha256,
+    list_package_files,
+)
+from edge_runtime.packages.multimodal import (
+    MULTIMODAL_FAMILY,
+    check_multimodal_card,
+    multimodal_required_files,
 )
 
 TOKENIZER_FILE = "tokenizer.json"

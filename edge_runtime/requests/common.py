@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from edge_runtime.errors import ApiError, invalid_request
 
-OVERFLOWS = ("reject", "truncate", "window")
+Overflow = Literal["reject", "truncate", "window"]
+OVERFLOWS: tuple[Overflow, ...] = ("reject", "truncate", "window")
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Options:
     return_meta: bool = False
     deadline_ms: float | None = None
     max_tokens: int | None = None
-    overflow: str | None = None
+    overflow: Overflow | None = None
     window: WindowOption | None = None
     long_context: bool = False
 
@@ -86,6 +87,7 @@ def parse_options(
     overflow = opts.get("overflow")
     if overflow is not None and overflow not in overflows:
         raise invalid_request(f"options.overflow must be one of {list(overflows)}")
+    overflow = cast(Overflow | None, overflow)  # checked against the surface's overflows just above
     window = None
     if "window" in opts:
         w = require_object(opts["window"], "options.window")
@@ -105,7 +107,7 @@ def check_count(count: int, where: str, max_items: int) -> None:
     """More items than the process takes in one request is 413 request_too_large, with the limit."""
     if count > max_items:
         raise ApiError(
-            413, "request_too_large", f"{where} has {count} items, at most {max_items}", limit=max_items
+            "request_too_large", f"{where} has {count} items, at most {max_items}", limit=max_items
         )
 
 

@@ -45,9 +45,9 @@ def modality_of(item: EmbeddingInput) -> str:
 
 
 def modality_unsupported(asked: frozenset[str] | set[str], has: tuple[str, ...] | list[str]) -> ApiError:
-    """422 for inputs of a modality the model has no tower for, naming the modalities it reads."""
+    """unsupported_surface (422) for inputs of a modality the model has no tower for, naming the modalities it reads."""
     missing = sorted(set(asked) - set(has))
-    return ApiError(422, "unsupported_surface",
+    return ApiError("unsupported_surface",
                     f"this model does not read {', '.join(missing)} inputs; it reads {', '.join(sorted(has))}",
                     reason="modality_unsupported")
 

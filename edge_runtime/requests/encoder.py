@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_runtime.errors import invalid_request
-from edge_runtime.requests.embedding_inputs import EmbeddingInput, embedding_inputs, modality_of
 from edge_runtime.requests.common import (
     Options,
     check_count,
@@ -16,6 +15,7 @@ from edge_runtime.requests.common import (
     require_object,
     text_list,
 )
+from edge_runtime.requests.embedding_inputs import EmbeddingInput, embedding_inputs, modality_of
 
 
 @dataclass(frozen=True)

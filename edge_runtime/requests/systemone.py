@@ -18,7 +18,8 @@ execution) that ``/v1/decisions`` takes; :func:`parse_systemone_request` gives i
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from edge_runtime.errors import invalid_request
 from edge_runtime.requests.common import check_count, reject_unknown, require_object

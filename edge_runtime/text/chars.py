@@ -13,8 +13,8 @@ import enum
 import re
 import threading
 import unicodedata
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable
 
 
 class CutClass(str, enum.Enum):

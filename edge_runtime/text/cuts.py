@@ -17,8 +17,8 @@ exact: those that end at or before it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from edge_runtime.text.chars import CutClass, boundary_pattern, is_run_cut, starts_cleanly
 

@@ -15,8 +15,9 @@ Long texts are read only as far as the budget decides (edge_runtime.text.bounds)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from tokenizers import Tokenizer

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer

@@ -84,10 +84,7 @@ def _precompiled_drops(tokenizer: Tokenizer) -> bool:
     for ch in _DROP_SUSPECTS:
         if normalizer.normalize_str("a" + ch + "b") == "ab":
             return True
-    for ch in (" ", "\u3000", "\u00a0", "\t"):
-        if len(normalizer.normalize_str("a" + ch * 3 + "b")) < 5:
-            return True
-    return False
+    return any(len(normalizer.normalize_str("a" + ch * 3 + "b")) < 5 for ch in (" ", "\u3000", "\u00a0", "\t"))
 
 
 def analyze(tokenizer: Tokenizer) -> TokenizerTraits:

@@ -27,10 +27,7 @@ def longest_first(n1: int, n2: int, budget: int) -> tuple[int, int]:
     if n1 + n2 <= budget:
         return n1, n2
     short, long_ = (n2, n1) if n1 > n2 else (n1, n2)
-    if short > budget:
-        long_ = short
-    else:
-        long_ = max(short, budget - short)
+    long_ = short if short > budget else max(short, budget - short)
     if short + long_ > budget:
         short = budget // 2
         long_ = short + budget % 2

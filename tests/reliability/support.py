@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -66,7 +67,7 @@ class PeakGrowth:
         self.after: dict[str, int] = {}
         self.reset = False
 
-    def __enter__(self) -> "PeakGrowth":
+    def __enter__(self) -> PeakGrowth:
         self.reset = reset_peak(self.pid)
         self.before = memory(self.pid)
         return self

@@ -20,8 +20,9 @@ from __future__ import annotations
 import copy
 import gzip
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 import orjson

@@ -18,9 +18,10 @@ Heavy: 20,000 requests; normal: 1,000. The RSS numbers are printed and recorded 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import numpy as np

@@ -4,7 +4,7 @@ A System One request takes the decisions path (:func:`edge_runtime.service.serve
 answer body is then judged as a whole: every answer a client receives has its question's type,
 so a request any of whose questions failed fails with ``question_failed``. The first failed
 question (in entry order, then question order) decides the status and the flat fields, and the
-message lists every failure:
+message lists every failure (the statuses are api/statuses.py's QUESTION_ERROR_STATUS):
 
     invalid_question 422; max_length_exceeded, scan_budget_exceeded, invalid_input 400;
     invalid_model_output 500; unavailable 503; deadline_exceeded 504.
@@ -13,7 +13,9 @@ Errors take the process's System One schema:
 
 - vllm-sr/5.0: the standard's ``detail`` (a list of validation issues on a 422,
   ``{"error_type", "message"}`` otherwise) with the flat ``code``, ``question_error``,
-  ``question``, ``state``, ``reason`` and ``limit`` beside it; overloaded is 529.
+  ``question``, ``state``, ``reason`` and ``limit`` beside it; overloaded is 529. A body that is
+  not JSON, or whose ``state`` or ``questions`` is missing, wrongly typed or empty, is a 422 with
+  the standard's issues (:mod:`edge_runtime.requests.validation`); an unknown member stays 400.
 - vllm-sr/4.0: the runtime's ``{"error": {...}}`` with ``detail`` and the flat fields beside it;
   overloaded is 429.
 
@@ -24,79 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any
 
-from edge_runtime.errors import ApiError
+from edge_runtime.api.statuses import OVERLOADED_SYSTEMONE_5, as_api_error, retry_headers, status_of
+from edge_runtime.engine.errors import EngineError
+from edge_runtime.errors import ApiError, FailedQuestion, QuestionFailed
 from edge_runtime.requests.decisions import NoValidQuestion
 from edge_runtime.requests.systemone import (
-    SCHEMA_5, check_schema, internal_body, long_context_header, parse_systemone_batch,
+    SCHEMA_5,
+    check_schema,
+    internal_body,
+    long_context_header,
+    parse_systemone_batch,
 )
+from edge_runtime.requests.validation import JsonInvalid, ShapeInvalid, check_systemone_shape
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
 
-QUESTION_FAILED = "question_failed"
-
-#: The status of a request whose first failed question failed with this code.
-QUESTION_ERROR_STATUS: dict[str, int] = {
-    "invalid_question": 422,
-    "max_length_exceeded": 400,
-    "scan_budget_exceeded": 400,
-    "invalid_input": 400,
-    "invalid_model_output": 500,
-    "unavailable": 503,
-    "deadline_exceeded": 504,
-}
-#: A question error the contract does not list is the server's fault.
-_UNLISTED_STATUS = 500
-
-#: Under vllm-sr/5.0 an overloaded process answers as System One does.
-OVERLOADED_5 = 529
-
 Response = tuple[int, dict[str, Any], dict[str, str]]
-
-
-@dataclass(frozen=True)
-class FailedQuestion:
-    """One question answered with an error: where it is, its type as sent, and its error."""
-
-    state: str | None
-    question: str
-    type: str | None
-    error: str
-    reason: str
-    message: str
-
-    @property
-    def where(self) -> str:
-        return self.question if self.state is None else f"{self.state}.{self.question}"
-
-
-class QuestionFailed(ApiError):
-    """A System One request with a failed question: ``question_failed``, decided by the first one."""
-
-    def __init__(self, failed: Sequence[FailedQuestion]) -> None:
-        if not failed:
-            raise ValueError("QuestionFailed needs at least one failed question")
-        first = failed[0]
-        parts = [f"{f.where} ({f.error}, {f.reason}): {f.message}" for f in failed]
-        noun = "question" if len(failed) == 1 else "questions"
-        super().__init__(
-            QUESTION_ERROR_STATUS.get(first.error, _UNLISTED_STATUS), QUESTION_FAILED,
-            f"{len(failed)} {noun} failed: " + "; ".join(parts), reason=first.reason,
-        )
-        self.failed = tuple(failed)
-        self.question_error = first.error
-        self.question = first.question
-        self.state = first.state
-
-    def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "question_error": self.question_error,
-                                 "reason": self.reason, "question": self.question}
-        if self.state is not None:
-            error["state"] = self.state
-        error["message"] = self.message
-        return {"error": error}
 
 
 # ---- judging a decisions answer -------------------------------------------------------------
@@ -136,6 +84,8 @@ def from_no_valid_question(exc: NoValidQuestion) -> QuestionFailed:
 
 def _issues(exc: ApiError) -> list[dict[str, Any]]:
     """A 422's detail list: one issue per failed question, else one for the whole request."""
+    if isinstance(exc, ShapeInvalid):
+        return exc.issues
     if isinstance(exc, QuestionFailed):
         issues = []
         for f in exc.failed:
@@ -153,12 +103,10 @@ def _flat(exc: ApiError) -> dict[str, Any]:
     flat: dict[str, Any] = {"code": exc.code}
     if isinstance(exc, QuestionFailed):
         flat["question_error"] = exc.question_error
-    question = getattr(exc, "question", None)
-    state = getattr(exc, "state", None)
-    if question is not None:
-        flat["question"] = question
-    if state is not None:
-        flat["state"] = state
+    if isinstance(exc, (QuestionFailed, NoValidQuestion)):
+        flat["question"] = exc.question
+        if exc.state is not None:
+            flat["state"] = exc.state
     if exc.reason is not None:
         flat["reason"] = exc.reason
     if exc.limit is not None:
@@ -166,20 +114,23 @@ def _flat(exc: ApiError) -> dict[str, Any]:
     return flat
 
 
-def systemone_error(exc: ApiError, schema: str) -> Response:
+def systemone_error(error: ApiError | EngineError, schema: str) -> Response:
     """(status, body, headers) of a request-level error in the schema's shape."""
     check_schema(schema)
+    exc = as_api_error(error)
     if isinstance(exc, NoValidQuestion):
         exc = from_no_valid_question(exc)
-    status = exc.status
+    if isinstance(exc, JsonInvalid) and schema == SCHEMA_5:
+        exc = ShapeInvalid(exc.issues())  # the standard answers a body that is not JSON 422 json_invalid
+    status = status_of(exc)
     detail: Any = _issues(exc) if status == 422 else {"error_type": exc.code, "message": exc.message}
     if schema == SCHEMA_5:
         if exc.code == "overloaded":
-            status = OVERLOADED_5
+            status = OVERLOADED_SYSTEMONE_5
         body = {"detail": detail, **_flat(exc)}
     else:
         body = {"error": exc.body()["error"], "detail": detail, **_flat(exc)}
-    return status, body, exc.headers()
+    return status, body, retry_headers(exc)
 
 
 # ---- serving --------------------------------------------------------------------------------
@@ -188,9 +139,12 @@ def systemone_error(exc: ApiError, schema: str) -> Response:
 async def _answer_one(runtime: Any, body: Any, timing: Timing, schema: str, long_context: bool) -> Response:
     """One System One request: decode, take the decisions path, judge the answer."""
     try:
-        answer = await serve(runtime, "decisions", internal_body(body, schema, long_context), timing)
+        internal = internal_body(body, schema, long_context)  # an unknown member stays 400, named
+        if schema == SCHEMA_5:
+            check_systemone_shape(body)  # 422 with the standard's detail list
+        answer = await serve(runtime, "decisions", internal, timing)
         return 200, systemone_answer(answer), {}
-    except ApiError as exc:
+    except (ApiError, EngineError) as exc:
         return systemone_error(exc, schema)
 
 
@@ -229,9 +183,8 @@ async def serve_systemone(
         if batch:
             return await _answer_batch(runtime, body, timing, schema, long_context)
         return await _answer_one(runtime, body, timing, schema, long_context)
-    except ApiError as exc:
+    except (ApiError, EngineError) as exc:
         return systemone_error(exc, schema)
 
 
-__all__ = ["FailedQuestion", "QuestionFailed", "QUESTION_ERROR_STATUS", "QUESTION_FAILED", "failed_questions",
-           "from_no_valid_question", "serve_systemone", "systemone_answer", "systemone_error"]
+__all__ = ["failed_questions", "from_no_valid_question", "serve_systemone", "systemone_answer", "systemone_error"]

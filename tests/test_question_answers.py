@@ -5,10 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_runtime.heads.decisions import (
-    DecisionAnswers, InvalidModelOutput, Span, choice_answer, choice_confidence, distribution, noul_answer,
-    noul_from_pair, score_answer, score_confidence,
-)
+from edge_runtime.heads.decisions import InvalidModelOutput, distribution
+from edge_runtime.heads.tokens import Span
+from edge_runtime.questions.answers import DecisionAnswers
+from edge_runtime.questions.choice import choice_answer
+from edge_runtime.questions.choice import confidence as choice_confidence
+from edge_runtime.questions.noul import noul_answer, noul_from_pair
+from edge_runtime.questions.score import confidence as score_confidence
+from edge_runtime.questions.score import score_answer
 
 
 def test_choice_confidence_formula() -> None:

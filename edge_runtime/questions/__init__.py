@@ -1,0 +1,115 @@
+"""The question types of the decisions surface, one module each, and the registry that joins them.
+
+Each module (choice, noul, score, sets, span, box, track) registers a :class:`QuestionType`: the
+members it takes, its request forms and limits, its fixed refusal reason and, where a probability
+vector answers it, its answer and confidence. Requests parse questions through :func:`parse_question`;
+families refuse the types their card does not list through :func:`refusal` and answer through
+:func:`answer`. Adding a type is adding a module here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT, InvalidModelOutput
+from edge_runtime.questions import box, choice, noul, score, sets, span, track
+from edge_runtime.questions.base import (
+    QUESTION_MALFORMED,
+    TYPE_UNSUPPORTED,
+    DecisionOption,
+    InvalidQuestion,
+    Json,
+    Malformed,
+    Question,
+    QuestionType,
+)
+from edge_runtime.questions.forms import optional_text
+
+#: Every question type, in the order messages list them.
+REGISTRY: dict[str, QuestionType] = {
+    t.name: t for t in (choice.TYPE, noul.TYPE, score.TYPE, sets.TYPE, span.TYPE, box.TYPE, track.TYPE)
+}
+QUESTION_TYPES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def parse_question(qid: str, raw: Any) -> Question | InvalidQuestion:
+    """One question of a request; a malformed one (whatever its shape) becomes an InvalidQuestion."""
+    qtype = raw.get("type") if isinstance(raw, dict) else None
+    given_type = qtype if isinstance(qtype, str) else None
+    try:
+        return _parse(qid, raw)
+    except Malformed as e:
+        return InvalidQuestion(qid, given_type, e.reason, e.message)
+
+
+def _parse(qid: str, raw: Any) -> Question:
+    if not isinstance(raw, dict):
+        raise Malformed("a question must be an object")
+    qtype = raw.get("type")
+    kind = REGISTRY.get(qtype) if isinstance(qtype, str) else None
+    if kind is None:
+        raise Malformed(f"type must be one of {list(QUESTION_TYPES)}")
+    unknown = sorted(set(raw) - kind.fields)
+    if unknown:
+        raise Malformed(f"{kind.name} questions do not take {unknown}")
+    instructions = optional_text(raw.get("instructions"), "instructions")
+    preset = raw.get("preset")
+    if preset is not None and (not isinstance(preset, str) or not preset.strip()):
+        raise Malformed("preset must be a non-blank string")
+    return kind.parse(qid, raw, instructions, preset)
+
+
+def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Question | InvalidQuestion, ...]:
+    """The questions, each one that conflicts with its siblings' IDs failed in place."""
+    ids = {q.id for q in questions}
+    out: list[Question | InvalidQuestion] = []
+    for q in questions:
+        problem = None
+        if isinstance(q, Question):
+            clash = REGISTRY[q.type].clash
+            problem = clash(q, ids) if clash is not None else None
+        out.append(q if problem is None else InvalidQuestion(q.id, q.type, QUESTION_MALFORMED, problem))
+    return tuple(out)
+
+
+def refusal(q: Question, model: str, answered: Sequence[str]) -> InvalidQuestion | None:
+    """A question of a type the model does not answer, failed in place with its type's fixed reason."""
+    if q.type in answered:
+        return None
+    reason = REGISTRY[q.type].unsupported_reason
+    if reason == TYPE_UNSUPPORTED:
+        return InvalidQuestion(q.id, q.type, reason,
+                               f"model {model!r} answers {', '.join(answered)} questions, not {q.type}")
+    return InvalidQuestion(q.id, q.type, reason, f"model {model!r} does not answer {q.type} questions")
+
+
+def failed_answer(qtype: str | None, error: str, reason: str, message: str) -> dict[str, Any]:
+    """A question's in-place error: ``{type, error, reason, message}``."""
+    return {"type": qtype, "error": error, "reason": reason, "message": message}
+
+
+def answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
+    """A question's answer from one probability vector over its options (Choice, Noul, Score).
+
+    A vector that is not a distribution answers the question with invalid_model_output in place.
+    """
+    read = REGISTRY[q.type].answer
+    if read is None:
+        raise ValueError(f"{q.type} questions are not answered from one probability vector")
+    try:
+        return read(q, np.asarray(probs))
+    except InvalidModelOutput as e:
+        return failed_answer(q.type, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+
+
+def vector_types() -> tuple[str, ...]:
+    """The types a probability vector over the options answers."""
+    return tuple(name for name, t in REGISTRY.items() if t.answer is not None)
+
+
+__all__ = ["QUESTION_MALFORMED", "QUESTION_TYPES", "REGISTRY", "DecisionOption", "InvalidQuestion", "Json",
+           "Malformed", "Question", "QuestionType", "answer", "check_clashes", "failed_answer", "parse_question",
+           "refusal", "vector_types"]
