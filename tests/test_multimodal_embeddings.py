@@ -439,3 +439,55 @@ def test_clips_of_different_lengths_share_one_forward(mm_server: Server) -> None
     embed(mm_server, {"model": "whisper", "input": parts})
     after = _forwards(mm_server, "whisper")
     assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
+
+
+def test_multimodal_card_rules(mm_sources: dict[str, tuple[Path, Path]]) -> None:
+    import copy
+
+    from edge_runtime.packages import PackageError, read_package
+    from edge_runtime.packages.multimodal import check_multimodal_card
+
+    card = read_package(mm_sources["siglip"][1]).card.raw
+    check_multimodal_card(card)
+
+    def space_without_image(c: dict[str, Any]) -> None:
+        c["space"]["towers"] = ["text"]
+
+    def other_dimension(c: dict[str, Any]) -> None:
+        c["towers"]["image"]["dimension"] = 7
+
+    def two_primaries(c: dict[str, Any]) -> None:
+        c["towers"]["image"]["graph"] = "model.onnx"
+
+    def no_pixel_limit(c: dict[str, Any]) -> None:
+        del c["limits"]["image_source_max_pixels"]
+
+    for mutate, words in ((space_without_image, "one space"), (other_dimension, "vectors of one size"),
+                          (two_primaries, "exactly one tower"), (no_pixel_limit, "image_source_max_pixels")):
+        bad = copy.deepcopy(card)
+        mutate(bad)
+        with pytest.raises(PackageError, match=words):
+            check_multimodal_card(bad)
+
+
+def test_a_tower_whose_golden_cases_disagree_fails_the_load(mm_sources: dict[str, tuple[Path, Path]],
+                                                            tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from edge_runtime.engine import create_session
+    from edge_runtime.families.multimodal_embedding import MultimodalEmbeddingModel
+    from edge_runtime.packages import read_package
+    from edge_runtime.packages.golden import golden_bytes, read_golden
+    from edge_runtime.packages.manifest import build_manifest
+
+    pkg = tmp_path / "siglip"
+    shutil.copytree(mm_sources["siglip"][1], pkg)
+    case = read_golden(pkg / "towers" / "image.golden.npz")[0]
+    wrong = {k: v + 0.01 for k, v in case.outputs.items()}  # above the 1e-3 tolerance
+    (pkg / "towers" / "image.golden.npz").write_bytes(golden_bytes([(case.feeds, wrong)]))
+    (pkg / "MANIFEST.json").unlink()
+    (pkg / "MANIFEST.json").write_text(json.dumps(build_manifest(pkg)))
+    package = read_package(pkg)  # a consistent package: only running the tower can tell
+    with pytest.raises(RuntimeError, match="image tower golden outputs differ"):
+        MultimodalEmbeddingModel(package, create_session(package.graph("fp32"), "cpu", 1))
