@@ -197,7 +197,8 @@ def test_fit_truncation_steps() -> None:
 def test_windows_over_a_cut_part() -> None:
     words = [f"w{i}" for i in range(40)]
     tokens, v = word_tokens(words + ["q", "k", "j"])
-    p = plan(" ".join(words), {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None, "j": None}}}, CALIBRATION)
+    p = plan(" ".join(words), {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None, "j": None}}},
+             CALIBRATION)
     parts = encode_parts(p.state, p.questions, tokens)
     row = rows_of(p.questions)[0]
     # schema 1+1+2*(1+1)+1 = 7, fixed 4: 13 tokens of the part fit in 24; overlap min(64, 13 // 4) = 3,
