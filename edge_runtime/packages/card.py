@@ -27,8 +27,9 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "sparrow": ("decisions",),
     "decision-codes": ("decisions",),
     "vela2": ("decisions",),
+    "decision2": ("decisions",),
 }
-DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2"})
+DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2", "decision2"})
 
 
 @dataclass(frozen=True)
