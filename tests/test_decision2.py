@@ -46,7 +46,8 @@ def test_candidate_head_matches_torch_and_formula() -> None:
     q = ln(hidden[9].astype(np.float64), arrays["query_norm.weight"], arrays["query_norm.bias"])
     pre = arrays["candidate_mlp.weight"] @ c + arrays["candidate_mlp.bias"] + arrays["query_mlp.weight"] @ q
     gelu = 0.5 * pre * (1 + np.vectorize(math.erf)(pre / math.sqrt(2)))
-    by_hand = (arrays["key.weight"] @ c) @ (arrays["query.weight"] @ q) / math.sqrt(8) + arrays["scalar.weight"][0] @ gelu
+    bilinear = (arrays["key.weight"] @ c) @ (arrays["query.weight"] @ q) / math.sqrt(8)
+    by_hand = bilinear + arrays["scalar.weight"][0] @ gelu
     assert abs(float(got[1]) - by_hand) < 1e-4
     with pytest.raises(ValueError, match="ten"):
         CandidateHead.from_arrays({k: v for k, v in arrays.items() if k != "scalar.weight"})
