@@ -178,3 +178,54 @@ def test_qwen3_5_is_refused(fixture_package: Callable[..., Path], tmp_path: Path
     reseal()
     with pytest.raises(ConversionError, match="Qwen3.5 text model"):
         read_decision2(src)
+
+
+def test_pipeline_golden_questions_against_torch(fixture_package: Callable[..., Path]) -> None:
+    """The server-side pipeline on the Decision 2.0 golden questions: answers equal the torch
+    reference's (Qwen3Model + torch head from the source), alone or batched bit-identical."""
+    import torch
+
+    from converters import verify
+    from converters.decision2 import GOLDEN_STATE, _load_weights, build_model, torch_head_logits
+    from converters.decision2_source import read_decision2
+    from converters.vela2 import onnx_hidden
+    from edge_runtime.families.decision2_pipeline import Decision2Assets, question_options, run_questions
+
+    pkg = read_package(fixture_package("decision2"))
+    assets = Decision2Assets.from_package(pkg)
+    run = onnx_hidden(verify.create_session(pkg.graph("fp32")))
+    questions = {
+        "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
+                   "criteria": {"code": "Programming", "math": "Mathematics", "other": "Anything else"}},
+        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
+        "difficulty": {"type": "score", "instructions": "How difficult is this request?",
+                       "criteria": ["Trivial", "Moderate", "Hard"]},
+        "long": {"type": "noul", "instructions": "x " * 3000},
+    }
+    body = run_questions(GOLDEN_STATE, questions, assets, run)
+    assert body["answers"]["long"]["error"] == "max_length_exceeded"
+    assert set(body["answers"]["domain"]) == {"type", "choice", "probabilities", "confidence"}
+    assert set(body["answers"]["difficulty"]) == {"type", "score", "probabilities", "confidence", "legend"}
+    src = read_decision2(fixture_package("decision2-source"))
+    model = build_model(src.backbone_config, _load_weights(sorted((src.root / "backbone").glob("*.safetensors"))))
+    from safetensors.numpy import load_file
+
+    head = load_file(str(src.root / "decision_head.safetensors"))
+    for qid in ("domain", "reasoning", "difficulty"):
+        kind, opts = question_options(questions[qid])
+        from edge_runtime.text.decision2_prompt import render
+
+        row = render(assets.tokenizer, GOLDEN_STATE, kind, questions[qid]["instructions"], opts, 2048)
+        with torch.no_grad():
+            h = model(input_ids=torch.tensor([row.ids])).last_hidden_state[0]
+        ref = answer(kind, [k for k, _ in opts], torch_head_logits(head, h, row).tolist(), 1.0,
+                     src.score_bias, [d for _, d in opts])
+        got = body["answers"][qid]
+        assert got.get("choice") == ref.get("choice")
+        for key in ("noul", "score", "confidence"):
+            if key in ref:
+                assert abs(got[key] - ref[key]) < 1e-5
+        for k, p in ref.get("probabilities", {}).items():
+            assert abs(got["probabilities"][k] - p) < 1e-5
+    alone = run_questions(GOLDEN_STATE, {"domain": questions["domain"]}, assets, run)
+    assert alone["answers"]["domain"] == body["answers"]["domain"]
