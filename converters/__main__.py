@@ -12,11 +12,11 @@ from pathlib import Path
 from converters.errors import ConversionError
 
 KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
-                "decision-codes", "image-text-embedding", "audio-embedding", "vela2")
+                "decision-codes", "image-text-embedding", "audio-embedding", "vela2", "decision2")
 #: kinds served by the multimodal embedding family (converters/multimodal.py)
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
-SOURCE_FIXTURE_KINDS = ("vela2-source",)
+SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source")
 
 
 def _int_list(text: str) -> list[int]:
@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--source-name", help="name of the upstream model (default: the source directory's name)")
     e.add_argument("--check-requests", type=int, default=None,
                    help="vela2: generated requests the parity check runs besides the golden one (default 50)")
+    e.add_argument("--base", type=Path, default=None,
+                   help="decision2 qwen-adapter: the pinned base model directory (default: SRC-base)")
     add_cli_arguments(e)
 
     f = sub.add_parser("fixture", help="build a tiny random-weight package for tests")
@@ -128,9 +130,10 @@ def _multimodal(args: argparse.Namespace) -> object:
 
 def _detect_kind(src: str) -> str:
     """The kind a source declares in its own config.json (Vela 2.0); else the user must say."""
+    from converters.decision2_source import detect as detect_decision2
     from converters.vela2_source import detect
 
-    kind = detect(Path(src))
+    kind = detect(Path(src)) or detect_decision2(Path(src))
     if kind is None:
         raise ConversionError(f"{src}: --kind is required (its config.json names no format this converter detects)")
     return kind
@@ -164,6 +167,38 @@ def _vela2(args: argparse.Namespace) -> object:
     return export_vela2(args.src, args.out, opts)
 
 
+def _decision2(args: argparse.Namespace) -> object:
+    import tempfile
+
+    from converters.decision2 import Decision2Options, export_decision2, write_decision2_fixture
+    from converters.decision_codes import reject_cli_arguments
+
+    reject_cli_arguments(args)
+    if getattr(args, "quantize", None):
+        raise ConversionError("--quantize is not available for decision2 (its logits are checked in fp32)")
+    if args.command == "fixture":
+        if args.kind in ("decision2-source", "decision2-lora-source"):
+            if args.out.exists():
+                raise ConversionError(f"{args.out} exists; a source fixture is written to a new directory")
+            lora = args.kind == "decision2-lora-source"
+            path = write_decision2_fixture(args.out, seed=args.seed, adapter=lora)
+            print(json.dumps({"path": str(path), "format": "dev2-package/1",
+                              "base": str(path.parent / f"{path.name}-base") if lora else None}))
+            return None
+        with tempfile.TemporaryDirectory(prefix="er-decision2-src-") as tmp:
+            src = write_decision2_fixture(Path(tmp) / "decision2-tiny", seed=args.seed)
+            return export_decision2(src, args.out, Decision2Options(
+                name="fixture-decision2", version="0.0.1", release_date="2025-01-01", license="Apache-2.0",
+                description=f"Tiny random-weight Decision 2.0 fixture (seed {args.seed}); for tests",
+                source_name=f"edge-runtime fixture decision2-tiny (seed {args.seed})"))
+    if args.layers or args.dimensions or args.pooling or args.normalize is not None or args.thresholds \
+            or args.max_input_tokens:
+        raise ConversionError("kind decision2 takes only --out, --name, --base and the identity options")
+    return export_decision2(args.src, args.out, Decision2Options(
+        name=args.name, description=args.description, version=args.version, release_date=args.release_date,
+        revision=args.revision, license=args.license, source_name=args.source_name, base=args.base))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 with a one-line message for a conversion error)."""
     args = _parser().parse_args(argv)
@@ -173,8 +208,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.kind = _detect_kind(args.src)
         if args.command == "export" and args.check_requests is not None and args.kind != "vela2":
             raise ConversionError("--check-requests applies to kind vela2 only")
+        if args.command == "export" and args.base is not None and args.kind != "decision2":
+            raise ConversionError("--base applies to kind decision2 only")
         if args.command in ("export", "fixture") and args.kind in ("vela2", "vela2-source"):
             _summary(_vela2(args))
+        elif args.command in ("export", "fixture") and args.kind.startswith("decision2"):
+            _summary(_decision2(args))
         elif args.command in ("export", "fixture") and args.kind == "decision-codes":
             from converters import decision_codes
 

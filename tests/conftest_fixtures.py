@@ -31,7 +31,8 @@ def fixture_package(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
 
     quantize: False, True (the exact ``int8`` variant) or a variant name such as ``int8-dynamic``.
     ``vela2`` is the converted Vela 2.0 fixture; ``vela2-source`` the upstream-format package it was
-    converted from.
+    converted from; likewise ``decision2`` / ``decision2-source`` (qwen-full) and ``decision2-lora`` /
+    ``decision2-lora-source`` (qwen-adapter, base at ``<source>-base``).
     """
     from converters.fixture import build_fixture
 
@@ -43,6 +44,8 @@ def fixture_package(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
         key = (kind, variant)
         if kind in ("vela2", "vela2-source") and key not in cache:
             cache[("vela2-source", None)], cache[("vela2", None)] = _vela2(root)
+        if kind in _DECISION2 and key not in cache:
+            cache[key] = _decision2(root, kind)
         if key not in cache:
             out = root / (f"{kind}-{variant}" if variant else kind)
             if kind == "decision-codes":
@@ -73,6 +76,28 @@ def _vela2(root: Path) -> tuple[Path, Path]:
                         source_name="edge-runtime fixture vela2-tiny (seed 0)", check_requests=50)
     export_vela2(src, root / "vela2", opts)
     return src, root / "vela2"
+
+
+_DECISION2 = ("decision2", "decision2-source", "decision2-lora", "decision2-lora-source")
+
+
+def _decision2(root: Path, kind: str) -> Path:
+    """Decision 2.0 fixtures: the upstream-format sources (qwen-full; qwen-adapter with its base at
+    ``<path>-base``) and the packages `export --kind decision2` makes of them."""
+    from converters.decision2 import Decision2Options, export_decision2, write_decision2_fixture
+
+    lora = kind.startswith("decision2-lora")
+    src = root / ("decision2-lora-source" if lora else "decision2-source")
+    if not src.exists():
+        write_decision2_fixture(src, seed=0, adapter=lora)
+    if kind.endswith("-source"):
+        return src
+    out = root / ("decision2-lora" if lora else "decision2")
+    opts = Decision2Options(name=f"fixture-{kind}", description="Tiny random-weight Decision 2.0 fixture (seed 0)",
+                            version="0.0.1", release_date="2025-01-01", license="Apache-2.0",
+                            source_name=f"edge-runtime fixture {kind} (seed 0)")
+    export_decision2(src, out, opts)
+    return out
 
 
 @pytest.fixture(scope="session")

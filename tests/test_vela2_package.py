@@ -203,3 +203,20 @@ def test_head_tensors_must_match_readout(fixture_package: Callable[..., Path], t
     save_file(tensors, str(src / "model.safetensors"))
     with pytest.raises(ConversionError, match="head tensors"):
         load_tensors(read_source(src))
+
+
+def test_scan_budget_and_truncate(vela2: dict[str, Any]) -> None:
+    a = vela2["assets"]
+    text = "Call me at +1 555 0100 or write to @tbaker on the forum. " * 60  # over one input, under four
+    questions = {"n": {"type": "noul", "instructions": "Spam?"}, "p": {"preset": "pii"}}
+    total = len(a.tokens.part("user", text, False).ids)
+    assert a.layout.max_length < total < 4 * a.layout.max_length
+    windowed = _run(vela2, text, questions)
+    assert len(windowed.sequences[0]) > 1 and windowed.body["answers"]["n"]["type"] == "noul"
+    over = _run(vela2, text, questions, max_scan_tokens=total - 1)
+    assert {k: v["error"] for k, v in over.body["answers"].items()} == {"n": "scan_budget_exceeded",
+                                                                        "p": "scan_budget_exceeded"}
+    assert over.body["usage"]["input_tokens"] == 0
+    truncated = _run(vela2, text, questions, windows=False)
+    assert [len(s) for seqs in truncated.sequences for s in seqs] == [a.layout.max_length]
+    assert truncated.body["spans"]["p"] is not None and truncated.body["answers"]["n"]["type"] == "noul"

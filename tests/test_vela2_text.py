@@ -302,3 +302,19 @@ def test_trim() -> None:
     assert text.__getitem__(slice(*trim(text, a, a + 26))) == "https://example.org/dose"
     b = text.index("https://a.com")
     assert text.__getitem__(slice(*trim(text, b, len(text)))) == "https://a.com/x"
+
+
+def test_scan_budget() -> None:
+    from edge_runtime.text.vela2_layout import ScanBudgetExceeded
+
+    words = [f"w{i}" for i in range(40)]
+    tokens, _ = word_tokens(words + ["q", "k", "j"])
+    p = plan(" ".join(words), {"c": {"type": "choice", "instructions": "q", "criteria": {"k": None, "j": None}}},
+             CALIBRATION)
+    parts = encode_parts(p.state, p.questions, tokens)
+    row = rows_of(p.questions)[0]
+    assert len(sequences(row, parts, tokens, layout(max_length=24), max_scan_tokens=40)) == 4
+    with pytest.raises(ScanBudgetExceeded):
+        sequences(row, parts, tokens, layout(max_length=24), max_scan_tokens=39)
+    # truncation is not scanning: the budget only bounds windows
+    assert len(sequences(row, parts, tokens, layout(max_length=24), windows=False, max_scan_tokens=1)) == 1

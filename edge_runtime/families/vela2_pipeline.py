@@ -24,6 +24,7 @@ from edge_runtime.text.vela2_layout import (
     EncoderSequence,
     LayoutConfig,
     RawRow,
+    ScanBudgetExceeded,
     SchemaTooLong,
     SequenceOutput,
     Tokens,
@@ -36,6 +37,10 @@ from edge_runtime.text.vela2_layout import (
     split_outputs,
 )
 from edge_runtime.text.vela2_state import Plan, Row, plan, rows_of
+
+SCAN_BUDGET_EXCEEDED = "scan_budget_exceeded"
+#: The default scan budget on CPU: four model inputs (32,768 tokens for the 0.3B's 8,192).
+SCAN_INPUTS_CPU = 4
 
 #: (padded feeds {input_ids, attention_mask}, index tensors) -> (option logits [No], span logits [Nw, Ne])
 Readout = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
@@ -75,8 +80,11 @@ def run_sequences(seqs: Sequence[EncoderSequence], readout: Readout, pad_id: int
 
 def run_request(state: Any, questions: Mapping[str, Any], *, tokens: Tokens, layout: LayoutConfig,
                 calibration: Calibration, readout: Readout, windows: bool = True,
-                max_batch_tokens: int = BATCH_TOKENS_CPU) -> RequestResult:
-    """Answer one request. ``windows=False`` reads a cut row once, truncated (overflow truncate)."""
+                max_scan_tokens: int | None = None, max_batch_tokens: int = BATCH_TOKENS_CPU) -> RequestResult:
+    """Answer one request. ``windows=False`` reads a cut row once, truncated (overflow truncate);
+    ``max_scan_tokens`` (default: four inputs, ``SCAN_INPUTS_CPU * max_length``) bounds a windowed part."""
+    if max_scan_tokens is None:
+        max_scan_tokens = SCAN_INPUTS_CPU * layout.max_length
     p = plan(state, questions, calibration.raw)
     rows = rows_of(p.questions)
     parts = encode_parts(p.state, p.questions, tokens)
@@ -84,11 +92,12 @@ def run_request(state: Any, questions: Mapping[str, Any], *, tokens: Tokens, lay
     failed: dict[str, dict[str, Any]] = {}
     for row in rows:
         try:
-            per_row.append(sequences(row, parts, tokens, layout, windows=windows))
-        except SchemaTooLong as e:
+            per_row.append(sequences(row, parts, tokens, layout, windows=windows, max_scan_tokens=max_scan_tokens))
+        except (SchemaTooLong, ScanBudgetExceeded) as e:
             per_row.append([])
+            code = MAX_LENGTH_EXCEEDED if isinstance(e, SchemaTooLong) else SCAN_BUDGET_EXCEEDED
             for q in row.questions:
-                failed[q.id] = {"type": q.kind, "error": MAX_LENGTH_EXCEEDED, "message": str(e)}
+                failed[q.id] = {"type": q.kind, "error": code, "message": str(e)}
     flat = [s for seqs in per_row for s in seqs]
     outputs = run_sequences(flat, readout, layout.pad, max_batch_tokens) if flat else []
     raws: list[RawRow | None] = []

@@ -29,8 +29,9 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "image-text-embedding": ("embeddings",),
     "audio-embedding": ("embeddings",),
     "vela2": ("decisions",),
+    "decision2": ("decisions",),
 }
-DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2"})
+DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2", "decision2"})
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,11 @@ class SchemaTooLong(ValueError):
     """The questions of a row alone do not fit: every question of the row is max_length_exceeded."""
 
 
+class ScanBudgetExceeded(ValueError):
+    """The part a row would read in windows has more tokens than the scan budget: none of it is read,
+    every question of the row is scan_budget_exceeded."""
+
+
 def strip_markers(tokenizer_json: Mapping[str, Any]) -> dict[str, Any]:
     """A tokenizer.json object without the 8 marker added tokens, padding and truncation off.
 
@@ -259,11 +264,13 @@ def window_role(row: Row) -> str | None:
 
 
 def sequences(row: Row, parts: Sequence[EncodedPart], tokens: Tokens, cfg: LayoutConfig,
-              windows: bool = True) -> list[EncoderSequence]:
+              windows: bool = True, max_scan_tokens: int | None = None) -> list[EncoderSequence]:
     """The row as one sequence, or as token windows over its one read part when that part was cut.
 
     Windows have the kept length and overlap ``min(window_overlap, kept // 4)``; each re-assembles
-    the whole sequence with every question. SchemaTooLong when the questions alone do not fit.
+    the whole sequence with every question. SchemaTooLong when the questions alone do not fit;
+    ScanBudgetExceeded when the windowed part has more than ``max_scan_tokens`` tokens.
+    ``windows=False`` is overflow truncate: the one sequence with its parts cut.
     """
     first = _assemble(row, parts, tokens, cfg)
     assert first.budget is not None
@@ -276,6 +283,8 @@ def sequences(row: Row, parts: Sequence[EncodedPart], tokens: Tokens, cfg: Layou
     total, kept = len(part.ids), first.budget.lengths[role]
     if kept >= total:
         return [first]
+    if max_scan_tokens is not None and total > max_scan_tokens:
+        raise ScanBudgetExceeded(f"the {role} part has {total} tokens, over the scan budget of {max_scan_tokens}")
     overlap = min(cfg.window_overlap, kept // 4)
     stride = max(1, kept - overlap)
     out = []
