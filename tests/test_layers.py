@@ -10,7 +10,7 @@ from pathlib import Path
 import edge_runtime
 
 PACKAGE = Path(edge_runtime.__file__).parent
-BOTTOM = {"engine", "heads", "text", "packages"}
+BOTTOM = {"engine", "heads", "text", "packages", "media"}
 LEAVES = {"errors", "config", "timing", "work", "metrics", "__init__"}
 ENTRY_POINTS = {"api", "cli", "__main__", "examples"}  # may import anything
 
