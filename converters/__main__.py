@@ -12,7 +12,7 @@ from typing import Sequence
 from converters.errors import ConversionError
 
 KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
-                "decision-codes")
+                "decision-codes", "decision-vision")
 
 
 def _int_list(text: str) -> list[int]:
@@ -92,7 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        if args.command in ("export", "fixture") and args.kind == "decision-codes":
+        if args.command in ("export", "fixture") and args.kind == "decision-vision":
+            from converters import decision_vision
+
+            run = decision_vision.export_from_args if args.command == "export" else decision_vision.fixture_from_args
+            _summary(run(args))
+        elif args.command in ("export", "fixture") and args.kind == "decision-codes":
             from converters import decision_codes
 
             run = decision_codes.export_from_args if args.command == "export" else decision_codes.fixture_from_args

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.decision_codes import DecisionCodesFamily
+from edge_runtime.families.decision_vision import DecisionVisionFamily
 from edge_runtime.families.encoder import EncoderFamily
 from edge_runtime.families.sparrow import SparrowFamily
 from edge_runtime.packages import Package, PackageError
@@ -37,6 +38,10 @@ FAMILIES: dict[str, FamilySpec] = {
     "sparrow": FamilySpec(lambda package, session, config: SparrowFamily(package, session, name=config.name)),
     "decision-codes": FamilySpec(
         lambda package, session, config: DecisionCodesFamily(
+            package, session, name=config.name, max_input_tokens=config.max_input_tokens),
+    ),
+    "decision-vision": FamilySpec(
+        lambda package, session, config: DecisionVisionFamily(
             package, session, name=config.name, max_input_tokens=config.max_input_tokens),
     ),
 }

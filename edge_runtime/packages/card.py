@@ -26,8 +26,9 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "rerank": ("rerank",),
     "sparrow": ("decisions",),
     "decision-codes": ("decisions",),
+    "decision-vision": ("decisions",),
 }
-DECISION_FAMILIES = frozenset({"sparrow", "decision-codes"})
+DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "decision-vision"})
 
 
 @dataclass(frozen=True)

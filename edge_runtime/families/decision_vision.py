@@ -1,0 +1,319 @@
+"""decision-vision family: a Qwen3-VL decision model reads images and videos in its state.
+
+The prompt is decision-codes' (``codes-v1``, edge_runtime.families.decision_codes) with the media
+in front of the state text, inside the user turn, as the upstream Decision 3.0 layout puts them:
+``chat.before``, each image as ``<|vision_start|>`` + ``<|image_pad|>`` x tokens +
+``<|vision_end|>``, then each video as its frame pairs, each ``<{t:.1f} seconds>`` followed by
+``<|vision_start|>`` + ``<|video_pad|>`` x tokens + ``<|vision_end|>``, then ``State:...``. The pad
+rows are replaced by the vision core's output (engine.vision_lm).
+
+Every request runs state-once (``usage: state_once``): the state with its media is one block run
+once, each question a branch of its key/value cache, so ``usage.input_tokens`` counts the state
+once. A state-once request holds at most ``max_request_tokens`` (400 ``request_tokens``), the
+videos of a request at most ``video_max_tokens`` (400 ``video_tokens``). Images and videos are
+decoded while planning (edge_runtime.media), on the worker that tokenizes; a malformed or
+over-limit one fails the request with 400 and its fixed reason (a batch entry fails in place).
+
+Rows run alone (``batchable`` False): a row already batches its own questions, and rows of
+different media share nothing worth padding for. Answers: ``softmax(R[:K] @ h / T)``, R the LM-head
+rows of the codes, as decision-codes reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from edge_runtime.engine.vision_lm import Block, VisionLanguageForward, VisionRow, vision_row
+from edge_runtime.errors import ApiError, ItemError, invalid_request
+from edge_runtime.families.base import Plan
+from edge_runtime.families.decision_codes import READOUT, CodesPrompt
+from edge_runtime.families.decision_plan import (
+    DecisionPlan, Entry, Slot, answered_types, assemble, media_refusal, refused_entry,
+)
+from edge_runtime.heads.decisions import code_probabilities, select_temperature
+from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, frame_count, pair_frames
+from edge_runtime.media.vision import ImageLimits, ImageProcessor, Patches, ProcessorSettings, decode_image
+from edge_runtime.packages import Package
+from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+
+SURFACE = "decisions"
+QUESTION_TYPES = ("choice", "noul", "score")
+EMBEDDINGS_FILE = "embeddings.npy"
+VISION_FILE = "vision.onnx"
+
+
+class VisionPlanner:
+    """Prompt, processor and readout of a decision-vision package: everything but the sessions."""
+
+    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
+                 embeddings: np.ndarray, readout: np.ndarray) -> None:
+        vision = config.get("vision")
+        if not isinstance(vision, dict):
+            raise ValueError("decision_config.json has no vision member")
+        self.config = config
+        self.prompt = CodesPrompt(tokenizer, config)
+        self.prompt.check_codes(config["token_ids"])
+        self.settings = ProcessorSettings.from_card(vision["processor"])
+        self.processor = ImageProcessor(self.settings)
+        tokens = vision["tokens"]
+        self.start, self.end = int(tokens["<|vision_start|>"]), int(tokens["<|vision_end|>"])
+        self.image_pad, self.video_pad = int(tokens["<|image_pad|>"]), int(tokens["<|video_pad|>"])
+        self.timestamp = str(vision.get("timestamp", "<{t:.1f} seconds>"))
+        self.side = int(vision["position_side"])
+        self.embeddings = embeddings
+        self.readout = np.ascontiguousarray(readout, dtype=np.float32)
+        if self.readout.shape != (len(self.prompt.codes), embeddings.shape[1]):
+            raise ValueError(f"head.npz readout has shape {self.readout.shape}, expected "
+                             f"[{len(self.prompt.codes)}, {embeddings.shape[1]}]")
+        self.limits = limits
+        self.image_max_pixels = int(limits["image_max_pixels"])
+        self.video_max_pixels = int(limits["video_max_pixels"])
+        self.video_max_tokens = int(limits["video_max_tokens"])
+        self.image_limits = ImageLimits(int(limits["image_max_bytes"]), int(limits["image_source_max_pixels"]))
+        self.video_limits = VideoLimits(int(limits["video_max_bytes"]), float(limits["video_max_seconds"]),
+                                        int(limits["video_source_max_pixels"]), float(limits["video_fps"]),
+                                        int(limits["video_max_frames"]))
+
+    @classmethod
+    def from_parts(cls, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
+                   embeddings: np.ndarray, readout: np.ndarray) -> "VisionPlanner":
+        return cls(tokenizer, config, limits, embeddings, readout)
+
+    def probabilities(self, hidden: np.ndarray, count: int, temperature: float) -> np.ndarray:
+        """The first ``count`` codes' probabilities for one last-token hidden state."""
+        return code_probabilities(hidden, self.readout, count, temperature, None, None)
+
+    def video_ids(self, clip: VideoClip) -> tuple[list[int], list[tuple[int, Patches]]]:
+        """A clip's tokens and, per pair, the offset of its pads within them."""
+        ids: list[int] = []
+        blocks = []
+        for pair in clip.pairs:
+            ids.extend(self.prompt.text.encode(self.timestamp.format(t=pair.time), add_special_tokens=False).ids)
+            ids.append(self.start)
+            blocks.append((len(ids), pair.patches))
+            ids.extend([self.video_pad] * self._tokens(pair.patches))
+            ids.append(self.end)
+        return ids, blocks
+
+    def _tokens(self, p: Patches) -> int:
+        m = self.settings.merge_size
+        return (p.grid_h // m) * (p.grid_w // m)
+
+    def state_with_media(self, state: Any, images: Sequence[Patches], videos: Sequence[VideoClip],
+                         budget: int = 1 << 30) -> tuple[list[int], list[Block]]:
+        """The state's ids (chat markup, media, state text) and its vision blocks."""
+        ids = list(self.prompt.before)
+        blocks: list[Block] = []
+        for image in images:
+            ids.append(self.start)
+            blocks.append(Block(len(ids), image.patches, image.grid_h, image.grid_w))
+            ids.extend([self.image_pad] * self._tokens(image))
+            ids.append(self.end)
+        for clip in videos:
+            vids, at = self.video_ids(clip)
+            blocks.extend(Block(len(ids) + off, p.patches, p.grid_h, p.grid_w) for off, p in at)
+            ids.extend(vids)
+        text = self.prompt._bounded(self.prompt.state_text(state), budget - len(ids))
+        if text is None:
+            raise _TooLong()
+        return [*ids, *text], blocks
+
+    def read_media(self, entry: DecisionState) -> tuple[list[Patches], list[VideoClip]]:
+        """The entry's images and videos decoded, checked and processed; ApiError with the reason."""
+        images = [self.processor.image(decode_image(url, self.image_limits), self.image_max_pixels)
+                  for url in entry.images]
+        videos = []
+        used = 0
+        for url in entry.videos:
+            frames = decode_video(url, self.video_limits)
+            clip = VideoClip(pair_frames(self.processor, frames.images, frames.times, self.video_max_pixels),
+                             frames.seconds)
+            used += len(self.video_ids(clip)[0])
+            if used > self.video_max_tokens:
+                raise ApiError("invalid_request", f"the request's videos take {used} tokens, more than the "
+                               f"model's video_max_tokens {self.video_max_tokens}", reason="video_tokens",
+                               limit=self.video_max_tokens)
+            videos.append(clip)
+        return images, videos
+
+
+class _TooLong(Exception):
+    """The state does not fit the question budget."""
+
+
+class DecisionVisionFamily:
+    """A loaded decision-vision package: plans decisions requests into VisionRows, answers from them."""
+
+    surfaces = frozenset({SURFACE})
+    batchable = False  # a row batches its own questions; see the module docstring
+
+    def __init__(self, package: Package, session: Any = None, name: str | None = None,
+                 max_input_tokens: int | None = None, vision_session: Any = None) -> None:
+        card = package.card
+        config = package.decision_config()
+        if config is None:
+            raise ValueError(f"package {card.name} has no decision_config.json")
+        self.name = name or card.name
+        embeddings = np.load(package.file(EMBEDDINGS_FILE), mmap_mode="r", allow_pickle=False)
+        weights = package.head_weights()
+        if READOUT not in weights:
+            raise ValueError(f"package {card.name}: head.npz has no {READOUT!r} array")
+        self.planner = VisionPlanner(Tokenizer.from_file(str(package.file("tokenizer.json"))), config,
+                                     dict(card.limits), embeddings, weights[READOUT])
+        self.config = config
+        limits = card.limits
+        self.max_input_tokens = int(limits["max_input_tokens"])
+        if max_input_tokens is not None:
+            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_request_tokens = int(limits.get("max_request_tokens", self.max_input_tokens))
+        self.question_types = answered_types(card, QUESTION_TYPES)
+        self.modalities = frozenset(card.modalities)
+        self._forward: VisionLanguageForward | None = None
+        if session is not None:
+            if vision_session is None:
+                from edge_runtime.engine.session import create_session
+
+                # the vision core runs on the text core's device with its thread count
+                vision_session = create_session(package.file(VISION_FILE), session.device, session.threads)
+            self._forward = VisionLanguageForward(vision_session, session, embeddings,
+                                                  merge=self.planner.settings.merge_size, side=self.planner.side)
+
+    # -- engine hooks -----------------------------------------------------------------------
+
+    @property
+    def forward(self) -> VisionLanguageForward:
+        """The two graphs' forward; a family built without a session only plans."""
+        if self._forward is None:
+            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
+        return self._forward
+
+    def probe_row(self, length: int) -> VisionRow:
+        """A text-only row of ``length`` tokens (rows run alone, so the probe is not run on them)."""
+        ids = list(range(max(1, length)))
+        return vision_row(ids[:-1] or ids, [], [ids[-1:]])
+
+    def warm(self) -> None:
+        """Nothing to prepare."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"modalities": sorted(self.modalities), "image_placements": ["state"],
+                "question_types": list(self.question_types)}
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
+        if surface != SURFACE:
+            raise ValueError(surface)
+        return self.plan_request(request).engine_plan(self.finish)
+
+    def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
+        """Decode media, render and tokenize every answerable question; decide the others now."""
+        if request.assets:
+            raise ApiError("invalid_request", f"model {self.name!r} does not read assets yet; send images",
+                           reason="assets_unsupported")
+        cap = self._question_cap(request)
+        plan = DecisionPlan(request, rows=[])
+        refusals: list[ApiError] = []
+        for name, entry in request.entries():
+            refused: ApiError | None = media_refusal(self.name, self.modalities, entry, request)
+            planned = None
+            if refused is None:
+                try:
+                    planned = self._plan_entry(name, entry, cap, plan.rows)
+                except ApiError as e:
+                    refused = e
+            if refused is not None:
+                if not request.is_batch:
+                    raise refused
+                refusals.append(refused)
+                planned = refused_entry(name, entry, refused)
+            assert planned is not None
+            plan.entries.append(planned)
+        if refusals and len(refusals) == len(plan.entries):
+            raise refusals[0]
+        if not any(isinstance(s.question, Question) for e in plan.entries for s in e.slots):
+            raise NoValidQuestion([(e.name, s.question) for e in plan.entries for s in e.slots
+                                   if isinstance(s.question, InvalidQuestion)])
+        return plan
+
+    def _question_cap(self, request: DecisionsRequest) -> int:
+        opts = request.options
+        cap = self.max_input_tokens
+        if opts.max_tokens is not None:
+            if opts.max_tokens > self.max_input_tokens:
+                raise invalid_request(f"options.max_tokens {opts.max_tokens} exceeds the model's max_input_tokens "
+                                      f"{self.max_input_tokens}")
+            cap = min(cap, opts.max_tokens)
+        return cap
+
+    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow]) -> Entry:
+        planned = Entry(name, [])
+        answerable: list[Slot] = []
+        for q in entry.questions:
+            refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
+            slot = Slot(refused or q)
+            planned.slots.append(slot)
+            if isinstance(slot.question, Question):
+                answerable.append(slot)
+        planned.temperature = select_temperature(self.config, sum(1 for q in entry.valid if q.type in QUESTION_TYPES))
+        if not answerable:
+            return planned
+        images, videos = self.planner.read_media(entry)
+        try:
+            state_ids, blocks = self.planner.state_with_media(entry.state, images, videos, cap)
+        except _TooLong:
+            state_ids, blocks = [], []
+            for slot in answerable:
+                slot.answer = self._too_long(slot.question, cap)  # type: ignore[arg-type]
+            return planned
+        for slot in answerable:
+            q = slot.question
+            assert isinstance(q, Question)
+            ids = self.planner.prompt.question_ids(q, None, cap - len(state_ids))
+            if ids is None:
+                slot.answer = self._too_long(q, cap)
+            else:
+                slot.ids = ids
+        run = [s for s in answerable if s.ids is not None]
+        if not run:
+            return planned
+        total = len(state_ids) + sum(len(s.ids or ()) for s in run)
+        if total > self.max_request_tokens:
+            raise ApiError("invalid_request", f"the state once and every question take {total} tokens, more than "
+                           f"the model's max_request_tokens {self.max_request_tokens}",
+                           reason="request_tokens", limit=self.max_request_tokens)
+        for j, slot in enumerate(run):
+            slot.row, slot.branch = len(rows), j
+        rows.append(vision_row(state_ids, blocks, [s.ids for s in run if s.ids is not None]))
+        planned.tokens = total
+        return planned
+
+    def _unsupported(self, q: Question) -> InvalidQuestion | None:
+        refused = refusal(q, self.name, self.question_types)
+        if refused is None and len(q.options) > len(self.planner.prompt.codes):
+            return InvalidQuestion(q.id, q.type, "too_many_options",
+                                   f"model {self.name!r} lists at most {len(self.planner.prompt.codes)} options; "
+                                   f"this question has {len(q.options)}")
+        return refused
+
+    def _too_long(self, q: Question, cap: int) -> dict[str, Any]:
+        return failed_answer(q.type, "max_length_exceeded", "question_tokens",
+                             f"the state, its media and this question take more than the {cap} tokens "
+                             "this model reads per question")
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
+        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch."""
+        return assemble(plan, outputs, self.name, self._read)
+
+    def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
+        assert slot.branch is not None
+        return answer(q, self.planner.probabilities(output[slot.branch], len(q.options), entry.temperature))
+
+
+__all__ = ["DecisionVisionFamily", "VisionPlanner", "frame_count"]

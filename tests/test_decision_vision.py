@@ -1,0 +1,318 @@
+"""decision-vision: a tiny random Qwen3-VL through the converter, the two graphs and the family.
+
+The numpy grid arithmetic is checked against Transformers' own functions bit for bit, the served
+answers against Qwen3VLForConditionalGeneration's logits at the code tokens (images, a video,
+state-once, a batch), and the refusals against their fixed reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from converters.decision_vision import (
+    DecisionVisionOptions, build_decision_vision_fixture_result, export_decision_vision,
+)
+from converters.errors import ConversionError
+from edge_runtime.engine.vision_lm import Block, position_taps, rope_positions, rowcol, torch_linspace
+from edge_runtime.errors import ApiError
+from edge_runtime.families.decision_vision import DecisionVisionFamily
+from edge_runtime.packages import read_package
+from edge_runtime.requests.decisions import parse_decisions_request
+
+PROBABILITY_TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("decision-vision")
+    result = build_decision_vision_fixture_result(root / "pkg", source_dir=root / "src")
+    return {"result": result, "root": root}
+
+
+@pytest.fixture(scope="module")
+def family(built) -> DecisionVisionFamily:
+    from edge_runtime.engine import create_session
+
+    package = read_package(built["result"].path)
+    return DecisionVisionFamily(package, create_session(package.graph("fp32"), "cpu", 1))
+
+
+@pytest.fixture(scope="module")
+def torch_vlm(built):
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    torch.set_num_threads(1)
+    return Qwen3VLForConditionalGeneration.from_pretrained(built["root"] / "src", dtype=torch.float32).eval()
+
+
+def png_url(image: Any, fmt: str = "PNG") -> str:
+    buf = io.BytesIO()
+    image.save(buf, format=fmt)
+    mime = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}[fmt]
+    return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_image(height: int, width: int, seed: int) -> Any:
+    from converters.decision_vision import _test_image
+
+    return _test_image(height, width, seed)
+
+
+test_image.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def run(family: DecisionVisionFamily, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    plan = family.plan_request(parse_decisions_request(body))
+    outputs = family.forward(plan.rows) if plan.rows else []
+    return plan, family.finish(plan, outputs)
+
+
+# ---- converter -----------------------------------------------------------------------------
+
+
+def test_card_records_parity_at_three_sizes_a_video_and_state_once(built) -> None:
+    card = built["result"].card
+    assert card["family"] == card["kind"] == "decision-vision" and card["usage"] == "state_once"
+    v = card["verification"]
+    assert v["outputs"]["last_hidden_state"] <= 1e-4 and v["outputs"]["probabilities"] <= 1e-4
+    assert v["outputs"]["processor_pixels"] == 0.0 and v["outputs"]["state_once_vs_whole"] <= 1e-5
+    cases = [c["case"] for c in v["per_case"]]
+    assert sum(c.startswith("image") for c in cases) == 3 and sum(c.startswith("video") for c in cases) == 1
+    assert len({c.split("grid ")[1] for c in cases if "grid" in c}) == 3  # three different grids
+    package = read_package(built["result"].path)
+    assert {"vision.onnx", "embeddings.npy", "model.onnx", "head.npz"} <= set(package.files)
+    for key in ("image_max_bytes", "image_source_max_pixels", "image_max_pixels", "video_max_bytes",
+                "video_max_seconds", "video_source_max_pixels", "video_fps", "video_max_frames", "video_max_tokens"):
+        assert key in card["limits"], key
+    assert card["processor"]["patch_size"] == 16 and "slow" in card["processor"]["resample"]
+    assert card["graph"]["vision"]["outputs"] == ["image_embeds"]  # empty deepstack: the Qwen3.5 tower
+
+
+def test_fixture_tokenizer_splits_digits_and_reads_codes_as_one_token(family) -> None:
+    text = family.planner.prompt.text
+    assert text.encode("1000", add_special_tokens=False).tokens == ["1", "0", "0", "0"]
+    digits = [text.token_to_id(str(d)) for d in range(10)]
+    assert all(text.encode(f"[{n}, ", add_special_tokens=False).ids.count(digits[n % 10]) >= 1 for n in range(10))
+    for code, tid in zip(family.config["codes"], family.config["token_ids"]):
+        assert text.encode(code, add_special_tokens=False).ids == [tid]
+
+
+def test_conversion_refuses_models_that_do_not_fit_the_graphs(tmp_path) -> None:
+    src = tmp_path / "qwen25"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    with pytest.raises(ConversionError, match="window-attention"):
+        export_decision_vision(src, tmp_path / "out", DecisionVisionOptions())
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_fixture(tmp_path) -> None:
+    from converters.__main__ import main
+
+    assert main(["fixture", "--kind", "decision-vision", "--out", str(tmp_path / "pkg")]) == 0
+    assert read_package(tmp_path / "pkg").card.family == "decision-vision"
+    assert main(["fixture", "--kind", "decision-vision", "--out", str(tmp_path / "q"), "--quantize", "int8"]) == 2
+
+
+# ---- numpy grid arithmetic against Transformers -----------------------------------------------
+
+
+def test_linspace_taps_and_rotary_ids_equal_transformers(torch_vlm) -> None:
+    import torch
+
+    for n in range(1, 200):
+        assert np.array_equal(torch_linspace(7, n), torch.linspace(0, 7, n).numpy()), n
+    visual = torch_vlm.model.visual
+    side = int(visual.config.num_position_embeddings ** 0.5)
+    for gh, gw in ((2, 2), (4, 6), (10, 6), (6, 18)):
+        grid = torch.tensor([[1, gh, gw]])
+        with torch.no_grad():
+            want = visual.fast_pos_embed_interpolate(grid).numpy()
+            idx, w = position_taps(gh, gw, side, 2)
+            taps = visual.pos_embed(torch.from_numpy(idx)) * torch.from_numpy(w)[:, :, None]
+            got = (taps[0] + taps[1] + taps[2] + taps[3]).numpy()
+            rot = visual.rot_pos_emb(grid).numpy()
+            ours = (torch.from_numpy(rowcol(gh, gw, 2)).float()[:, :, None]
+                    * visual.rotary_pos_emb.inv_freq[None, None, :]).flatten(1).numpy()
+        assert np.array_equal(got, want) and np.array_equal(ours, rot), (gh, gw)
+
+
+def test_rope_positions_equal_get_rope_index(torch_vlm) -> None:
+    import torch
+
+    cfg = torch_vlm.config
+    img, vid, vs, ve = cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id, cfg.vision_end_token_id
+    ids = [205, 206, vs, *[img] * 6, ve, 207, vs, *[img] * 4, ve, 208, 209, vs, *[vid] * 2, ve, 210, vs, *[vid] * 2, ve,
+           211, 212]  # text ids far from the special tokens
+    blocks = [Block(3, np.zeros(0), 4, 6), Block(12, np.zeros(0), 4, 4), Block(20, np.zeros(0), 2, 4),
+              Block(25, np.zeros(0), 2, 4)]
+    want, _ = torch_vlm.model.get_rope_index(torch.tensor([ids]), torch.tensor([[1, 4, 6], [1, 4, 4]]),
+                                             torch.tensor([[2, 2, 4]]))
+    assert np.array_equal(rope_positions(len(ids), blocks, 2), want[:, 0].numpy())
+
+
+# ---- the family against Transformers -------------------------------------------------------
+
+
+def _reference(model: Any, family: DecisionVisionFamily, body: dict[str, Any], images: list[Any]) -> dict[str, Any]:
+    """Each question's code probabilities from Transformers over the whole sequence (state + question)."""
+    import torch
+    from transformers import Qwen2VLImageProcessor
+
+    planner = family.planner
+    request = parse_decisions_request(body)
+    entry = request.single
+    assert entry is not None
+    patches = [planner.processor.image(im, planner.image_max_pixels) for im in images]
+    state, _ = planner.state_with_media(entry.state, patches, [])
+    hf = Qwen2VLImageProcessor(size={"shortest_edge": planner.settings.min_pixels,
+                                     "longest_edge": planner.image_max_pixels},
+                               min_pixels=planner.settings.min_pixels, max_pixels=planner.image_max_pixels,
+                               patch_size=16, merge_size=2, temporal_patch_size=2,
+                               image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    media = {}
+    if images:
+        px = hf(images=images, return_tensors="pt")
+        media = {"pixel_values": px["pixel_values"], "image_grid_thw": px["image_grid_thw"]}
+    out = {}
+    for q in entry.valid:
+        ids = [*state, *planner.prompt.question_ids(q, None, 10_000)]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids]), **media).logits[0, -1].double().numpy()
+        z = logits[family.config["token_ids"][: len(q.options)]]
+        e = np.exp(z - z.max())
+        out[q.id] = e / e.sum()
+    return out
+
+
+def _probabilities(answer: dict[str, Any]) -> np.ndarray:
+    if answer["type"] == "noul":
+        return np.array([1 - answer["noul"], answer["noul"]])
+    return np.array(list(answer["probabilities"].values()))
+
+
+BODY_QUESTIONS = {
+    "colour": {"type": "choice", "instructions": "Which colour dominates?",
+               "criteria": {"red": "mostly red", "green": "mostly green", "blue": "mostly blue"}},
+    "busy": {"type": "noul", "instructions": "Is the picture busy?"},
+    "quality": {"type": "score", "instructions": "How sharp is it?", "levels": ["blurry", "fair", "sharp", "crisp"]},
+}
+
+
+def test_answers_equal_transformers_with_images(family, torch_vlm) -> None:
+    images = [test_image(70, 120, 1), test_image(90, 64, 2)]
+    body = {"state": "Two photos from the shop.", "images": [png_url(images[0]), png_url(images[1], "WEBP")],
+            "questions": BODY_QUESTIONS}
+    # WebP is lossy by default in Pillow: the reference reads the decoded image, as the server does
+    from edge_runtime.media.vision import ImageLimits, decode_image
+
+    decoded = [decode_image(u, ImageLimits(1 << 24, 16_000_000)) for u in body["images"]]
+    plan, got = run(family, body)
+    want = _reference(torch_vlm, family, body, decoded)
+    spread = 0.0
+    for qid, p in want.items():
+        assert np.max(np.abs(_probabilities(got["answers"][qid]) - p)) <= PROBABILITY_TOLERANCE, qid
+        spread = max(spread, float(p.max() - p.min()))
+    assert spread > 1e-3  # the fixture's answers are not uniform, so the comparison can fail
+    assert len(plan.rows) == 1 and len(plan.rows[0].branches) == 3  # the state once, three branches
+    state_tokens = len(plan.rows[0].prefix)
+    assert got["usage"]["input_tokens"] == state_tokens + sum(len(b) for b in plan.rows[0].branches)
+
+
+def test_state_once_equals_each_question_alone(family) -> None:
+    url = png_url(test_image(64, 96, 3))
+    _, together = run(family, {"state": "s", "images": [url], "questions": BODY_QUESTIONS})
+    for qid, q in BODY_QUESTIONS.items():
+        _, alone = run(family, {"state": "s", "images": [url], "questions": {qid: q}})
+        assert np.max(np.abs(_probabilities(alone["answers"][qid]) - _probabilities(together["answers"][qid]))) <= 1e-6
+
+
+def test_video_answers_equal_transformers(family, torch_vlm) -> None:
+    import torch
+
+    from edge_runtime.media.video import VideoClip, pair_frames
+    from tests.test_media_video import encode_video
+
+    data = encode_video("mp4", seconds=2.0, fps=10, size=(96, 64))
+    body = {"state": "A clip.", "videos": ["data:video/mp4;base64," + base64.b64encode(data).decode()],
+            "questions": {"busy": BODY_QUESTIONS["busy"]}}
+    plan, got = run(family, body)
+    planner = family.planner
+    from edge_runtime.media.video import sample_frames
+
+    frames = sample_frames(data, planner.video_limits)
+    assert len(frames.images) == 4  # 2 s at 2 fps, at least 4
+    clip = VideoClip(pair_frames(planner.processor, frames.images, frames.times, planner.video_max_pixels),
+                     frames.seconds)
+    entry = parse_decisions_request(body).single
+    assert entry is not None
+    state, _ = planner.state_with_media(entry.state, [], [clip])
+    ids = [*state, *planner.prompt.question_ids(entry.valid[0], None, 10_000)]
+    first = clip.pairs[0].patches
+    pixels = torch.from_numpy(np.concatenate([p.patches.patches for p in clip.pairs]))
+    grid = torch.tensor([[len(clip.pairs), first.grid_h, first.grid_w]])
+    with torch.no_grad():
+        out = torch_vlm(input_ids=torch.tensor([ids]), pixel_values_videos=pixels, video_grid_thw=grid)
+    logits = out.logits[0, -1].double().numpy()
+    z = logits[family.config["token_ids"][:2]]
+    want = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    assert abs(got["answers"]["busy"]["noul"] - want[1]) <= PROBABILITY_TOLERANCE
+    assert "seconds>" in planner.prompt.text.decode(ids)
+
+
+def test_media_refusals_fail_the_request_or_the_batch_entry(family) -> None:
+    q = {"n": BODY_QUESTIONS["busy"]}
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "s", "images": ["data:image/png;base64,AAAA"], "questions": q})
+    assert e.value.reason == "image_format_unsupported"
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "s", "videos": ["data:video/mp4;base64,AAAAAAAAAAAA"], "questions": q})
+    assert e.value.reason == "video_format_unsupported"
+    _, body = run(family, {"states": {
+        "bad": {"state": "s", "images": ["data:image/png;base64,!!"], "questions": q},
+        "good": {"state": "s", "images": [png_url(test_image(40, 40, 4))], "questions": q}}})
+    assert body["states"]["bad"]["answers"]["n"]["error"] == "invalid_input"
+    assert body["states"]["good"]["answers"]["n"]["type"] == "noul"
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "s", "questions": {f"q{i}": {"type": "noul", "instructions": f"Is {i} so?"}
+                                                 for i in range(60)}})
+    assert e.value.reason == "request_tokens" and e.value.limit == family.max_request_tokens
+    _, answered = run(family, {"state": "s", "questions": {"t": {"type": "set", "labels": [{"key": "a"}]}, **q}})
+    assert answered["answers"]["t"]["reason"] == "question_type_unsupported"
+
+
+def test_serving_through_the_runtime(built) -> None:
+    from edge_runtime.api.schema import validate_response
+    from edge_runtime.config import ModelConfig, ServeConfig
+    from edge_runtime.runtime import Runtime
+    from edge_runtime.service import serve
+    from edge_runtime.timing import Timing
+
+    config = ServeConfig(models_file=Path("models.yaml"), models=(
+        ModelConfig(name="vision", package=built["result"].path, device="cpu", threads=1),))
+    runtime = Runtime(config)
+    runtime.load_all()
+    try:
+        assert runtime.status() == "ready", runtime.health()
+        served = runtime.models["vision"]
+        assert served.self_check["status"] == "passed" and served.grouping == "alone"
+        info = served.info()
+        assert info["family"] == "decision-vision" and "image" in info["modalities"]
+        body = {"model": "vision", "state": "Is it paid?", "images": [png_url(test_image(50, 80, 5))],
+                "questions": {"paid": BODY_QUESTIONS["busy"]}}
+        got = asyncio.run(serve(runtime, "decisions", body, Timing()))
+        assert got["answers"]["paid"]["type"] == "noul"
+        validate_response("/v1/decisions", "post", 200, got)
+    finally:
+        for model in runtime.models.values():
+            if model.executor is not None:
+                model.executor.close()
