@@ -316,3 +316,55 @@ def test_serving_through_the_runtime(built) -> None:
         for model in runtime.models.values():
             if model.executor is not None:
                 model.executor.close()
+
+
+def test_a_tower_with_deepstack_exports_and_matches(tmp_path) -> None:
+    """Qwen3-VL's own towers feed deepstack features into the first text layers: the graphs carry them."""
+    result = build_decision_vision_fixture_result(tmp_path / "pkg", deepstack=[0])
+    card = result.card
+    assert card["graph"]["vision"]["outputs"] == ["image_embeds", "deepstack_embeds"]
+    assert "deepstack_embeds" in card["graph"]["inputs"]
+    assert card["verification"]["outputs"]["last_hidden_state"] <= 1e-4
+    assert card["verification"]["outputs"]["state_once_vs_whole"] <= 1e-5
+
+
+def _b64(image: Any) -> str:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_assets_in_the_state_are_images_in_front_of_it(family) -> None:
+    img = test_image(48, 80, 6)
+    q = {"n": BODY_QUESTIONS["busy"]}
+    via_asset, body = run(family, {"state": {"receipt": "<r>", "note": "See <r> twice: <r>"},
+                                   "assets": {"<r>": {"type": "image", "data_base64": _b64(img)}},
+                                   "questions": q})
+    # three uses: three images in front of the state, the text naming them [image 1..3]
+    assert len(via_asset.rows[0].blocks) == 3
+    text = family.planner.prompt.text.decode(list(via_asset.rows[0].prefix))
+    assert '"receipt": "[image 1]"' in text and "See [image 2] twice: [image 3]" in text
+    # the same as sending the image three times under images with that text
+    direct, body2 = run(family, {"state": {"receipt": "[image 1]", "note": "See [image 2] twice: [image 3]"},
+                                 "images": ["data:image/png;base64," + _b64(img)] * 3, "questions": q})
+    assert body["answers"] == body2["answers"]
+    assert np.array_equal(via_asset.rows[0].prefix, direct.rows[0].prefix)
+
+
+def test_asset_refusals(family) -> None:
+    img = {"type": "image", "data_base64": _b64(test_image(32, 32, 7))}
+    q = {"n": BODY_QUESTIONS["busy"]}
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "no reference here", "assets": {"<a>": img}, "questions": q})
+    assert e.value.reason == "asset_unreferenced"
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "x" * 1025, "assets": {"x" * 1025: img}, "questions": q})
+    assert (e.value.reason, e.value.limit) == ("asset_malformed", 1024)
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "<a>", "assets": {"<a>": {"type": "video", "data_base64": "AAAA"}}, "questions": q})
+    assert e.value.reason == "asset_malformed"
+    _, body = run(family, {"state": "<a>", "assets": {"<a>": img, "<b>": img}, "questions": {
+        "n": BODY_QUESTIONS["busy"],
+        "look": {"type": "noul", "instructions": "Does <b> show a receipt?"}}})
+    assert body["answers"]["look"]["reason"] == "question_images_unsupported"
+    assert body["answers"]["n"]["type"] == "noul"

@@ -34,8 +34,11 @@ from edge_runtime.families.decision_plan import (
     DecisionPlan, Entry, Slot, answered_types, assemble, media_refusal, refused_entry,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
+from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
 from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, frame_count, pair_frames
-from edge_runtime.media.vision import ImageLimits, ImageProcessor, Patches, ProcessorSettings, decode_image
+from edge_runtime.media.vision import (
+    ImageLimits, ImageProcessor, Patches, ProcessorSettings, decode_image, decode_image_bytes,
+)
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
@@ -122,10 +125,18 @@ class VisionPlanner:
             raise _TooLong()
         return [*ids, *text], blocks
 
-    def read_media(self, entry: DecisionState) -> tuple[list[Patches], list[VideoClip]]:
-        """The entry's images and videos decoded, checked and processed; ApiError with the reason."""
+    def read_media(self, entry: DecisionState,
+                   asset_images: Sequence[bytes] = ()) -> tuple[list[Patches], list[VideoClip]]:
+        """The entry's images (then the assets its state uses, one image per use) and videos,
+        decoded, checked and processed; ApiError with the reason."""
         images = [self.processor.image(decode_image(url, self.image_limits), self.image_max_pixels)
                   for url in entry.images]
+        decoded: dict[int, Patches] = {}
+        for data in asset_images:  # one image per use; an asset used twice is decoded once
+            if id(data) not in decoded:
+                decoded[id(data)] = self.processor.image(decode_image_bytes(data, self.image_limits),
+                                                         self.image_max_pixels)
+            images.append(decoded[id(data)])
         videos = []
         used = 0
         for url in entry.videos:
@@ -212,10 +223,11 @@ class DecisionVisionFamily:
 
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Decode media, render and tokenize every answerable question; decide the others now."""
-        if request.assets:
-            raise ApiError("invalid_request", f"model {self.name!r} does not read assets yet; send images",
-                           reason="assets_unsupported")
         cap = self._question_cap(request)
+        assets = None
+        if request.assets and "image" in self.modalities:
+            assets = parse_assets(request.assets, self.planner.image_limits.max_bytes)
+        used: list[str] = []
         plan = DecisionPlan(request, rows=[])
         refusals: list[ApiError] = []
         for name, entry in request.entries():
@@ -223,7 +235,7 @@ class DecisionVisionFamily:
             planned = None
             if refused is None:
                 try:
-                    planned = self._plan_entry(name, entry, cap, plan.rows)
+                    planned = self._plan_entry(name, entry, cap, plan.rows, assets, used)
                 except ApiError as e:
                     refused = e
             if refused is not None:
@@ -235,6 +247,8 @@ class DecisionVisionFamily:
             plan.entries.append(planned)
         if refusals and len(refusals) == len(plan.entries):
             raise refusals[0]
+        if assets is not None:
+            check_all_used(assets, used)
         if not any(isinstance(s.question, Question) for e in plan.entries for s in e.slots):
             raise NoValidQuestion([(e.name, s.question) for e in plan.entries for s in e.slots
                                    if isinstance(s.question, InvalidQuestion)])
@@ -250,11 +264,22 @@ class DecisionVisionFamily:
             cap = min(cap, opts.max_tokens)
         return cap
 
-    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow]) -> Entry:
+    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow],
+                    assets: Assets | None = None, used: list[str] | None = None) -> Entry:
         planned = Entry(name, [])
         answerable: list[Slot] = []
+        state: Any = entry.state
+        state_uses: list[str] = []
+        if assets is not None:
+            # a use in the state is one more image in front of it, after `images`, named [image k]
+            first = len(entry.images) + 1
+            state, state_uses = replace_in(entry.state, assets, lambda k: f"[image {first + k}]")
+        if used is not None:
+            used.extend(state_uses)
         for q in entry.questions:
             refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
+            if refused is None and assets is not None and isinstance(q, Question):
+                refused = self._question_images(q, assets, used)
             slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
@@ -262,9 +287,9 @@ class DecisionVisionFamily:
         planned.temperature = select_temperature(self.config, sum(1 for q in entry.valid if q.type in QUESTION_TYPES))
         if not answerable:
             return planned
-        images, videos = self.planner.read_media(entry)
+        images, videos = self.planner.read_media(entry, [assets.images[r] for r in state_uses] if assets else [])
         try:
-            state_ids, blocks = self.planner.state_with_media(entry.state, images, videos, cap)
+            state_ids, blocks = self.planner.state_with_media(state, images, videos, cap)
         except _TooLong:
             state_ids, blocks = [], []
             for slot in answerable:
@@ -299,6 +324,18 @@ class DecisionVisionFamily:
                                    f"model {self.name!r} lists at most {len(self.planner.prompt.codes)} options; "
                                    f"this question has {len(q.options)}")
         return refused
+
+    def _question_images(self, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
+        """question_images_unsupported for a question whose instructions or options reference an asset:
+        this model places images in the state only, and moving one there would change the other answers."""
+        refs = assets.used_in([q.instructions, *(o.description for o in q.options)])
+        if not refs:
+            return None
+        if used is not None:
+            used.extend(refs)  # referenced, so not unreferenced, though this question cannot read it
+        return InvalidQuestion(q.id, q.type, "question_images_unsupported",
+                               f"model {self.name!r} reads images in the state only (image_placements: state); "
+                               "put an image the questions share in the state")
 
     def _too_long(self, q: Question, cap: int) -> dict[str, Any]:
         return failed_answer(q.type, "max_length_exceeded", "question_tokens",
