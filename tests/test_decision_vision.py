@@ -368,3 +368,56 @@ def test_asset_refusals(family) -> None:
         "look": {"type": "noul", "instructions": "Does <b> show a receipt?"}}})
     assert body["answers"]["look"]["reason"] == "question_images_unsupported"
     assert body["answers"]["n"]["type"] == "noul"
+
+
+def test_video_tokens_limit_and_batches_equal_entries_alone(family) -> None:
+    from tests.test_media_video import encode_video
+
+    q = {"n": BODY_QUESTIONS["busy"]}
+    long_clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 20.0, 2, (64, 48))).decode()
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "s", "videos": [long_clip], "questions": q})
+    assert (e.value.reason, e.value.limit) == ("video_tokens", family.planner.video_max_tokens)
+    a = {"state": "first", "images": [png_url(test_image(40, 72, 8))], "questions": BODY_QUESTIONS}
+    b = {"state": "second", "images": [png_url(test_image(72, 40, 9))], "questions": q}
+    _, batch = run(family, {"states": {"a": a, "b": b}})
+    for name, entry in (("a", a), ("b", b)):
+        _, alone = run(family, entry)
+        assert batch["states"][name]["answers"] == alone["answers"]
+        assert batch["states"][name]["usage"] == alone["usage"]
+    assert batch["usage"]["input_tokens"] == sum(batch["states"][n]["usage"]["input_tokens"] for n in "ab")
+
+
+def test_video_tokens_are_refused_before_decoding(family, monkeypatch) -> None:
+    from tests.test_media_video import encode_video
+
+    import edge_runtime.media.video as video
+
+    long_clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 30.0, 2, (64, 48))).decode()
+    decoded: list[int] = []
+    original = video.open_video
+
+    class Spy:
+        """The container, recording any decoding."""
+
+        def __init__(self, container: Any) -> None:
+            self.container = container
+
+        def decode(self, *a: Any, **k: Any) -> Any:
+            decoded.append(1)
+            return self.container.decode(*a, **k)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.container, name)
+
+    def spy(data: bytes, limits: Any) -> Any:
+        container, stream, seconds = original(data, limits)
+        return Spy(container), stream, seconds
+
+    monkeypatch.setattr(video, "open_video", spy)
+    with pytest.raises(ApiError) as e:
+        run(family, {"state": "s", "videos": [long_clip], "questions": {"n": BODY_QUESTIONS["busy"]}})
+    assert e.value.reason == "video_tokens" and not decoded
+    short = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
+    run(family, {"state": "s", "videos": [short], "questions": {"n": BODY_QUESTIONS["busy"]}})
+    assert decoded  # the spy sees decoding when there is some

@@ -139,17 +139,27 @@ class VisionPlanner:
             images.append(decoded[id(data)])
         videos = []
         used = 0
+        # the fewest tokens a pair's timestamp takes: a clip refused on this bound is refused undecoded
+        stamp = len(self.prompt.text.encode(self.timestamp.format(t=0.0), add_special_tokens=False).ids)
+
+        def before_decode(frames: int, width: int, height: int) -> None:
+            pair = self.processor.tokens(height, width, self.video_max_pixels) + stamp + 2
+            self._check_video_tokens(used + (frames + 1) // 2 * pair)
+
         for url in entry.videos:
-            frames = decode_video(url, self.video_limits)
+            frames = decode_video(url, self.video_limits, before_decode)
             clip = VideoClip(pair_frames(self.processor, frames.images, frames.times, self.video_max_pixels),
                              frames.seconds)
             used += len(self.video_ids(clip)[0])
-            if used > self.video_max_tokens:
-                raise ApiError("invalid_request", f"the request's videos take {used} tokens, more than the "
-                               f"model's video_max_tokens {self.video_max_tokens}", reason="video_tokens",
-                               limit=self.video_max_tokens)
+            self._check_video_tokens(used)
             videos.append(clip)
         return images, videos
+
+    def _check_video_tokens(self, tokens: int) -> None:
+        if tokens > self.video_max_tokens:
+            raise ApiError("invalid_request", f"the request's videos take {tokens} tokens or more, more than the "
+                           f"model's video_max_tokens {self.video_max_tokens}", reason="video_tokens",
+                           limit=self.video_max_tokens)
 
 
 class _TooLong(Exception):

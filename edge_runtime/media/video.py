@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -144,10 +144,20 @@ def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float]:
         raise refused("video_malformed", "the video's container cannot be read") from None
 
 
-def sample_frames(data: bytes, limits: VideoLimits) -> Frames:
+#: ``check(frames, width, height)``: called before any frame is decoded; may raise to refuse the clip.
+BeforeDecode = Callable[[int, int, int], None]
+
+
+def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode | None = None) -> Frames:
     """The frames the model reads (see the module docstring)."""
     container, stream, seconds = open_video(data, limits)
     k = frame_count(seconds, limits)
+    if before_decode is not None:
+        try:
+            before_decode(k, stream.codec_context.width, stream.codec_context.height)
+        except BaseException:
+            container.close()
+            raise
     targets = [float(t) for t in np.linspace(0.0, seconds, k)]
     picked: list[Any] = [None] * k
     start = stream.start_time or 0
@@ -184,9 +194,10 @@ def sample_frames(data: bytes, limits: VideoLimits) -> Frames:
     return Frames(images, times, seconds)
 
 
-def decode_video(url: Any, limits: VideoLimits) -> Frames:
+def decode_video(url: Any, limits: VideoLimits, before_decode: BeforeDecode | None = None) -> Frames:
     """The sampled frames of a base64 data URL (see sample_frames)."""
-    return sample_frames(data_url_bytes(url, "video", "video_malformed", limits.max_bytes), limits)
+    data = data_url_bytes(url, "video", "video_malformed", limits.max_bytes)
+    return sample_frames(data, limits, before_decode)
 
 
 def pair_frames(processor: ImageProcessor, frames: Sequence[Image.Image], times: Sequence[float],
@@ -210,5 +221,5 @@ def pair_tokens(processor: ImageProcessor, width: int, height: int, max_pixels: 
     return processor.tokens(height, width, max_pixels)
 
 
-__all__ = ["FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video", "frame_count",
+__all__ = ["BeforeDecode", "FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video", "frame_count",
            "open_video", "pair_frames", "pair_tokens", "sample_frames", "sniff_container"]
