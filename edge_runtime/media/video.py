@@ -221,5 +221,5 @@ def pair_tokens(processor: ImageProcessor, width: int, height: int, max_pixels: 
     return processor.tokens(height, width, max_pixels)
 
 
-__all__ = ["BeforeDecode", "FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video", "frame_count",
-           "open_video", "pair_frames", "pair_tokens", "sample_frames", "sniff_container"]
+__all__ = ["BeforeDecode", "FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video",
+           "frame_count", "open_video", "pair_frames", "pair_tokens", "sample_frames", "sniff_container"]
