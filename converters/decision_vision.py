@@ -29,6 +29,7 @@ probabilities from the LM's logits.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import tempfile
 import warnings
@@ -47,11 +48,15 @@ from converters.export import ExportResult, PackageIdentity, identity_card, noti
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
+from edge_runtime.families.decision_vision import BOX_READOUT
+from edge_runtime.heads.box_grid import CONFIDENCE_FORMULA, digit_tree, edge_distribution
 from edge_runtime.packages.card import CARD_FORMAT
 
 KIND = "decision-vision"
 OPSET = 18
 HIDDEN_TOLERANCE = 1e-4
+BOX_TOLERANCE = 1e-5
+BOX_PREFIX = '{"bbox_2d": ['
 PROBABILITY_TOLERANCE = 1e-4
 #: Image sizes (height, width) the verification reads; chosen to give three different grids.
 VERIFY_SIZES = ((64, 64), (96, 160), (150, 90))
@@ -282,7 +287,8 @@ def _verify(model: Any, hf_processor: Any, family: Any, work: Path) -> _Verified
         nonlocal worst_h, worst_p, worst_branch
         state, branch = ids[: len(ids) - len(q_ids)], ids[len(ids) - len(q_ids):]
         _, whole_h, _ = fwd.prefill(vision_row(ids, blocks, [branch]))
-        (branched,) = fwd([vision_row(state, blocks, [branch])])
+        (branched_row,) = fwd([vision_row(state, blocks, [branch])])
+        branched = branched_row.branches
         p = family.probabilities(branched[0], len(q.options), 1.0)
         dh = float(np.max(np.abs(whole_h - ref_h)))
         dp = float(np.max(np.abs(p - ref_p)))
@@ -324,6 +330,79 @@ def _verify(model: Any, hf_processor: Any, family: Any, work: Path) -> _Verified
             raise ConversionError(f"verification failed: {name} differ from Transformers' by {value:.3g}, "
                                   f"above {tol:g}; no package written")
     return _Verified(worst_h, worst_p, worst_branch, worst_pix, cases)
+
+
+def _box_tokens(text_tok: Any) -> tuple[dict[str, Any] | None, list[int]]:
+    """The box config and its readout token ids, or (None, []) when the tokenizer does not write
+    numbers one digit per token (then the package answers no box: its digits would not be a tree)."""
+    def ids(text: str) -> list[int]:
+        return list(text_tok.encode(text, add_special_tokens=False).ids)
+
+    digits = [ids(str(d)) for d in range(10)]
+    if any(len(d) != 1 for d in digits):
+        return None, []
+    digit_ids = [d[0] for d in digits]
+    sep, end, prefix = ids(", "), ids("]}"), ids(BOX_PREFIX)
+    for sample in ((0, 1000, 12, 999), (100, 7, 1000, 10), (345, 20, 5, 678)):
+        want = [*prefix]
+        for i, v in enumerate(sample):
+            want += [digit_ids[int(c)] for c in str(v)] + (sep if i < 3 else end)
+        if ids(BOX_PREFIX + ", ".join(map(str, sample)) + "]}") != want:
+            return None, []  # the JSON does not tokenize piecewise: no exact tree
+    config = {"prefix": BOX_PREFIX, "prefix_ids": prefix, "digit_ids": digit_ids, "separator_ids": sep,
+              "end_ids": end, "grid": 1000, "confidence": CONFIDENCE_FORMULA}
+    return config, [*digit_ids, sep[0], end[0]]
+
+
+def _verify_box(model: Any, hf_processor: Any, planner: Any, work: Path) -> float:
+    """The first two edges' P(v) against Transformers run on every digit path (brute force)."""
+    import torch
+
+    from edge_runtime.engine.session import create_session
+    from edge_runtime.engine.vision_lm import VisionLanguageForward, vision_row
+    from edge_runtime.requests.decisions import parse_decisions_request
+
+    fwd = VisionLanguageForward(create_session(work / "vision.onnx", "cpu", 1),
+                                create_session(work / "model.onnx", "cpu", 1), planner.embeddings,
+                                merge=planner.settings.merge_size, side=planner.side)
+    image = _test_image(96, 128, 7)
+    entry = parse_decisions_request({"state": "Find it.", "questions": {
+        "b": {"type": "box", "instructions": "the brightest corner"}}}).single
+    assert entry is not None
+    q = entry.valid[0]
+    box = planner.box
+    patches = planner.processor.image(image, planner.image_max_pixels)
+    state, blocks = planner.state_with_media(entry.state, [patches], [])
+    q_ids = box.question_ids(q, 10_000)
+    (out,) = fwd([vision_row(state, blocks, [], [box.branch(q_ids, 1.0)])])
+    hf = hf_processor(images=[image], return_tensors="pt")
+    tree = digit_tree()
+    prefixes = ["", *tree.index]
+    committed: list[int] = []
+    worst = 0.0
+    for edge in range(2):
+        term = box.readout.shape[0] - 2 if edge < 3 else box.readout.shape[0] - 1
+        columns = [*box.digit_ids.tolist(), [*box.separator_ids][0] if term == 10 else 0]
+        # Transformers' own generation path: the committed text once, then each digit path continued
+        # from a copy of its cache (as generate() would continue it), 102 short forwards per edge
+        base = [*state, *q_ids, *committed]
+        with torch.no_grad():
+            first = model(input_ids=torch.tensor([base]), pixel_values=hf["pixel_values"],
+                          image_grid_thw=hf["image_grid_thw"], use_cache=True)
+            logits = [first.logits[0, -1].double().numpy()[columns]]
+            for p in prefixes[1:]:
+                path = [int(box.digit_ids[int(c)]) for c in p]
+                z = model(input_ids=torch.tensor([path]), past_key_values=copy.deepcopy(first.past_key_values),
+                          cache_position=torch.arange(len(base), len(base) + len(path)), use_cache=True)
+                logits.append(z.logits[0, -1].double().numpy()[columns])
+        want = edge_distribution(np.asarray(logits), tree)
+        got = box.distribution(edge, out.trees[0][edge], 1.0)
+        if abs(want.sum() - 1) > 1e-9:
+            raise ConversionError("verification: the box grammar's P(v) does not sum to 1")
+        worst = max(worst, float(np.max(np.abs(got - want))))
+        v = int(np.argmax(got))
+        committed += [*(int(box.digit_ids[int(c)]) for c in str(v)), *box.separator_ids]
+    return float(f"{worst:.3g}")
 
 
 # ---- export --------------------------------------------------------------------------------
@@ -396,6 +475,8 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
         before, after, markup = chat_markup(src_dir)
         codes, token_ids = choose_codes(_text_tokenizer(tok))
         readout, bias = _lm_head(model, token_ids)
+        box_config, box_ids = _box_tokens(_text_tokenizer(tok))
+        box_readout = _lm_head(model, box_ids)[0] if box_ids else None
         hf_processor, processor = _processor_settings(src_dir, opts, vcfg)
         stamp = _stamp(src_dir)
     timings["load"] = s.seconds
@@ -432,6 +513,8 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
                    "deepstack_layers": len(vcfg.deepstack_visual_indexes),
                    "timestamp": "<{t:.1f} seconds>"},
     }
+    if box_config is not None:
+        config["box"] = box_config
     try:
         check_config(config)
     except ValueError as e:
@@ -445,6 +528,8 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
         timings["export"] = s.seconds
         np.save(work / "onnx" / "embeddings.npy", np.ascontiguousarray(embeddings))
         head = {READOUT: readout}
+        if box_readout is not None:
+            head[BOX_READOUT] = box_readout
         files: dict[str, Path | bytes] = {
             "model.onnx": text_path, "vision.onnx": vision_path, "embeddings.npy": work / "onnx" / "embeddings.npy",
             "tokenizer.json": tok.to_str().encode("utf-8"), "head.npz": _npz_bytes(head),
@@ -454,8 +539,15 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
             from edge_runtime.families.decision_vision import VisionPlanner
 
             planner = VisionPlanner.from_parts(tok, config, limits, np.load(work / "onnx" / "embeddings.npy",
-                                                                          mmap_mode="r"), readout)
+                                                                          mmap_mode="r"), readout, box_readout)
             verified = _verify(model, hf_processor, planner, work / "onnx")
+            box_diff = _verify_box(model, hf_processor, planner, work / "onnx") if planner.box else None
+            if box_diff is not None:
+                verified.cases.append({"case": "box: edges 1 and 2, P(v) over 0..1000 against Transformers "
+                                               "brute force (every digit path)", "distribution": box_diff})
+                if not box_diff <= BOX_TOLERANCE:
+                    raise ConversionError(f"verification failed: box edge distributions differ from Transformers' "
+                                          f"by {box_diff:.3g}, above {BOX_TOLERANCE:g}; no package written")
         timings["parity"] = s.seconds
         log(f"parity: hidden {verified.hidden:.3g}, probabilities {verified.probabilities:.3g}, "
             f"state-once {verified.state_once:.3g}, processor {verified.processor:.3g}")
@@ -488,7 +580,10 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
                              "per_case": verified.cases},
             "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
                       "exporter": "torch.onnx TorchScript tracer (grid-free wrappers)"},
-            "question_types": ["choice", "noul", "score"],
+            "question_types": ["choice", "noul", "score", *(["box"] if box_config else [])],
+            **({"box": {"format": 'Qwen3-VL {"bbox_2d": [x1, y1, x2, y2]} on a 0..1000 grid, read as exact '
+                                  "distributions from a digit tree", "confidence": CONFIDENCE_FORMULA}}
+               if box_config else {}),
             "image_placements": ["state"],
             "usage": "state_once",
             "checks": {"qwen3_5": "vision tower as Qwen3-VL with deepstack_visual_indexes []; its gated-delta-net "

@@ -88,6 +88,8 @@ def test_card_records_parity_at_three_sizes_a_video_and_state_once(built) -> Non
     cases = [c["case"] for c in v["per_case"]]
     assert sum(c.startswith("image") for c in cases) == 3 and sum(c.startswith("video") for c in cases) == 1
     assert len({c.split("grid ")[1] for c in cases if "grid" in c}) == 3  # three different grids
+    boxed = [c for c in v["per_case"] if c["case"].startswith("box")]
+    assert len(boxed) == 1 and boxed[0]["distribution"] <= 1e-5 and "box" in card["question_types"]
     package = read_package(built["result"].path)
     assert {"vision.onnx", "embeddings.npy", "model.onnx", "head.npz"} <= set(package.files)
     for key in ("image_max_bytes", "image_source_max_pixels", "image_max_pixels", "video_max_bytes",
@@ -421,3 +423,102 @@ def test_video_tokens_are_refused_before_decoding(family, monkeypatch) -> None:
     short = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
     run(family, {"state": "s", "videos": [short], "questions": {"n": BODY_QUESTIONS["busy"]}})
     assert decoded  # the spy sees decoding when there is some
+
+
+# ---- Box ---------------------------------------------------------------------------------------
+
+
+def test_box_grid_is_a_distribution_over_0_to_1000() -> None:
+    from edge_runtime.heads.box_grid import digit_tree, edge_distribution, pick
+
+    tree = digit_tree()
+    assert len(tree.digits) == 101 and tree.index["100"] == 100 and tree.parents[tree.index["42"]] == tree.index["4"]
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, (102, 11))
+    p = edge_distribution(logits, tree)
+    assert p.shape == (1001,) and abs(p.sum() - 1) < 1e-12 and (p > 0).all()
+
+    def soft(z: np.ndarray, allowed: list[int]) -> np.ndarray:
+        e = np.exp(z[allowed] - z[allowed].max())
+        return dict(zip(allowed, e / e.sum()))  # type: ignore[return-value]
+
+    every = list(range(11))
+    node = {k: logits[1 + i] for k, i in tree.index.items()}
+    # by hand: 1000 = "1","0","0","0" then nothing to choose; 100 ends after "100"; 42 ends after "42"
+    assert p[1000] == pytest.approx(soft(logits[0], list(range(10)))[1] * soft(node["1"], every)[0]
+                                    * soft(node["10"], every)[0] * soft(node["100"], [0, 10])[0], rel=1e-12)
+    assert p[100] == pytest.approx(soft(logits[0], list(range(10)))[1] * soft(node["1"], every)[0]
+                                   * soft(node["10"], every)[0] * soft(node["100"], [0, 10])[10], rel=1e-12)
+    assert p[42] == pytest.approx(soft(logits[0], list(range(10)))[4] * soft(node["4"], every)[2]
+                                  * soft(node["42"], every)[10], rel=1e-12)
+    assert p[0] == pytest.approx(soft(logits[0], list(range(10)))[0], rel=1e-12)
+    assert pick(p, 500) >= 500
+
+
+def test_box_answers_and_transformers_brute_force(family, torch_vlm) -> None:
+    """Edge 1's P(v) for a few v, each from Transformers' full forwards along its digits: independent of
+    the tree, the cache and the assembly."""
+    import torch
+    from transformers import Qwen2VLImageProcessor
+
+    from edge_runtime.api.schema import validate_response
+
+    image = test_image(80, 120, 11)
+    body = {"state": "Find it.", "images": [png_url(image)],
+            "questions": {"where": {"type": "box", "instructions": "the brightest corner"},
+                          "busy": BODY_QUESTIONS["busy"]}}
+    plan, got = run(family, body)
+    ans = got["answers"]["where"]
+    assert ans["type"] == "box" and 0 <= ans["confidence"] <= 1
+    b = ans["box"]
+    assert 0 <= b["left"] <= b["right"] <= 1 and 0 <= b["top"] <= b["bottom"] <= 1
+    validate_response("/v1/decisions", "post", 200, {**got, "model": "m"})
+    box = family.planner.box
+    hiddens = family.forward(plan.rows)[0].trees[0]
+    p = box.distribution(0, hiddens[0], 1.0)
+    planner = family.planner
+    entry = parse_decisions_request(body).single
+    patches = planner.processor.image(image, planner.image_max_pixels)
+    state, _ = planner.state_with_media(entry.state, [patches], [])
+    q_ids = box.question_ids(entry.valid[0], 10_000)
+    hf = Qwen2VLImageProcessor(size={"shortest_edge": planner.settings.min_pixels,
+                                     "longest_edge": planner.image_max_pixels},
+                               min_pixels=planner.settings.min_pixels, max_pixels=planner.image_max_pixels,
+                               patch_size=16, merge_size=2, temporal_patch_size=2,
+                               image_mean=[0.5] * 3, image_std=[0.5] * 3)(images=[image], return_tensors="pt")
+    digit = [int(i) for i in box.digit_ids]
+    sep = int(box.separator_ids[0])
+
+    def step(path: str, allowed: list[int], pick: int) -> float:
+        ids = [*state, *q_ids, *(digit[int(c)] for c in path)]
+        with torch.no_grad():
+            z = torch_vlm(input_ids=torch.tensor([ids]), **hf).logits[0, -1].double().numpy()
+        cols = [digit[a] if a < 10 else sep for a in allowed]
+        e = np.exp(z[cols] - z[cols].max())
+        return float((e / e.sum())[allowed.index(pick)])
+
+    every = list(range(11))
+    for v in (0, 7, 42, 100, 1000, 345):
+        text = str(v)
+        want = step("", list(range(10)), int(text[0]))
+        for k in range(1, len(text)):
+            want *= step(text[:k], [0, 10] if text[:k] == "100" else every, int(text[k]))
+        if v != 0 and (len(text) < 3 or text == "100"):
+            want *= step(text, [0, 10] if text == "100" else every, 10)
+        assert abs(p[v] - want) <= PROBABILITY_TOLERANCE, v
+    assert family.card_box_confidence() == family.config["box"]["confidence"]
+
+
+def test_box_needs_one_image(family) -> None:
+    box = {"type": "box", "instructions": "the receipt"}
+    _, none = run(family, {"state": "s", "questions": {"b": box, "n": BODY_QUESTIONS["busy"]}})
+    assert none["answers"]["b"]["reason"] == "box_needs_image"
+    url = png_url(test_image(40, 40, 12))
+    _, two = run(family, {"state": "s", "images": [url, url], "questions": {"b": box, "n": BODY_QUESTIONS["busy"]}})
+    assert two["answers"]["b"]["reason"] == "box_target_ambiguous"
+    _, at = run(family, {"state": "s", "images": [url],
+                         "questions": {"b": {**box, "at": 1.5}, "n": BODY_QUESTIONS["busy"]}})
+    assert at["answers"]["b"]["reason"] == "box_unsupported"
+    _, track = run(family, {"state": "s", "images": [url], "questions": {
+        "t": {"type": "track", "instructions": "the cat"}, "n": BODY_QUESTIONS["busy"]}})
+    assert track["answers"]["t"]["reason"] == "track_unsupported"

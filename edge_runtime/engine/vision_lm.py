@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -135,19 +135,51 @@ def rope_positions(length: int, blocks: Sequence[Block], merge: int) -> np.ndarr
 
 
 @dataclass(frozen=True)
+class TreeBranch:
+    """A question read as a token tree, ``steps`` forwards deep, from the state's cache.
+
+    Each forward runs the committed ids (at first ``prefix``) and the tree's tokens; tree node i
+    sees the state, every committed token, its ancestors (``parents``, -1 for none) and itself, at
+    position ``next + committed + depths[i]``. The committed tokens join the cache, the tree's do
+    not. ``advance(step, hidden)`` gets ``[1 + T, H]`` (the last committed position, then every
+    node) and returns the ids to commit before the next forward: the family's decision, never
+    the engine's.
+    """
+
+    prefix: np.ndarray
+    tree_ids: np.ndarray
+    parents: np.ndarray
+    depths: np.ndarray
+    steps: int
+    advance: Callable[[int, np.ndarray], Sequence[int]]
+
+
+@dataclass(frozen=True)
 class VisionRow:
     """A state (ids with its media blocks) run once, and the question branches that continue it."""
 
     prefix: np.ndarray
     blocks: tuple[Block, ...]
     branches: tuple[np.ndarray, ...]
+    trees: tuple[TreeBranch, ...] = ()
 
 
-def vision_row(prefix: Sequence[int], blocks: Sequence[Block], branches: Sequence[Sequence[int]]) -> VisionRow:
+@dataclass(frozen=True)
+class VisionOutput:
+    """A row's results: each branch's last hidden state ``[n, H]``, each tree's ``[steps, 1 + T, H]``."""
+
+    branches: np.ndarray
+    trees: tuple[np.ndarray, ...] = ()
+
+
+def _ids(v: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(v, dtype=np.int64).reshape(-1))
+
+
+def vision_row(prefix: Sequence[int], blocks: Sequence[Block], branches: Sequence[Sequence[int]],
+               trees: Sequence[TreeBranch] = ()) -> VisionRow:
     """A VisionRow over int64 copies of the ids."""
-    def ids(v: Sequence[int]) -> np.ndarray:
-        return np.ascontiguousarray(np.asarray(v, dtype=np.int64).reshape(-1))
-    return VisionRow(ids(prefix), tuple(blocks), tuple(ids(b) for b in branches))
+    return VisionRow(_ids(prefix), tuple(blocks), tuple(_ids(b) for b in branches), tuple(trees))
 
 
 class VisionLanguageForward:
@@ -180,7 +212,8 @@ class VisionLanguageForward:
         self._lock = threading.Lock()
 
     def length(self, row: VisionRow) -> int:
-        return len(row.prefix) + sum(len(b) for b in row.branches)
+        return (len(row.prefix) + sum(len(b) for b in row.branches)
+                + sum(len(t.prefix) + t.steps * len(t.tree_ids) for t in row.trees))
 
     def encode_block(self, block: Block) -> tuple[np.ndarray, np.ndarray | None]:
         """The vision core over one block: its token rows, and its deepstack rows (or None)."""
@@ -232,14 +265,51 @@ class VisionLanguageForward:
         cache = {n: out[n] for n in self.past_names}
         return cache, out[HIDDEN][0, -1].copy(), int(positions.max()) + 1
 
-    def __call__(self, rows: Sequence[Any]) -> list[np.ndarray]:
+    def __call__(self, rows: Sequence[Any]) -> list[VisionOutput]:
         with self._lock:
             return [self._row(r) for r in rows]
 
-    def _row(self, row: VisionRow) -> np.ndarray:
-        if not row.branches:
-            raise ValueError("a VisionRow needs at least one branch")
+    def _row(self, row: VisionRow) -> VisionOutput:
+        if not row.branches and not row.trees:
+            raise ValueError("a VisionRow needs at least one branch or tree")
         cache, _, start = self.prefill(row)
+        branches = (self._branches(row, cache, start) if row.branches
+                    else np.zeros((0, self.hidden), dtype=np.float32))
+        return VisionOutput(branches, tuple(self._tree(t, cache, start) for t in row.trees))
+
+    def _tree(self, tree: TreeBranch, cache: dict[str, np.ndarray], start: int) -> np.ndarray:
+        """``[steps, 1 + T, H]``: each forward's last committed position and tree nodes."""
+        sees = np.eye(len(tree.tree_ids), dtype=bool)
+        for i, p in enumerate(tree.parents):
+            while p >= 0:
+                sees[i, p] = True
+                p = tree.parents[p]
+        committed = _ids(tree.prefix)
+        past = next(iter(cache.values())).shape[2]
+        out = []
+        for step in range(tree.steps):
+            c, t = len(committed), len(tree.tree_ids)
+            if c < 1:
+                raise ValueError("every tree step commits at least one token")
+            bias = np.full((1, 1, c + t, past + c + t), MASKED, dtype=np.float32)
+            bias[0, 0, :, :past] = 0.0
+            bias[0, 0, :c, past:past + c] = causal_bias(c)
+            bias[0, 0, c:, past:past + c] = 0.0
+            bias[0, 0, c:, past + c:] = np.where(sees, 0.0, MASKED)
+            positions = np.concatenate([start + np.arange(c), start + c + tree.depths]).astype(np.int64)
+            ids = np.concatenate([committed, tree.tree_ids])
+            embeds = np.array(self.embeddings[ids], dtype=np.float32)[None]
+            result = self.run_text(embeds, bias, np.broadcast_to(positions, (1, 3, c + t)).copy(), cache, None)
+            hidden = np.array(result[HIDDEN][0, c - 1:], dtype=np.float32)
+            out.append(hidden)
+            # the committed tokens join the cache; the tree's are dropped
+            cache = {n: np.ascontiguousarray(result[n][:, :, :past + c]) for n in self.past_names}
+            past, start = past + c, start + c
+            if step + 1 < tree.steps:
+                committed = _ids(tree.advance(step, hidden))
+        return np.stack(out)
+
+    def _branches(self, row: VisionRow, cache: dict[str, np.ndarray], start: int) -> np.ndarray:
         past = len(row.prefix)
         lengths = np.array([len(b) for b in row.branches], dtype=np.int64)
         if lengths.min() < 1:
@@ -266,5 +336,6 @@ def causal_bias(n: int) -> np.ndarray:
     return bias
 
 
-__all__ = ["Block", "MASKED", "VisionLanguageForward", "VisionRow", "causal_bias", "merged_order",
+__all__ = ["Block", "MASKED", "TreeBranch", "VisionLanguageForward", "VisionOutput", "VisionRow", "causal_bias",
+           "merged_order",
            "position_taps", "rope_positions", "rowcol", "torch_linspace", "vision_row"]

@@ -14,6 +14,11 @@ videos of a request at most ``video_max_tokens`` (400 ``video_tokens``). Images 
 decoded while planning (edge_runtime.media), on the worker that tokenizes; a malformed or
 over-limit one fails the request with 400 and its fixed reason (a batch entry fails in place).
 
+Box questions (where the package carries ``box`` in decision_config.json and ``box_readout`` in
+head.npz) read the state's only image: each is a tree branch of the same row, four forwards deep
+(one per edge, heads.box_grid), answered as edges over 0..1000 and the card's confidence formula;
+``at`` (a moment of a video) and track are not read by this family yet.
+
 Rows run alone (``batchable`` False): a row already batches its own questions, and rows of
 different media share nothing worth padding for. Answers: ``softmax(R[:K] @ h / T)``, R the LM-head
 rows of the codes, as decision-codes reads them.
@@ -21,17 +26,21 @@ rows of the codes, as decision-codes reads them.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_runtime.engine.vision_lm import Block, VisionLanguageForward, VisionRow, vision_row
+from edge_runtime.engine.vision_lm import Block, TreeBranch, VisionLanguageForward, VisionOutput, VisionRow, vision_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_codes import READOUT, CodesPrompt
 from edge_runtime.families.decision_plan import (
     DecisionPlan, Entry, Slot, answered_types, assemble, media_refusal, refused_entry,
+)
+from edge_runtime.heads.box_grid import (
+    CONFIDENCE_FORMULA, digit_tree, edge_distribution, pick, window_probability,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
@@ -41,19 +50,87 @@ from edge_runtime.media.vision import (
 )
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
+from edge_runtime.questions.box import box_answer
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
 
 SURFACE = "decisions"
-QUESTION_TYPES = ("choice", "noul", "score")
+QUESTION_TYPES = ("choice", "noul", "score", "box")
+CODE_TYPES = ("choice", "noul", "score")
 EMBEDDINGS_FILE = "embeddings.npy"
 VISION_FILE = "vision.onnx"
+BOX_READOUT = "box_readout"  # head.npz: LM-head rows of the digits 0-9, the separator and the end
+BOX_REPLY = ('Reply with only its bounding box as JSON {"bbox_2d": [x1, y1, x2, y2]}, each coordinate '
+             "from 0 to 1000.")
+BOX_EDGES = 4
+
+
+class BoxReader:
+    """Box questions as Qwen3-VL writes boxes: ``{"bbox_2d": [x1, y1, x2, y2]}`` on the 0..1000 grid.
+
+    The question part is ``Question:\n<instructions>\n\n<BOX_REPLY>``, the chat markup, then the
+    forced ``{"bbox_2d": [``; each edge is one forward of the digit tree (heads.box_grid) whose
+    terminator is the separator's first token (the end's for the last edge). The picked edge's
+    digits and the separator are committed before the next edge; right >= left, bottom >= top.
+    """
+
+    def __init__(self, prompt: CodesPrompt, box: dict[str, Any], readout: np.ndarray) -> None:
+        self.prompt = prompt
+        self.digit_ids = np.asarray(box["digit_ids"], dtype=np.int64)
+        self.prefix_ids = [int(i) for i in box["prefix_ids"]]
+        self.separator_ids = [int(i) for i in box["separator_ids"]]
+        self.readout = np.ascontiguousarray(readout, dtype=np.float32)  # [12, H]
+        if self.readout.shape[0] != 12 or len(self.digit_ids) != 10:
+            raise ValueError("the box readout needs 10 digits, the separator and the end")
+        self.tree = digit_tree()
+
+    def question_ids(self, q: Question, budget: int) -> list[int] | None:
+        text = f"Question:\n{q.instructions if isinstance(q.instructions, str) else json.dumps(q.instructions)}"
+        ids = self.prompt._bounded(f"{text}\n\n{BOX_REPLY}", budget - len(self.prompt.after) - len(self.prefix_ids),
+                                   cache=True)
+        return None if ids is None else [*ids, *self.prompt.after, *self.prefix_ids]
+
+    def tokens(self, question: Sequence[int]) -> int:
+        """Tokens a box reads: its question part and the tree once per edge (committed digits aside)."""
+        return len(question) + BOX_EDGES * len(self.tree.digits)
+
+    def distribution(self, edge: int, hidden: np.ndarray, temperature: float) -> np.ndarray:
+        """P(v), v = 0..1000, of one edge from its forward's ``[1 + T, H]``."""
+        rows = self.readout[[*range(10), 10 if edge < BOX_EDGES - 1 else 11]]
+        return edge_distribution(hidden @ rows.T, self.tree, temperature)
+
+    def edges(self, hiddens: Sequence[np.ndarray], temperature: float) -> tuple[list[int], list[np.ndarray]]:
+        """The picked edges and their distributions, edge by edge as the forwards committed them."""
+        picks: list[int] = []
+        dists = []
+        for edge, hidden in enumerate(hiddens):
+            p = self.distribution(edge, hidden, temperature)
+            picks.append(pick(p, picks[edge - 2] if edge >= 2 else 0))  # x2 >= x1, y2 >= y1
+            dists.append(p)
+        return picks, dists
+
+    def branch(self, question: Sequence[int], temperature: float) -> TreeBranch:
+        picked: list[np.ndarray] = []
+
+        def advance(step: int, hidden: np.ndarray) -> list[int]:
+            picked.append(hidden)
+            v = self.edges(picked, temperature)[0][-1]
+            return [*(int(self.digit_ids[int(d)]) for d in str(v)), *self.separator_ids]
+
+        return TreeBranch(np.asarray(question, dtype=np.int64), self.digit_ids[self.tree.digits],
+                          self.tree.parents, self.tree.depths, BOX_EDGES, advance)
+
+    def answer(self, hiddens: np.ndarray, temperature: float) -> dict[str, Any]:
+        (x1, y1, x2, y2), dists = self.edges(list(hiddens), temperature)
+        windows = [window_probability(p, v) for p, v in zip(dists, (x1, y1, x2, y2))]
+        confidence = float(np.prod(windows) ** (1 / len(windows)))
+        return box_answer(x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000, confidence)
 
 
 class VisionPlanner:
     """Prompt, processor and readout of a decision-vision package: everything but the sessions."""
 
     def __init__(self, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
-                 embeddings: np.ndarray, readout: np.ndarray) -> None:
+                 embeddings: np.ndarray, readout: np.ndarray, box_readout: np.ndarray | None = None) -> None:
         vision = config.get("vision")
         if not isinstance(vision, dict):
             raise ValueError("decision_config.json has no vision member")
@@ -72,6 +149,8 @@ class VisionPlanner:
         if self.readout.shape != (len(self.prompt.codes), embeddings.shape[1]):
             raise ValueError(f"head.npz readout has shape {self.readout.shape}, expected "
                              f"[{len(self.prompt.codes)}, {embeddings.shape[1]}]")
+        self.box = (BoxReader(self.prompt, config["box"], box_readout)
+                    if box_readout is not None and isinstance(config.get("box"), dict) else None)
         self.limits = limits
         self.image_max_pixels = int(limits["image_max_pixels"])
         self.video_max_pixels = int(limits["video_max_pixels"])
@@ -83,8 +162,9 @@ class VisionPlanner:
 
     @classmethod
     def from_parts(cls, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
-                   embeddings: np.ndarray, readout: np.ndarray) -> "VisionPlanner":
-        return cls(tokenizer, config, limits, embeddings, readout)
+                   embeddings: np.ndarray, readout: np.ndarray,
+                   box_readout: np.ndarray | None = None) -> "VisionPlanner":
+        return cls(tokenizer, config, limits, embeddings, readout, box_readout)
 
     def probabilities(self, hidden: np.ndarray, count: int, temperature: float) -> np.ndarray:
         """The first ``count`` codes' probabilities for one last-token hidden state."""
@@ -184,14 +264,15 @@ class DecisionVisionFamily:
         if READOUT not in weights:
             raise ValueError(f"package {card.name}: head.npz has no {READOUT!r} array")
         self.planner = VisionPlanner(Tokenizer.from_file(str(package.file("tokenizer.json"))), config,
-                                     dict(card.limits), embeddings, weights[READOUT])
+                                     dict(card.limits), embeddings, weights[READOUT], weights.get(BOX_READOUT))
         self.config = config
         limits = card.limits
         self.max_input_tokens = int(limits["max_input_tokens"])
         if max_input_tokens is not None:
             self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
         self.max_request_tokens = int(limits.get("max_request_tokens", self.max_input_tokens))
-        self.question_types = answered_types(card, QUESTION_TYPES)
+        self.question_types = answered_types(
+            card, QUESTION_TYPES if self.planner.box is not None else CODE_TYPES)
         self.modalities = frozenset(card.modalities)
         self._forward: VisionLanguageForward | None = None
         if session is not None:
@@ -221,8 +302,15 @@ class DecisionVisionFamily:
         """Nothing to prepare."""
 
     def describe(self) -> dict[str, Any]:
-        return {"modalities": sorted(self.modalities), "image_placements": ["state"],
-                "question_types": list(self.question_types)}
+        out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": ["state"],
+                               "question_types": list(self.question_types)}
+        if self.planner.box is not None:
+            out["box_confidence"] = self.card_box_confidence()
+        return out
+
+    def card_box_confidence(self) -> str:
+        """The formula a Box answer's confidence follows (the contract: the model card's formula)."""
+        return CONFIDENCE_FORMULA
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -294,7 +382,12 @@ class DecisionVisionFamily:
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
                 answerable.append(slot)
-        planned.temperature = select_temperature(self.config, sum(1 for q in entry.valid if q.type in QUESTION_TYPES))
+        planned.temperature = select_temperature(self.config, sum(1 for q in entry.valid if q.type in CODE_TYPES))
+        images_in_state = len(entry.images) + len(state_uses)
+        for slot in answerable:
+            if isinstance(slot.question, Question) and slot.question.type == "box":
+                slot.question = self._box_target(slot.question, images_in_state) or slot.question
+        answerable = [s for s in answerable if isinstance(s.question, Question)]
         if not answerable:
             return planned
         images, videos = self.planner.read_media(entry, [assets.images[r] for r in state_uses] if assets else [])
@@ -308,7 +401,11 @@ class DecisionVisionFamily:
         for slot in answerable:
             q = slot.question
             assert isinstance(q, Question)
-            ids = self.planner.prompt.question_ids(q, None, cap - len(state_ids))
+            if q.type == "box":
+                assert self.planner.box is not None  # box is answered only where the package reads boxes
+                ids = self.planner.box.question_ids(q, cap - len(state_ids))
+            else:
+                ids = self.planner.prompt.question_ids(q, None, cap - len(state_ids))
             if ids is None:
                 slot.answer = self._too_long(q, cap)
             else:
@@ -316,16 +413,37 @@ class DecisionVisionFamily:
         run = [s for s in answerable if s.ids is not None]
         if not run:
             return planned
-        total = len(state_ids) + sum(len(s.ids or ()) for s in run)
+        codes = [s for s in run if s.question.type != "box"]
+        boxes = [s for s in run if s.question.type == "box"]
+        box = self.planner.box
+        total = (len(state_ids) + sum(len(s.ids or ()) for s in codes)
+                 + sum(box.tokens(s.ids or ()) for s in boxes if box is not None))
         if total > self.max_request_tokens:
             raise ApiError("invalid_request", f"the state once and every question take {total} tokens, more than "
                            f"the model's max_request_tokens {self.max_request_tokens}",
                            reason="request_tokens", limit=self.max_request_tokens)
-        for j, slot in enumerate(run):
+        for j, slot in enumerate(codes):
             slot.row, slot.branch = len(rows), j
-        rows.append(vision_row(state_ids, blocks, [s.ids for s in run if s.ids is not None]))
+        for j, slot in enumerate(boxes):  # a box reads output.trees[branch]
+            slot.row, slot.branch = len(rows), j
+        # Box answers keep the package's temperature (the contract), whatever the request's count
+        temperature = float(self.config.get("temperature", 1.0))
+        trees = [box.branch(s.ids or [], temperature) for s in boxes] if box is not None else []
+        rows.append(vision_row(state_ids, blocks, [s.ids for s in codes if s.ids is not None], trees))
         planned.tokens = total
         return planned
+
+    def _box_target(self, q: Question, images: int) -> InvalidQuestion | None:
+        """A box reads the state's only image: box_needs_image without one, box_target_ambiguous with more."""
+        if q.at is not None:
+            return InvalidQuestion(q.id, q.type, "box_unsupported",
+                                   f"model {self.name!r} locates targets in images, not at a moment of a video")
+        if images == 0:
+            return InvalidQuestion(q.id, q.type, "box_needs_image", "a box question needs an image in the state")
+        if images > 1:
+            return InvalidQuestion(q.id, q.type, "box_target_ambiguous",
+                                   f"the state has {images} images; a box question reads the state's only image")
+        return None
 
     def _unsupported(self, q: Question) -> InvalidQuestion | None:
         refused = refusal(q, self.name, self.question_types)
@@ -358,9 +476,13 @@ class DecisionVisionFamily:
         """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch."""
         return assemble(plan, outputs, self.name, self._read)
 
-    def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
+    def _read(self, q: Question, slot: Slot, entry: Entry, output: VisionOutput) -> dict[str, Any]:
         assert slot.branch is not None
-        return answer(q, self.planner.probabilities(output[slot.branch], len(q.options), entry.temperature))
+        if q.type == "box":
+            assert self.planner.box is not None
+            return self.planner.box.answer(output.trees[slot.branch], float(self.config.get("temperature", 1.0)))
+        return answer(q, self.planner.probabilities(output.branches[slot.branch], len(q.options),
+                                                    entry.temperature))
 
 
 __all__ = ["DecisionVisionFamily", "VisionPlanner", "frame_count"]
