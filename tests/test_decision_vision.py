@@ -314,6 +314,32 @@ def test_serving_through_the_runtime(built) -> None:
         got = asyncio.run(serve(runtime, "decisions", body, Timing()))
         assert got["answers"]["paid"]["type"] == "noul"
         validate_response("/v1/decisions", "post", 200, got)
+        # the contract's System One media examples (images and videos; assets), in the 4.0 schema
+        from edge_runtime.api.systemone import serve_systemone
+        from tests.test_media_video import encode_video
+
+        clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
+        turbo = {"model": "vision", "state": "Is the attached receipt complete, and does the clip show it being paid?",
+                 "images": [png_url(test_image(60, 40, 13), "JPEG")], "videos": [clip],
+                 "questions": {"complete": {"type": "noul",
+                                            "instructions": "Does the receipt show a total, a date and a merchant?"},
+                               "paid": {"type": "noul", "instructions": "Does the clip show the receipt being paid?"}}}
+        status, out, _ = asyncio.run(serve_systemone(runtime, turbo, Timing(), "vllm-sr/4.0", {}, False))
+        assert status == 200 and set(out["answers"]) == {"complete", "paid"}, out
+        validate_response("/v1/systemone", "post", 200, out)
+        lite = {"model": "vision", "state": {"receipt": "<receipt>", "note": "Uploaded by the customer."},
+                "assets": {"<receipt>": {"type": "image", "data_base64": _b64(test_image(50, 70, 14))}},
+                "questions": {"complete": {"type": "noul",
+                                           "instructions": "Does <receipt> show a total, a date and a merchant?"}}}
+        status, out, _ = asyncio.run(serve_systemone(runtime, lite, Timing(), "vllm-sr/4.0", {}, False))
+        # the question references the image, which this card places in the state only
+        assert status == 422 and out["error"]["reason"] == "question_images_unsupported", out
+        lite["questions"]["complete"]["instructions"] = "Does the receipt show a total, a date and a merchant?"
+        status, out, _ = asyncio.run(serve_systemone(runtime, lite, Timing(), "vllm-sr/4.0", {}, False))
+        assert status == 200 and out["answers"]["complete"]["type"] == "noul", out
+        bad = {**turbo, "videos": ["data:video/mp4;base64,AAAA"]}
+        status, out, _ = asyncio.run(serve_systemone(runtime, bad, Timing(), "vllm-sr/4.0", {}, False))
+        assert status == 400 and out["error"]["reason"] == "video_format_unsupported", out
     finally:
         for model in runtime.models.values():
             if model.executor is not None:
