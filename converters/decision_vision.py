@@ -87,6 +87,7 @@ class DecisionVisionOptions(PackageIdentity):
     image_max_pixels: int | None = None
     video_max_pixels: int | None = None
     video_max_tokens: int | None = None
+    box_video_max_seconds: float | None = None
     temperature: float = 1.0
 
 
@@ -502,6 +503,8 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
         "video_max_pixels": int(opts.video_max_pixels or processor["max_pixels"]),
         "video_max_tokens": int(opts.video_max_tokens or max_input // 2),
     }
+    if opts.box_video_max_seconds is not None:
+        limits["box_video_max_seconds"] = opts.box_video_max_seconds
     config = {
         "format": CONFIG_FORMAT, "prompt": PROMPT, "codes": codes, "token_ids": [int(i) for i in token_ids],
         "attention_mode": "prefix_causal", "prompt_layout": None, "chat": {"before": before, "after": after},
@@ -580,7 +583,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
                              "per_case": verified.cases},
             "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
                       "exporter": "torch.onnx TorchScript tracer (grid-free wrappers)"},
-            "question_types": ["choice", "noul", "score", *(["box"] if box_config else [])],
+            "question_types": ["choice", "noul", "score", *(["box", "track"] if box_config else [])],
             **({"box": {"format": 'Qwen3-VL {"bbox_2d": [x1, y1, x2, y2]} on a 0..1000 grid, read as exact '
                                   "distributions from a digit tree", "confidence": CONFIDENCE_FORMULA}}
                if box_config else {}),
@@ -711,7 +714,8 @@ def build_decision_vision_fixture_result(out: Path, seed: int = 0, deepstack: Se
               "description": f"Tiny random-weight Qwen3-VL {KIND} fixture (seed {seed}); for tests, not a real model",
               "version": "0.0.1", "release_date": "2025-01-01", "license": "Apache-2.0",
               "source_name": f"edge-runtime fixture qwen3-vl-tiny (seed {seed})",
-              "max_input_tokens": 1024, "video_max_pixels": 64 * 64, "video_max_tokens": 256, **options}
+              "max_input_tokens": 1024, "video_max_pixels": 64 * 64, "video_max_tokens": 256,
+              "box_video_max_seconds": 3.0, **options}
     opts = DecisionVisionOptions(**fields)
     if source_dir is not None:
         return export_decision_vision(build_fixture_source(Path(source_dir), seed, deepstack), Path(out), opts)

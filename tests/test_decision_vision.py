@@ -439,8 +439,8 @@ def test_video_tokens_are_refused_before_decoding(family, monkeypatch) -> None:
             return getattr(self.container, name)
 
     def spy(data: bytes, limits: Any) -> Any:
-        container, stream, seconds = original(data, limits)
-        return Spy(container), stream, seconds
+        container, stream, seconds, measured = original(data, limits)
+        return Spy(container), stream, seconds, measured
 
     monkeypatch.setattr(video, "open_video", spy)
     with pytest.raises(ApiError) as e:
@@ -544,7 +544,43 @@ def test_box_needs_one_image(family) -> None:
     assert two["answers"]["b"]["reason"] == "box_target_ambiguous"
     _, at = run(family, {"state": "s", "images": [url],
                          "questions": {"b": {**box, "at": 1.5}, "n": BODY_QUESTIONS["busy"]}})
-    assert at["answers"]["b"]["reason"] == "box_unsupported"
+    assert at["answers"]["b"]["reason"] == "box_needs_image"  # `at` reads the state's only video
     _, track = run(family, {"state": "s", "images": [url], "questions": {
         "t": {"type": "track", "instructions": "the cat"}, "n": BODY_QUESTIONS["busy"]}})
-    assert track["answers"]["t"]["reason"] == "track_unsupported"
+    assert track["answers"]["t"]["reason"] == "box_needs_image"
+
+
+def test_box_at_a_moment_and_track(family) -> None:
+    from edge_runtime.api.schema import validate_response
+    from tests.test_media_video import _Pipe, _write, encode_video
+
+    clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
+    target = "the grey square"
+    body = {"state": "A clip.", "videos": [clip], "questions": {
+        "at": {"type": "box", "instructions": target, "at": 1.0},
+        "track": {"type": "track", "instructions": target, "rate": 1},
+        "late": {"type": "box", "instructions": target, "at": 9.0}}}
+    _, got = run(family, body)
+    validate_response("/v1/decisions", "post", 200, {**got, "model": "m"})
+    assert got["answers"]["at"]["time"] == 1.0 and got["answers"]["late"]["reason"] == "question_malformed"
+    track = got["answers"]["track"]["track"]
+    assert [p["time"] for p in track] == [0.0, 1.0, 2.0]
+    # each moment reads exactly what a box at that moment and a Noul about it read
+    at = got["answers"]["at"]
+    assert track[1]["box"] == at["box"] and track[1]["confidence"] == at["confidence"]
+    visible = family._visible(parse_decisions_request(body).single.valid[1], 1.0)  # type: ignore[union-attr]
+    _, noul = run(family, {"state": "A clip.", "videos": [clip], "questions": {
+        "v": {"type": "noul", "instructions": visible.instructions}}})
+    assert abs(track[1]["visible"] - noul["answers"]["v"]["noul"]) <= 1e-6
+    # box_video_max_seconds (3 s on the fixture): a longer clip, or one whose container states no length
+    longer = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 4.0, 10, (64, 48))).decode()
+    pipe = _Pipe()
+    _write(pipe, "webm", "libvpx", list(range(20)))
+    live = "data:video/webm;base64," + base64.b64encode(bytes(pipe.data)).decode()
+    for url in (longer, live):
+        _, out = run(family, {"state": "s", "videos": [url], "questions": {
+            "t": {"type": "track", "instructions": target}, "n": BODY_QUESTIONS["busy"]}})
+        assert out["answers"]["t"]["reason"] == "box_video_too_long" and out["answers"]["n"]["type"] == "noul"
+    _, none = run(family, {"state": "s", "questions": {"t": {"type": "track", "instructions": target},
+                                                         "n": BODY_QUESTIONS["busy"]}})
+    assert none["answers"]["t"]["reason"] == "box_needs_image"

@@ -27,6 +27,7 @@ rows of the codes, as decision-codes reads them.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -49,12 +50,13 @@ from edge_runtime.media.vision import (
     ImageLimits, ImageProcessor, Patches, ProcessorSettings, decode_image, decode_image_bytes,
 )
 from edge_runtime.packages import Package
-from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
+from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
 from edge_runtime.questions.box import box_answer
+from edge_runtime.questions.track import track_answer
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
 
 SURFACE = "decisions"
-QUESTION_TYPES = ("choice", "noul", "score", "box")
+QUESTION_TYPES = ("choice", "noul", "score", "box", "track")
 CODE_TYPES = ("choice", "noul", "score")
 EMBEDDINGS_FILE = "embeddings.npy"
 VISION_FILE = "vision.onnx"
@@ -83,8 +85,10 @@ class BoxReader:
             raise ValueError("the box readout needs 10 digits, the separator and the end")
         self.tree = digit_tree()
 
-    def question_ids(self, q: Question, budget: int) -> list[int] | None:
-        text = f"Question:\n{q.instructions if isinstance(q.instructions, str) else json.dumps(q.instructions)}"
+    def question_ids(self, q: Question, budget: int, time: float | None = None) -> list[int] | None:
+        what = q.instructions if isinstance(q.instructions, str) else json.dumps(q.instructions)
+        # a moment of the video is named as the pairs' timestamps name it
+        text = f"Question:\n{'' if time is None else f'At {time:.1f} seconds: '}{what}"
         ids = self.prompt._bounded(f"{text}\n\n{BOX_REPLY}", budget - len(self.prompt.after) - len(self.prefix_ids),
                                    cache=True)
         return None if ids is None else [*ids, *self.prompt.after, *self.prefix_ids]
@@ -119,11 +123,11 @@ class BoxReader:
         return TreeBranch(np.asarray(question, dtype=np.int64), self.digit_ids[self.tree.digits],
                           self.tree.parents, self.tree.depths, BOX_EDGES, advance)
 
-    def answer(self, hiddens: np.ndarray, temperature: float) -> dict[str, Any]:
+    def answer(self, hiddens: np.ndarray, temperature: float, time: float | None = None) -> dict[str, Any]:
         (x1, y1, x2, y2), dists = self.edges(list(hiddens), temperature)
         windows = [window_probability(p, v) for p, v in zip(dists, (x1, y1, x2, y2))]
         confidence = float(np.prod(windows) ** (1 / len(windows)))
-        return box_answer(x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000, confidence)
+        return box_answer(x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000, confidence, time)
 
 
 class VisionPlanner:
@@ -229,7 +233,7 @@ class VisionPlanner:
         for url in entry.videos:
             frames = decode_video(url, self.video_limits, before_decode)
             clip = VideoClip(pair_frames(self.processor, frames.images, frames.times, self.video_max_pixels),
-                             frames.seconds)
+                             frames.seconds, frames.measured)
             used += len(self.video_ids(clip)[0])
             self._check_video_tokens(used)
             videos.append(clip)
@@ -271,8 +275,12 @@ class DecisionVisionFamily:
         if max_input_tokens is not None:
             self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
         self.max_request_tokens = int(limits.get("max_request_tokens", self.max_input_tokens))
-        self.question_types = answered_types(
-            card, QUESTION_TYPES if self.planner.box is not None else CODE_TYPES)
+        types = CODE_TYPES
+        if self.planner.box is not None:
+            types = (*CODE_TYPES, "box", *(("track",) if "video" in card.modalities else ()))
+        self.question_types = answered_types(card, types)
+        box_video = limits.get("box_video_max_seconds")
+        self.box_video_max_seconds = None if box_video is None else float(box_video)
         self.modalities = frozenset(card.modalities)
         self._forward: VisionLanguageForward | None = None
         if session is not None:
@@ -383,10 +391,10 @@ class DecisionVisionFamily:
             if isinstance(slot.question, Question):
                 answerable.append(slot)
         planned.temperature = select_temperature(self.config, sum(1 for q in entry.valid if q.type in CODE_TYPES))
-        images_in_state = len(entry.images) + len(state_uses)
+        images_in_state, videos_in_state = len(entry.images) + len(state_uses), len(entry.videos)
         for slot in answerable:
-            if isinstance(slot.question, Question) and slot.question.type == "box":
-                slot.question = self._box_target(slot.question, images_in_state) or slot.question
+            if isinstance(slot.question, Question) and slot.question.type in ("box", "track"):
+                slot.question = self._box_target(slot.question, images_in_state, videos_in_state) or slot.question
         answerable = [s for s in answerable if isinstance(s.question, Question)]
         if not answerable:
             return planned
@@ -394,55 +402,110 @@ class DecisionVisionFamily:
         try:
             state_ids, blocks = self.planner.state_with_media(state, images, videos, cap)
         except _TooLong:
-            state_ids, blocks = [], []
             for slot in answerable:
                 slot.answer = self._too_long(slot.question, cap)  # type: ignore[arg-type]
             return planned
+        box = self.planner.box
+        codes: list[Slot] = []
+        boxes: list[Slot] = []
+        tracks: list[tuple[Slot, list[float], list[list[int]], list[list[int]]]] = []
+        budget = cap - len(state_ids)
         for slot in answerable:
             q = slot.question
             assert isinstance(q, Question)
+            if q.type in ("box", "track") and (q.at is not None or q.type == "track"):
+                slot.answer = self._video_refusal(q, videos[0])
+                if slot.answer is not None:
+                    continue
+            if q.type == "track":
+                assert box is not None
+                times = self._track_times(videos[0].seconds, q.rate or 1)
+                asked = [box.question_ids(q, budget, t) for t in times]
+                nouls = [self.planner.prompt.question_ids(self._visible(q, t), None, budget) for t in times]
+                if any(x is None for x in [*asked, *nouls]):
+                    slot.answer = self._too_long(q, cap)
+                else:
+                    tracks.append((slot, times, asked, nouls))  # type: ignore[arg-type]
+                continue
             if q.type == "box":
-                assert self.planner.box is not None  # box is answered only where the package reads boxes
-                ids = self.planner.box.question_ids(q, cap - len(state_ids))
+                assert box is not None  # box is answered only where the package reads boxes
+                ids = box.question_ids(q, budget, q.at)
             else:
-                ids = self.planner.prompt.question_ids(q, None, cap - len(state_ids))
+                ids = self.planner.prompt.question_ids(q, None, budget)
             if ids is None:
                 slot.answer = self._too_long(q, cap)
             else:
                 slot.ids = ids
-        run = [s for s in answerable if s.ids is not None]
-        if not run:
+                (boxes if q.type == "box" else codes).append(slot)
+        if not codes and not boxes and not tracks:
             return planned
-        codes = [s for s in run if s.question.type != "box"]
-        boxes = [s for s in run if s.question.type == "box"]
-        box = self.planner.box
-        total = (len(state_ids) + sum(len(s.ids or ()) for s in codes)
-                 + sum(box.tokens(s.ids or ()) for s in boxes if box is not None))
-        if total > self.max_request_tokens:
-            raise ApiError("invalid_request", f"the state once and every question take {total} tokens, more than "
+        image_boxes = [s for s in boxes if s.question.at is None]  # type: ignore[union-attr]
+        capped = (len(state_ids) + sum(len(s.ids or ()) for s in codes)
+                  + sum(box.tokens(s.ids or ()) for s in image_boxes if box is not None))
+        # the frame windows a video Box or track reads are bounded by the video limits, not this cap
+        if capped > self.max_request_tokens:
+            raise ApiError("invalid_request", f"the state once and every question take {capped} tokens, more than "
                            f"the model's max_request_tokens {self.max_request_tokens}",
                            reason="request_tokens", limit=self.max_request_tokens)
+        row = len(rows)
+        temperature = float(self.config.get("temperature", 1.0))  # Box and track keep the package's
+        branches = [s.ids or [] for s in codes]
+        trees: list[TreeBranch] = []
         for j, slot in enumerate(codes):
-            slot.row, slot.branch = len(rows), j
-        for j, slot in enumerate(boxes):  # a box reads output.trees[branch]
-            slot.row, slot.branch = len(rows), j
-        # Box answers keep the package's temperature (the contract), whatever the request's count
-        temperature = float(self.config.get("temperature", 1.0))
-        trees = [box.branch(s.ids or [], temperature) for s in boxes] if box is not None else []
-        rows.append(vision_row(state_ids, blocks, [s.ids for s in codes if s.ids is not None], trees))
+            slot.row, slot.branch = row, j
+        for slot in boxes:
+            assert box is not None
+            slot.row, slot.branch = row, len(trees)
+            trees.append(box.branch(slot.ids or [], temperature))
+        total = capped + sum(box.tokens(s.ids or ()) for s in boxes if s not in image_boxes and box is not None)
+        for slot, times, tree_ids, noul_ids in tracks:
+            assert box is not None
+            slot.row = row
+            # where its trees and its visible branches start, and how many moments (at k / rate)
+            slot.ids = [len(trees), len(branches), len(times)]
+            trees.extend(box.branch(ids, temperature) for ids in tree_ids)
+            branches.extend(noul_ids)
+            total += sum(box.tokens(ids) for ids in tree_ids) + sum(len(ids) for ids in noul_ids)
+        rows.append(vision_row(state_ids, blocks, branches, trees))
         planned.tokens = total
         return planned
 
-    def _box_target(self, q: Question, images: int) -> InvalidQuestion | None:
-        """A box reads the state's only image: box_needs_image without one, box_target_ambiguous with more."""
-        if q.at is not None:
-            return InvalidQuestion(q.id, q.type, "box_unsupported",
-                                   f"model {self.name!r} locates targets in images, not at a moment of a video")
-        if images == 0:
-            return InvalidQuestion(q.id, q.type, "box_needs_image", "a box question needs an image in the state")
-        if images > 1:
+    @staticmethod
+    def _track_times(seconds: float, rate: int) -> list[float]:
+        """Every sampled moment: 0, 1/rate, 2/rate, ... up to the clip's end."""
+        return [k / rate for k in range(int(math.floor(seconds * rate + 1e-9)) + 1)]
+
+    @staticmethod
+    def _visible(q: Question, t: float) -> Question:
+        """The Noul a track reads at each moment for ``visible``."""
+        what = q.instructions if isinstance(q.instructions, str) else json.dumps(q.instructions)
+        made = parse_question(q.id, {"type": "noul", "instructions": f"At {t:.1f} seconds, is this visible: {what}"})
+        assert isinstance(made, Question)
+        return made
+
+    def _video_refusal(self, q: Question, clip: VideoClip) -> dict[str, Any] | None:
+        """box_video_too_long past limits.box_video_max_seconds or for a length the container does not state."""
+        limit = self.box_video_max_seconds
+        if limit is not None and (clip.seconds > limit or not clip.measured):
+            why = (f"is {clip.seconds:.1f} s long, more than {limit:g} s" if clip.measured
+                   else "does not state its length in its container")
+            return failed_answer(q.type, "invalid_input", "box_video_too_long",
+                                 f"a {q.type} question reads a clip of at most {limit:g} s; this video {why}")
+        if q.at is not None and q.at > clip.seconds:
+            return failed_answer(q.type, "invalid_question", "question_malformed",
+                                 f"at {q.at:g} s is past the video's end ({clip.seconds:.1f} s)")
+        return None
+
+    def _box_target(self, q: Question, images: int, videos: int) -> InvalidQuestion | None:
+        """A box reads the state's only image (with ``at``, and a track, its only video):
+        box_needs_image without one, box_target_ambiguous with more."""
+        on_video = q.at is not None or q.type == "track"
+        count, what = (videos, "video") if on_video else (images, "image")
+        if count == 0:
+            return InvalidQuestion(q.id, q.type, "box_needs_image", f"a {q.type} question needs a {what} in the state")
+        if count > 1:
             return InvalidQuestion(q.id, q.type, "box_target_ambiguous",
-                                   f"the state has {images} images; a box question reads the state's only image")
+                                   f"the state has {count} {what}s; a {q.type} question reads the state's only {what}")
         return None
 
     def _unsupported(self, q: Question) -> InvalidQuestion | None:
@@ -477,12 +540,30 @@ class DecisionVisionFamily:
         return assemble(plan, outputs, self.name, self._read)
 
     def _read(self, q: Question, slot: Slot, entry: Entry, output: VisionOutput) -> dict[str, Any]:
+        if q.type == "track":
+            return self._read_track(q, slot, output)
         assert slot.branch is not None
+        temperature = float(self.config.get("temperature", 1.0))
+        box = self.planner.box
         if q.type == "box":
-            assert self.planner.box is not None
-            return self.planner.box.answer(output.trees[slot.branch], float(self.config.get("temperature", 1.0)))
+            assert box is not None
+            return box.answer(output.trees[slot.branch], temperature, q.at)
         return answer(q, self.planner.probabilities(output.branches[slot.branch], len(q.options),
                                                     entry.temperature))
+
+    def _read_track(self, q: Question, slot: Slot, output: VisionOutput) -> dict[str, Any]:
+        """Every moment's box (its tree) and visible (its Noul branch: P(true))."""
+        box = self.planner.box
+        assert box is not None and slot.ids is not None
+        first_tree, first_branch, moments = slot.ids
+        times = [k / (q.rate or 1) for k in range(moments)]
+        temperature = float(self.config.get("temperature", 1.0))
+        points = []
+        for k, t in enumerate(times):
+            found = box.answer(output.trees[first_tree + k], temperature, t)
+            visible = self.planner.probabilities(output.branches[first_branch + k], 2, temperature)[1]
+            points.append((t, found["box"], found["confidence"], float(visible)))
+        return track_answer(points)
 
 
 __all__ = ["DecisionVisionFamily", "VisionPlanner", "frame_count"]

@@ -61,6 +61,8 @@ class VideoClip:
 
     pairs: list[FramePair]
     seconds: float
+    #: the length came from the container (False: from a packet scan; Box and track refuse those)
+    measured: bool = True
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Frames:
     images: list[Image.Image]
     times: list[float]
     seconds: float
+    measured: bool = True
 
 
 def sniff_container(data: bytes) -> str | None:
@@ -102,8 +105,9 @@ def _scan_duration(container: Any, stream: Any) -> float | None:
     return float((end - start) * stream.time_base)
 
 
-def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float]:
-    """The open container, its video stream and its length, within the limits (nothing decoded)."""
+def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float, bool]:
+    """The open container, its video stream, its length and whether the container stated it
+    (False: a packet scan measured it), within the limits (nothing decoded)."""
     import av
 
     kind = sniff_container(data)
@@ -127,6 +131,7 @@ def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float]:
         seconds = container.duration / 1_000_000 if container.duration else None
         if seconds is None and stream.duration and stream.time_base is not None:
             seconds = float(stream.duration * stream.time_base)
+        measured = seconds is not None
         if seconds is None:
             seconds = _scan_duration(container, stream)
             container.seek(0)
@@ -135,7 +140,7 @@ def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float]:
         if seconds > limits.max_seconds:
             raise refused("video_too_long", f"the video is {seconds:.1f} s long, more than {limits.max_seconds:g} s",
                           limits.max_seconds)
-        return container, stream, seconds
+        return container, stream, seconds, measured
     except ApiError:
         container.close()
         raise
@@ -150,7 +155,7 @@ BeforeDecode = Callable[[int, int, int], None]
 
 def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode | None = None) -> Frames:
     """The frames the model reads (see the module docstring)."""
-    container, stream, seconds = open_video(data, limits)
+    container, stream, seconds, measured = open_video(data, limits)
     k = frame_count(seconds, limits)
     if before_decode is not None:
         try:
@@ -191,7 +196,7 @@ def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode 
             cache[id(frame)] = frame.to_image().convert("RGB")
         images.append(cache[id(frame)])
         times.append(t)
-    return Frames(images, times, seconds)
+    return Frames(images, times, seconds, measured)
 
 
 def decode_video(url: Any, limits: VideoLimits, before_decode: BeforeDecode | None = None) -> Frames:
