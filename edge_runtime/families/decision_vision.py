@@ -16,8 +16,10 @@ over-limit one fails the request with 400 and its fixed reason (a batch entry fa
 
 Box questions (where the package carries ``box`` in decision_config.json and ``box_readout`` in
 head.npz) read the state's only image: each is a tree branch of the same row, four forwards deep
-(one per edge, heads.box_grid), answered as edges over 0..1000 and the card's confidence formula;
-``at`` (a moment of a video) and track are not read by this family yet.
+(one per edge, heads.box_grid), answered as edges over 0..1000 and the card's confidence formula.
+With ``at`` a box reads the state's only video at that moment ("At <t> seconds: ..."), and a track
+reads every moment k / rate up to the clip's end: a box tree and a ``visible`` Noul branch each.
+Their trees run one after another (no batching across moments yet).
 
 Rows run alone (``batchable`` False): a row already batches its own questions, and rows of
 different media share nothing worth padding for. Answers: ``softmax(R[:K] @ h / T)``, R the LM-head
