@@ -70,6 +70,10 @@ def test_image(height: int, width: int, seed: int) -> Any:
 test_image.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
+def family_limits(built: dict[str, Any]) -> dict[str, Any]:
+    return dict(built["result"].card["limits"])
+
+
 def run(family: DecisionVisionFamily, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     plan = family.plan_request(parse_decisions_request(body))
     outputs = family.forward(plan.rows) if plan.rows else []
@@ -309,6 +313,12 @@ def test_serving_through_the_runtime(built) -> None:
         assert served.self_check["status"] == "passed" and served.grouping == "alone"
         info = served.info()
         assert info["family"] == "decision-vision" and "image" in info["modalities"]
+        assert info["question_types"] == ["choice", "noul", "score", "box", "track"]
+        from edge_runtime.api.app import list_models
+
+        listed = list_models(runtime)
+        validate_response("/v1/models", "get", 200, listed)
+        assert listed["data"][0]["limits"]["image_max_pixels"] == family_limits(built)["image_max_pixels"]
         body = {"model": "vision", "state": "Is it paid?", "images": [png_url(test_image(50, 80, 5))],
                 "questions": {"paid": BODY_QUESTIONS["busy"]}}
         got = asyncio.run(serve(runtime, "decisions", body, Timing()))
