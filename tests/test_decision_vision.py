@@ -594,3 +594,19 @@ def test_box_at_a_moment_and_track(family) -> None:
     _, none = run(family, {"state": "s", "questions": {"t": {"type": "track", "instructions": target},
                                                          "n": BODY_QUESTIONS["busy"]}})
     assert none["answers"]["t"]["reason"] == "box_needs_image"
+
+
+def test_a_box_locates_the_image_its_instructions_reference(family) -> None:
+    a, b = _b64(test_image(40, 60, 15)), _b64(test_image(60, 40, 16))
+    assets = {"<a>": {"type": "image", "data_base64": a}, "<b>": {"type": "image", "data_base64": b}}
+    plan, got = run(family, {"state": {"first": "<a>", "second": "<b>"}, "assets": assets, "questions": {
+        "where": {"type": "box", "instructions": "the corner of <b>"}}})
+    assert got["answers"]["where"]["type"] == "box"  # two images in the state, the reference picks one
+    text = family.planner.prompt.text.decode(list(plan.rows[0].trees[0].prefix))
+    assert "the corner of [image 2]" in text
+    _, both = run(family, {"state": {"first": "<a>", "second": "<b>"}, "assets": assets, "questions": {
+        "where": {"type": "box", "instructions": "<a> or <b>"}, "n": BODY_QUESTIONS["busy"]}})
+    assert both["answers"]["where"]["reason"] == "box_target_ambiguous"
+    _, outside = run(family, {"state": {"first": "<a>"}, "assets": assets, "questions": {
+        "where": {"type": "box", "instructions": "the corner of <b>"}, "n": BODY_QUESTIONS["busy"]}})
+    assert outside["answers"]["where"]["reason"] == "question_images_unsupported"

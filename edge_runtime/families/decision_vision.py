@@ -28,6 +28,7 @@ rows of the codes, as decision-codes reads them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any, Sequence
@@ -384,9 +385,18 @@ class DecisionVisionFamily:
             state, state_uses = replace_in(entry.state, assets, lambda k: f"[image {first + k}]")
         if used is not None:
             used.extend(state_uses)
+        targeted: set[str] = set()
         for q in entry.questions:
             refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
-            if refused is None and assets is not None and isinstance(q, Question):
+            if (refused is None and assets is not None and isinstance(q, Question) and q.type == "box"
+                    and q.at is None):
+                aimed = self._box_asset_target(q, assets, state_uses, len(entry.images), used)
+                if isinstance(aimed, InvalidQuestion):
+                    refused = aimed
+                elif aimed is not None:
+                    q = aimed
+                    targeted.add(q.id)
+            if refused is None and assets is not None and isinstance(q, Question) and q.id not in targeted:
                 refused = self._question_images(q, assets, used)
             slot = Slot(refused or q)
             planned.slots.append(slot)
@@ -395,7 +405,8 @@ class DecisionVisionFamily:
         planned.temperature = select_temperature(self.config, sum(1 for q in entry.valid if q.type in CODE_TYPES))
         images_in_state, videos_in_state = len(entry.images) + len(state_uses), len(entry.videos)
         for slot in answerable:
-            if isinstance(slot.question, Question) and slot.question.type in ("box", "track"):
+            if (isinstance(slot.question, Question) and slot.question.type in ("box", "track")
+                    and slot.question.id not in targeted):
                 slot.question = self._box_target(slot.question, images_in_state, videos_in_state) or slot.question
         answerable = [s for s in answerable if isinstance(s.question, Question)]
         if not answerable:
@@ -517,6 +528,25 @@ class DecisionVisionFamily:
                                    f"model {self.name!r} lists at most {len(self.planner.prompt.codes)} options; "
                                    f"this question has {len(q.options)}")
         return refused
+
+    def _box_asset_target(self, q: Question, assets: Assets, state_uses: list[str], images: int,
+                          used: list[str] | None) -> Question | InvalidQuestion | None:
+        """A box whose instructions reference an image reads that image (the contract), which must be
+        in the state (image_placements: state): the reference becomes the state's ``[image k]``."""
+        refs = assets.used_in(q.instructions)
+        if not refs:
+            return None
+        if used is not None:
+            used.extend(refs)
+        if len(set(refs)) > 1:
+            return InvalidQuestion(q.id, q.type, "box_target_ambiguous",
+                                   f"the instructions reference {len(set(refs))} images; a box reads one")
+        if refs[0] not in state_uses:
+            return InvalidQuestion(q.id, q.type, "question_images_unsupported",
+                                   f"model {self.name!r} reads images in the state only; put the image the box "
+                                   "question locates in the state")
+        k = images + state_uses.index(refs[0]) + 1
+        return dataclasses.replace(q, instructions=replace_in(q.instructions, assets, lambda _: f"[image {k}]")[0])
 
     def _question_images(self, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
         """question_images_unsupported for a question whose instructions or options reference an asset:
