@@ -48,7 +48,7 @@ from converters.export import ExportResult, PackageIdentity, identity_card, noti
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
-from edge_runtime.families.decision_vision import BOX_READOUT
+from edge_runtime.families.decision_vision import BOX_READOUT, VISION_GOLDEN
 from edge_runtime.heads.box_grid import CONFIDENCE_FORMULA, digit_tree, edge_distribution
 from edge_runtime.packages.card import CARD_FORMAT
 
@@ -555,6 +555,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
         log(f"parity: hidden {verified.hidden:.3g}, probabilities {verified.probabilities:.3g}, "
             f"state-once {verified.state_once:.3g}, processor {verified.processor:.3g}")
         goldens = {"fp32": _goldens(work / "onnx" / "model.onnx", tcfg)}
+        files[VISION_GOLDEN] = _vision_golden(work / "onnx" / "vision.onnx", planner)
         files.update(notice_files(src_dir, opts))
         architecture = (getattr(cfg, "architectures", None) or [type(model).__name__])[0]
         reference = (f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
@@ -601,6 +602,20 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
 
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
+
+
+def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
+    """The vision core's golden case (a 6x10 grid), which the family checks when it warms up."""
+    from edge_runtime.engine.session import create_session
+    from edge_runtime.engine.vision_lm import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
+
+    session = create_session(vision_graph, "cpu", 1)
+    patches = planner.processor.image(_test_image(96, 160, 21), planner.image_max_pixels)
+    idx, w = position_taps(patches.grid_h, patches.grid_w, planner.side, planner.settings.merge_size)
+    feeds = {PATCHES: patches.patches, POS_IDX: idx, POS_W: w,
+             ROWCOL: rowcol(patches.grid_h, patches.grid_w, planner.settings.merge_size)}
+    out = session.run(feeds, session.output_names)
+    return _npz_bytes({**{f"in/{k}": v for k, v in feeds.items()}, **{f"out/{k}": v for k, v in out.items()}})
 
 
 def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:

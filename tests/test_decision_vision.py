@@ -311,6 +311,7 @@ def test_serving_through_the_runtime(built) -> None:
         assert runtime.status() == "ready", runtime.health()
         served = runtime.models["vision"]
         assert served.self_check["status"] == "passed" and served.grouping == "alone"
+        assert served.family.vision_check["status"] == "passed"  # type: ignore[union-attr]  # warmed at load
         info = served.info()
         assert info["family"] == "decision-vision" and "image" in info["modalities"]
         assert info["question_types"] == ["choice", "noul", "score", "box", "track"]
@@ -610,3 +611,15 @@ def test_a_box_locates_the_image_its_instructions_reference(family) -> None:
     _, outside = run(family, {"state": {"first": "<a>"}, "assets": assets, "questions": {
         "where": {"type": "box", "instructions": "the corner of <b>"}, "n": BODY_QUESTIONS["busy"]}})
     assert outside["answers"]["where"]["reason"] == "question_images_unsupported"
+
+
+def test_the_vision_core_is_self_checked_when_the_model_warms(family) -> None:
+    from edge_runtime.families.decision_vision import check_vision_golden
+
+    family.warm()
+    assert family.vision_check["status"] == "passed" and family.vision_check["max_abs_diff"] <= 1e-3
+    golden = dict(family._vision_golden or {})
+    assert golden and any(k.startswith("out/") for k in golden)
+    off = {k: (v + 0.01 if k.startswith("out/") else v) for k, v in golden.items()}
+    with pytest.raises(RuntimeError, match="vision self-check"):
+        check_vision_golden(family.forward.vision, off)

@@ -48,7 +48,7 @@ from edge_runtime.heads.box_grid import (
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
-from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, frame_count, pair_frames
+from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
 from edge_runtime.media.vision import (
     ImageLimits, ImageProcessor, Patches, ProcessorSettings, decode_image, decode_image_bytes,
 )
@@ -63,6 +63,9 @@ QUESTION_TYPES = ("choice", "noul", "score", "box", "track")
 CODE_TYPES = ("choice", "noul", "score")
 EMBEDDINGS_FILE = "embeddings.npy"
 VISION_FILE = "vision.onnx"
+VISION_GOLDEN = "vision_check.npz"  # the vision core's recorded case: in/<input>, out/<output>
+#: As the runtime's self-check of the text core (loading.GOLDEN_TOLERANCE, CPU).
+VISION_GOLDEN_TOLERANCE = 1e-3
 BOX_READOUT = "box_readout"  # head.npz: LM-head rows of the digits 0-9, the separator and the end
 BOX_REPLY = ('Reply with only its bounding box as JSON {"bbox_2d": [x1, y1, x2, y2]}, each coordinate '
              "from 0 to 1000.")
@@ -249,6 +252,26 @@ class VisionPlanner:
                            limit=self.video_max_tokens)
 
 
+def check_vision_golden(session: Any, golden: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Run the vision core's golden case twice: bitwise deterministic and within tolerance of the
+    recording; raises RuntimeError (the model then fails to load with this reason)."""
+    feeds = {k[3:]: v for k, v in golden.items() if k.startswith("in/")}
+    want = {k[4:]: v for k, v in golden.items() if k.startswith("out/")}
+    first = session.run(feeds, list(want))
+    second = session.run(feeds, list(want))
+    worst = 0.0
+    for name, value in want.items():
+        if not np.array_equal(first[name], second[name]):
+            raise RuntimeError(f"vision self-check: output {name} is not deterministic")
+        if first[name].shape != value.shape or not np.all(np.isfinite(first[name])):
+            raise RuntimeError(f"vision self-check: output {name} has the wrong shape or is not finite")
+        worst = max(worst, float(np.max(np.abs(first[name].astype(np.float64) - value))))
+    if worst > VISION_GOLDEN_TOLERANCE:
+        raise RuntimeError(f"vision self-check: golden outputs differ by {worst:.3g}, "
+                           f"above {VISION_GOLDEN_TOLERANCE:g}")
+    return {"status": "passed", "max_abs_diff": worst}
+
+
 class _TooLong(Exception):
     """The state does not fit the question budget."""
 
@@ -294,6 +317,11 @@ class DecisionVisionFamily:
                 vision_session = create_session(package.file(VISION_FILE), session.device, session.threads)
             self._forward = VisionLanguageForward(vision_session, session, embeddings,
                                                   merge=self.planner.settings.merge_size, side=self.planner.side)
+        self._vision_golden: dict[str, np.ndarray] | None = None
+        self.vision_check: dict[str, Any] = {"status": "unverified"}
+        if VISION_GOLDEN in package.files:
+            with np.load(package.file(VISION_GOLDEN), allow_pickle=False) as z:
+                self._vision_golden = {k: z[k] for k in z.files}
 
     # -- engine hooks -----------------------------------------------------------------------
 
@@ -310,7 +338,9 @@ class DecisionVisionFamily:
         return vision_row(ids[:-1] or ids, [], [ids[-1:]])
 
     def warm(self) -> None:
-        """Nothing to prepare."""
+        """Self-check the vision core, which the runtime's golden check (text core only) does not see."""
+        if self._forward is not None and self._vision_golden is not None:
+            self.vision_check = check_vision_golden(self._forward.vision, self._vision_golden)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": ["state"],
@@ -598,4 +628,4 @@ class DecisionVisionFamily:
         return track_answer(points)
 
 
-__all__ = ["DecisionVisionFamily", "VisionPlanner", "frame_count"]
+__all__ = ["DecisionVisionFamily", "VisionPlanner", "check_vision_golden"]
