@@ -623,3 +623,22 @@ def test_the_vision_core_is_self_checked_when_the_model_warms(family) -> None:
     off = {k: (v + 0.01 if k.startswith("out/") else v) for k, v in golden.items()}
     with pytest.raises(RuntimeError, match="vision self-check"):
         check_vision_golden(family.forward.vision, off)
+
+
+def test_batched_trees_read_what_each_tree_reads_alone(family) -> None:
+    """A request's boxes and track moments share each step's forward; each reads what it reads alone."""
+    from tests.test_media_video import encode_video
+
+    clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
+    plan = family.plan_request(parse_decisions_request({"state": "A clip.", "videos": [clip], "questions": {
+        "track": {"type": "track", "instructions": "the grey square", "rate": 2},
+        "at": {"type": "box", "instructions": "the grey square", "at": 0.5}}}))
+    row = plan.rows[0]
+    assert len(row.trees) == 6  # five moments (0, 0.5, ..., 2) and the box
+    fwd = family.forward
+    cache, _, start = fwd.prefill(row)
+    together = fwd._trees(row.trees, cache, start)
+    for k, tree in enumerate(row.trees):
+        alone = fwd._tree(tree, cache, start)
+        assert alone.shape == together[k].shape
+        assert float(np.max(np.abs(alone - together[k]))) <= 1e-5, k

@@ -119,11 +119,8 @@ class BoxReader:
         return picks, dists
 
     def branch(self, question: Sequence[int], temperature: float) -> TreeBranch:
-        picked: list[np.ndarray] = []
-
-        def advance(step: int, hidden: np.ndarray) -> list[int]:
-            picked.append(hidden)
-            v = self.edges(picked, temperature)[0][-1]
+        def advance(hiddens: Sequence[np.ndarray]) -> list[int]:
+            v = self.edges(hiddens, temperature)[0][-1]  # the edge just read, masked by the earlier ones
             return [*(int(self.digit_ids[int(d)]) for d in str(v)), *self.separator_ids]
 
         return TreeBranch(np.asarray(question, dtype=np.int64), self.digit_ids[self.tree.digits],
