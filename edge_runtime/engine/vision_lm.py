@@ -277,7 +277,8 @@ class VisionLanguageForward:
                     else np.zeros((0, self.hidden), dtype=np.float32))
         return VisionOutput(branches, self._trees(row.trees, cache, start))
 
-    def _trees(self, trees: Sequence[TreeBranch], cache: dict[str, np.ndarray], start: int) -> tuple[np.ndarray, ...]:
+    def _trees(self, trees: Sequence[TreeBranch], cache: dict[str, np.ndarray],
+               start: int) -> tuple[np.ndarray, ...]:
         """Every tree of a row, those of one shape batched: one forward per step for all of them.
 
         Row i holds its committed ids, padding to the longest, then the tree; its own committed cache
