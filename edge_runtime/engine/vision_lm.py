@@ -283,8 +283,8 @@ class VisionLanguageForward:
 
         Row i holds its committed ids, padding to the longest, then the tree; its own committed cache
         (``extra``) sits after the state's, padded to the longest. Every padded key is masked, so a
-        tree reads what it reads alone (measured bit-identical on ORT CPU fp32; tests allow 1e-5); the weights are read once
-        per step for all the boxes and moments of a request instead of once per tree.
+        tree reads what it reads alone (measured bit-identical on ORT CPU fp32; tests allow 1e-5);
+        the weights are read once per step for all the boxes and moments of a request, not per tree.
         """
         out: list[np.ndarray | None] = [None] * len(trees)
         groups: dict[tuple[int, bytes, bytes], list[int]] = {}
