@@ -149,3 +149,22 @@ def test_a_header_that_claims_hours_is_refused_before_decoding() -> None:
     with pytest.raises(ApiError) as e:
         sample_frames(buf.getvalue(), LIMITS)
     assert (e.value.reason, e.value.limit) == ("video_too_long", 10)
+
+
+def test_seeking_picks_the_frames_decoding_everything_picks(monkeypatch) -> None:
+    """A long clip is sampled by seeking to keyframes; the frames are those a full decode picks."""
+    import edge_runtime.media.video as video
+
+    data = encode_video("mkv", seconds=24.0, fps=10, size=(64, 48))  # levels cap at 255 past frame 31
+    limits = VideoLimits(4_000_000, 60, 200 * 200, 0.25, 16)  # 6 targets, 4.8 s apart
+    seeking = sample_frames(data, limits)
+    monkeypatch.setattr(video, "SEEK_GAP_SECONDS", 1e9)
+    everything = sample_frames(data, limits)
+    assert seeking.times == everything.times and len(seeking.times) == 6
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(seeking.images, everything.images))
+
+
+def test_picked_frames_are_kept_at_the_size_the_model_reads() -> None:
+    data = encode_video("mp4", seconds=2.0, fps=10, size=(128, 96))
+    frames = sample_frames(data, LIMITS, frame_size=lambda h, w: (h // 2, w // 2))
+    assert {im.size for im in frames.images} == {(64, 48)}

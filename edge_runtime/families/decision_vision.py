@@ -234,7 +234,10 @@ class VisionPlanner:
             self._check_video_tokens(used + (frames + 1) // 2 * pair)
 
         for url in entry.videos:
-            frames = decode_video(url, self.video_limits, before_decode)
+            # frames are kept at the size the model reads them (resized once, from the source, as
+            # the processor would), so many large frames never sit in memory together
+            frames = decode_video(url, self.video_limits, before_decode,
+                                  lambda h, w: self.processor.target_size(h, w, self.video_max_pixels))
             clip = VideoClip(pair_frames(self.processor, frames.images, frames.times, self.video_max_pixels),
                              frames.seconds, frames.measured)
             used += len(self.video_ids(clip)[0])

@@ -10,7 +10,9 @@ video_malformed, another container video_format_unsupported.
 Sampling: ``video_fps`` frames per second over the whole clip, at least 4 and at most
 ``video_max_frames`` (an even count: frames go in pairs), at times ``linspace(0, duration, k)``,
 each taken as the decoded frame nearest to its time (times are pts minus the stream's start, so
-MPEG-TS-like offsets do not shift them). Only the picked frames are converted to RGB.
+MPEG-TS-like offsets do not shift them). Targets more than SEEK_GAP_SECONDS apart are reached by
+seeking to the keyframe before them, which picks the same frames as decoding everything. Only the
+picked frames are converted to RGB, at once to the size the model reads them.
 
 Pairs (``pair_frames``): every two frames become one vision block (Qwen3-VL's temporal patch 2),
 resized as one image of at most ``video_max_pixels`` pixels per frame (the contract's per-frame
@@ -23,7 +25,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from PIL import Image
@@ -153,56 +155,85 @@ def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float, bool]
 BeforeDecode = Callable[[int, int, int], None]
 
 
-def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode | None = None) -> Frames:
-    """The frames the model reads (see the module docstring)."""
+#: Targets further apart than this are reached by seeking to the keyframe before them instead of
+#: decoding every frame between (a long clip then costs its keyframe intervals, not its length).
+SEEK_GAP_SECONDS = 2.0
+
+#: ``frame_size(height, width) -> (height, width)``: the size a picked frame is kept at, so that a
+#: clip of many large frames holds only small ones (768 frames of 8 MP would be gigabytes).
+FrameSize = Callable[[int, int], tuple[int, int]]
+
+
+def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode | None = None,
+                  frame_size: FrameSize | None = None) -> Frames:
+    """The frames the model reads (see the module docstring), each the decoded frame nearest its time."""
     container, stream, seconds, measured = open_video(data, limits)
     k = frame_count(seconds, limits)
+    width, height = stream.codec_context.width, stream.codec_context.height
     if before_decode is not None:
         try:
-            before_decode(k, stream.codec_context.width, stream.codec_context.height)
+            before_decode(k, width, height)
         except BaseException:
             container.close()
             raise
+    size = frame_size(height, width) if frame_size is not None else (height, width)
     targets = [float(t) for t in np.linspace(0.0, seconds, k)]
-    picked: list[Any] = [None] * k
+    picked: list[tuple[float, Image.Image] | None] = [None] * k
     start = stream.start_time or 0
+    kept: dict[float, Image.Image] = {}
+
+    def keep(t: float, frame: Any) -> tuple[float, Image.Image]:
+        # converted (and shrunk) once when picked, keyed by its time (unique in a stream): later
+        # frames never hold a full-size copy, and a frame picked for two targets is converted once
+        if t not in kept:
+            image = frame.to_image().convert("RGB")
+            if image.size != (size[1], size[0]):
+                image = image.resize((size[1], size[0]), resample=Image.Resampling.BICUBIC)
+            kept.clear()  # targets are in order: only the latest pick can be picked again
+            kept[t] = image
+        return t, kept[t]
+
+    def frames_from(seek_to: float | None) -> Iterator[tuple[float, Any]]:
+        if seek_to is not None:  # to the keyframe at or before the target
+            container.seek(start + int(seek_to / stream.time_base), stream=stream, backward=True)
+        for frame in container.decode(stream):
+            if frame.pts is not None:
+                yield float((frame.pts - start) * stream.time_base), frame
+
     try:
         stream.thread_type = "AUTO"
-        prev: tuple[float, Any] | None = None
         j = 0
-        for frame in container.decode(stream):
-            if frame.pts is None:
-                continue
-            t = float((frame.pts - start) * stream.time_base)
+        prev: tuple[float, Any] | None = None
+        source = frames_from(None)
+        while j < k:
+            item = next(source, None)
+            if item is None:  # the stream ended: the targets past the last frame take the last frame
+                while prev is not None and j < k:
+                    picked[j] = keep(*prev)
+                    j += 1
+                break
+            t, frame = item
             while j < k and t >= targets[j]:
                 near_prev = prev is not None and targets[j] - prev[0] < t - targets[j]
-                picked[j] = (prev if near_prev else (t, frame))
+                picked[j] = keep(*(prev if near_prev and prev is not None else (t, frame)))
                 j += 1
             prev = (t, frame)
-            if j == k:
-                break
-        while j < k and prev is not None:  # the targets past the last frame take the last frame
-            picked[j] = prev
-            j += 1
+            if j < k and targets[j] - t > SEEK_GAP_SECONDS:
+                source, prev = frames_from(targets[j]), None
     except Exception:  # noqa: BLE001 - corrupt packets
         raise refused("video_malformed", "the video's frames cannot be decoded") from None
     finally:
         container.close()
     if any(p is None for p in picked):
         raise refused("video_malformed", "the video has no decodable frames")
-    images, times, cache = [], [], {}
-    for t, frame in picked:
-        if id(frame) not in cache:
-            cache[id(frame)] = frame.to_image().convert("RGB")
-        images.append(cache[id(frame)])
-        times.append(t)
-    return Frames(images, times, seconds, measured)
+    return Frames([p[1] for p in picked if p is not None], [p[0] for p in picked if p is not None], seconds, measured)
 
 
-def decode_video(url: Any, limits: VideoLimits, before_decode: BeforeDecode | None = None) -> Frames:
+def decode_video(url: Any, limits: VideoLimits, before_decode: BeforeDecode | None = None,
+                 frame_size: FrameSize | None = None) -> Frames:
     """The sampled frames of a base64 data URL (see sample_frames)."""
     data = data_url_bytes(url, "video", "video_malformed", limits.max_bytes)
-    return sample_frames(data, limits, before_decode)
+    return sample_frames(data, limits, before_decode, frame_size)
 
 
 def pair_frames(processor: ImageProcessor, frames: Sequence[Image.Image], times: Sequence[float],
@@ -226,5 +257,5 @@ def pair_tokens(processor: ImageProcessor, width: int, height: int, max_pixels: 
     return processor.tokens(height, width, max_pixels)
 
 
-__all__ = ["BeforeDecode", "FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video",
+__all__ = ["BeforeDecode", "FrameSize", "FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video",
            "frame_count", "open_video", "pair_frames", "pair_tokens", "sample_frames", "sniff_container"]
