@@ -642,3 +642,17 @@ def test_batched_trees_read_what_each_tree_reads_alone(family) -> None:
         alone = fwd._tree(tree, cache, start)
         assert alone.shape == together[k].shape
         assert float(np.max(np.abs(alone - together[k]))) <= 1e-5, k
+
+
+def test_cli_export_from_a_source_directory(built, tmp_path) -> None:
+    from converters.__main__ import main
+
+    src = built["root"] / "src"
+    assert main(["export", str(src), "--kind", "decision-vision", "--out", str(tmp_path / "pkg"), "--name", "vl",
+                 "--max-input-tokens", "512"]) == 0
+    card = read_package(tmp_path / "pkg").card
+    assert card.name == "vl" and card.limits["max_input_tokens"] == 512
+    assert card.raw["verification"]["outputs"]["last_hidden_state"] <= 1e-4
+    assert main(["export", str(src), "--kind", "decision-vision", "--out", str(tmp_path / "q"),
+                 "--attention-mode", "causal"]) == 2
+    assert not (tmp_path / "q").exists()
