@@ -656,3 +656,36 @@ def test_cli_export_from_a_source_directory(built, tmp_path) -> None:
     assert main(["export", str(src), "--kind", "decision-vision", "--out", str(tmp_path / "q"),
                  "--attention-mode", "causal"]) == 2
     assert not (tmp_path / "q").exists()
+
+
+def test_over_http_with_json_and_multipart_bodies(built, tmp_path) -> None:
+    """The real server on 127.0.0.1: an image in JSON, an asset as a multipart part, a refused image."""
+    from edge_runtime.api.schema import validate_response
+    from tests.server_harness import Server, write_models_file
+
+    models = write_models_file(tmp_path / "models.yaml", [
+        {"name": "vision", "package": str(built["result"].path), "device": "cpu", "threads": 1}])
+    server = Server(models)
+    try:
+        server.wait()
+        q = {"n": BODY_QUESTIONS["busy"]}
+        r = server.client.post("/v1/decisions", json={"model": "vision", "state": "s",
+                                                      "images": [png_url(test_image(40, 56, 17))], "questions": q})
+        assert r.status_code == 200, r.text
+        validate_response("/v1/decisions", "post", 200, r.json())
+        buf = io.BytesIO()
+        test_image(56, 40, 18).save(buf, format="PNG")
+        request = {"model": "vision", "state": {"photo": "<p>"}, "assets": {"<p>": {"type": "image", "part": "p1"}},
+                   "questions": q}
+        r = server.client.post("/v1/decisions", files=[
+            ("request", (None, json.dumps(request).encode(), "application/json")),
+            ("p1", ("p.png", buf.getvalue(), "image/png"))])
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["input_tokens"] > 0
+        r = server.client.post("/v1/decisions", json={"model": "vision", "state": "s",
+                                                      "images": ["data:image/gif;base64,R0lGODlhAQABAAAAACw="],
+                                                      "questions": q})
+        assert r.status_code == 400 and r.json()["error"]["reason"] == "image_format_unsupported", r.text
+        validate_response("/v1/decisions", "post", 400, r.json())
+    finally:
+        server.stop()
