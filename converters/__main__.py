@@ -12,7 +12,7 @@ from pathlib import Path
 from converters.errors import ConversionError
 
 KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
-                "decision-codes", "image-text-embedding", "audio-embedding", "vela2", "decision2")
+                "decision-codes", "image-text-embedding", "audio-embedding", "vela2", "decision2", "decision-vision")
 #: kinds served by the multimodal embedding family (converters/multimodal.py)
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
@@ -214,6 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _summary(_vela2(args))
         elif args.command in ("export", "fixture") and args.kind.startswith("decision2"):
             _summary(_decision2(args))
+        elif args.command in ("export", "fixture") and args.kind == "decision-vision":
+            from converters import decision_vision
+
+            run = decision_vision.export_from_args if args.command == "export" else decision_vision.fixture_from_args
+            _summary(run(args))
         elif args.command in ("export", "fixture") and args.kind == "decision-codes":
             from converters import decision_codes
 

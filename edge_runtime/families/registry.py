@@ -13,6 +13,7 @@ from typing import Any
 from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.decision_codes import DecisionCodesFamily
+from edge_runtime.families.decision_vision import DecisionVisionFamily
 from edge_runtime.families.encoder import EncoderFamily
 from edge_runtime.families.multimodal_embedding import MultimodalEmbeddingModel
 from edge_runtime.families.sparrow import SparrowFamily
@@ -44,6 +45,10 @@ FAMILIES: dict[str, FamilySpec] = {
     "multimodal-embedding": FamilySpec(
         lambda package, session, config: MultimodalEmbeddingModel(
             package, session, max_input_tokens=config.max_input_tokens),
+    ),
+    "decision-vision": FamilySpec(
+        lambda package, session, config: DecisionVisionFamily(
+            package, session, name=config.name, max_input_tokens=config.max_input_tokens),
     ),
 }
 

@@ -30,8 +30,9 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "audio-embedding": ("embeddings",),
     "vela2": ("decisions",),
     "decision2": ("decisions",),
+    "decision-vision": ("decisions",),
 }
-DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2", "decision2"})
+DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2", "decision2", "decision-vision"})
 
 
 @dataclass(frozen=True)

@@ -27,3 +27,14 @@ def parse(qid: str, raw: dict[str, Any], instructions: Json | None, preset: str 
 
 TYPE = QuestionType(name="box", fields=frozenset({"type", "instructions", "at"}), parse=parse,
                     unsupported_reason="box_unsupported")
+
+
+def box_answer(left: float, top: float, right: float, bottom: float, confidence: float | None,
+               time: float | None = None) -> dict[str, Any]:
+    """The contract's Box answer: edges as fractions of the image as sent, from its top-left corner."""
+    out: dict[str, Any] = {"type": "box", "box": {"top": float(top), "left": float(left), "bottom": float(bottom),
+                                                  "right": float(right)},
+                           "confidence": None if confidence is None else float(confidence)}
+    if time is not None:
+        out["time"] = float(time)
+    return out

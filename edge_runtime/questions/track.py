@@ -22,3 +22,9 @@ def parse(qid: str, raw: dict[str, Any], instructions: Json | None, preset: str 
 
 TYPE = QuestionType(name="track", fields=frozenset({"type", "instructions", "rate"}), parse=parse,
                     unsupported_reason="track_unsupported")
+
+
+def track_answer(points: list[tuple[float, dict[str, float], float | None, float]]) -> dict[str, Any]:
+    """The contract's track answer: per sampled moment its time, box, confidence and visible."""
+    return {"type": "track", "track": [{"time": float(t), "box": box, "confidence": c, "visible": float(v)}
+                                       for t, box, c, v in points]}

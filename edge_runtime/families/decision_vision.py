@@ -1,0 +1,647 @@
+"""decision-vision family: a Qwen3-VL decision model reads images and videos in its state.
+
+The prompt is decision-codes' (``codes-v1``, edge_runtime.families.decision_codes) with the media
+in front of the state text, inside the user turn, as the upstream Decision 3.0 layout puts them:
+``chat.before``, each image as ``<|vision_start|>`` + ``<|image_pad|>`` x tokens +
+``<|vision_end|>``, then each video as its frame pairs, each ``<{t:.1f} seconds>`` followed by
+``<|vision_start|>`` + ``<|video_pad|>`` x tokens + ``<|vision_end|>``, then ``State:...``. The pad
+rows are replaced by the vision core's output (engine.vision_lm).
+
+Every request runs state-once (``usage: state_once``): the state with its media is one block run
+once, each question a branch of its key/value cache, so ``usage.input_tokens`` counts the state
+once. A state-once request holds at most ``max_request_tokens`` (400 ``request_tokens``), the
+videos of a request at most ``video_max_tokens`` (400 ``video_tokens``). Images and videos are
+decoded while planning (edge_runtime.media), on the worker that tokenizes; a malformed or
+over-limit one fails the request with 400 and its fixed reason (a batch entry fails in place).
+
+Box questions (where the package carries ``box`` in decision_config.json and ``box_readout`` in
+head.npz) read the state's only image: each is a tree branch of the same row, four forwards deep
+(one per edge, heads.box_grid), answered as edges over 0..1000 and the card's confidence formula.
+With ``at`` a box reads the state's only video at that moment ("At <t> seconds: ..."), and a track
+reads every moment k / rate up to the clip's end: a box tree and a ``visible`` Noul branch each.
+Their trees run one after another (no batching across moments yet).
+
+Rows run alone (``batchable`` False): a row already batches its own questions, and rows of
+different media share nothing worth padding for. Answers: ``softmax(R[:K] @ h / T)``, R the LM-head
+rows of the codes, as decision-codes reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from edge_runtime.engine.vision_lm import Block, TreeBranch, VisionLanguageForward, VisionOutput, VisionRow, vision_row
+from edge_runtime.errors import ApiError, ItemError, invalid_request
+from edge_runtime.families.base import Plan
+from edge_runtime.families.decision_codes import READOUT, CodesPrompt
+from edge_runtime.families.decision_plan import (
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    assemble,
+    media_refusal,
+    refused_entry,
+)
+from edge_runtime.heads.box_grid import (
+    CONFIDENCE_FORMULA,
+    digit_tree,
+    edge_distribution,
+    pick,
+    window_probability,
+)
+from edge_runtime.heads.decisions import code_probabilities, select_temperature
+from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
+from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
+from edge_runtime.media.vision import (
+    ImageLimits,
+    ImageProcessor,
+    Patches,
+    ProcessorSettings,
+    decode_image,
+    decode_image_bytes,
+)
+from edge_runtime.packages import Package
+from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
+from edge_runtime.questions.box import box_answer
+from edge_runtime.questions.track import track_answer
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+
+SURFACE = "decisions"
+QUESTION_TYPES = ("choice", "noul", "score", "box", "track")
+CODE_TYPES = ("choice", "noul", "score")
+EMBEDDINGS_FILE = "embeddings.npy"
+VISION_FILE = "vision.onnx"
+VISION_GOLDEN = "vision_check.npz"  # the vision core's recorded case: in/<input>, out/<output>
+#: As the runtime's self-check of the text core (loading.GOLDEN_TOLERANCE, CPU).
+VISION_GOLDEN_TOLERANCE = 1e-3
+BOX_READOUT = "box_readout"  # head.npz: LM-head rows of the digits 0-9, the separator and the end
+BOX_REPLY = ('Reply with only its bounding box as JSON {"bbox_2d": [x1, y1, x2, y2]}, each coordinate '
+             "from 0 to 1000.")
+BOX_EDGES = 4
+
+
+class BoxReader:
+    """Box questions as Qwen3-VL writes boxes: ``{"bbox_2d": [x1, y1, x2, y2]}`` on the 0..1000 grid.
+
+    The question part is ``Question:\n<instructions>\n\n<BOX_REPLY>``, the chat markup, then the
+    forced ``{"bbox_2d": [``; each edge is one forward of the digit tree (heads.box_grid) whose
+    terminator is the separator's first token (the end's for the last edge). The picked edge's
+    digits and the separator are committed before the next edge; right >= left, bottom >= top.
+    """
+
+    def __init__(self, prompt: CodesPrompt, box: dict[str, Any], readout: np.ndarray) -> None:
+        self.prompt = prompt
+        self.digit_ids = np.asarray(box["digit_ids"], dtype=np.int64)
+        self.prefix_ids = [int(i) for i in box["prefix_ids"]]
+        self.separator_ids = [int(i) for i in box["separator_ids"]]
+        self.readout = np.ascontiguousarray(readout, dtype=np.float32)  # [12, H]
+        if self.readout.shape[0] != 12 or len(self.digit_ids) != 10:
+            raise ValueError("the box readout needs 10 digits, the separator and the end")
+        self.tree = digit_tree()
+
+    def question_ids(self, q: Question, budget: int, time: float | None = None) -> list[int] | None:
+        what = q.instructions if isinstance(q.instructions, str) else json.dumps(q.instructions)
+        # a moment of the video is named as the pairs' timestamps name it
+        text = f"Question:\n{'' if time is None else f'At {time:.1f} seconds: '}{what}"
+        ids = self.prompt._bounded(f"{text}\n\n{BOX_REPLY}", budget - len(self.prompt.after) - len(self.prefix_ids),
+                                   cache=True)
+        return None if ids is None else [*ids, *self.prompt.after, *self.prefix_ids]
+
+    def tokens(self, question: Sequence[int]) -> int:
+        """Tokens a box reads: its question part and the tree once per edge (committed digits aside)."""
+        return len(question) + BOX_EDGES * len(self.tree.digits)
+
+    def distribution(self, edge: int, hidden: np.ndarray, temperature: float) -> np.ndarray:
+        """P(v), v = 0..1000, of one edge from its forward's ``[1 + T, H]``."""
+        rows = self.readout[[*range(10), 10 if edge < BOX_EDGES - 1 else 11]]
+        return edge_distribution(hidden @ rows.T, self.tree, temperature)
+
+    def edges(self, hiddens: Sequence[np.ndarray], temperature: float) -> tuple[list[int], list[np.ndarray]]:
+        """The picked edges and their distributions, edge by edge as the forwards committed them."""
+        picks: list[int] = []
+        dists = []
+        for edge, hidden in enumerate(hiddens):
+            p = self.distribution(edge, hidden, temperature)
+            picks.append(pick(p, picks[edge - 2] if edge >= 2 else 0))  # x2 >= x1, y2 >= y1
+            dists.append(p)
+        return picks, dists
+
+    def branch(self, question: Sequence[int], temperature: float) -> TreeBranch:
+        def advance(hiddens: Sequence[np.ndarray]) -> list[int]:
+            v = self.edges(hiddens, temperature)[0][-1]  # the edge just read, masked by the earlier ones
+            return [*(int(self.digit_ids[int(d)]) for d in str(v)), *self.separator_ids]
+
+        return TreeBranch(np.asarray(question, dtype=np.int64), self.digit_ids[self.tree.digits],
+                          self.tree.parents, self.tree.depths, BOX_EDGES, advance)
+
+    def answer(self, hiddens: np.ndarray, temperature: float, time: float | None = None) -> dict[str, Any]:
+        (x1, y1, x2, y2), dists = self.edges(list(hiddens), temperature)
+        windows = [window_probability(p, v) for p, v in zip(dists, (x1, y1, x2, y2))]
+        confidence = float(np.prod(windows) ** (1 / len(windows)))
+        return box_answer(x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000, confidence, time)
+
+
+class VisionPlanner:
+    """Prompt, processor and readout of a decision-vision package: everything but the sessions."""
+
+    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
+                 embeddings: np.ndarray, readout: np.ndarray, box_readout: np.ndarray | None = None) -> None:
+        vision = config.get("vision")
+        if not isinstance(vision, dict):
+            raise ValueError("decision_config.json has no vision member")
+        self.config = config
+        self.prompt = CodesPrompt(tokenizer, config)
+        self.prompt.check_codes(config["token_ids"])
+        self.settings = ProcessorSettings.from_card(vision["processor"])
+        self.processor = ImageProcessor(self.settings)
+        tokens = vision["tokens"]
+        self.start, self.end = int(tokens["<|vision_start|>"]), int(tokens["<|vision_end|>"])
+        self.image_pad, self.video_pad = int(tokens["<|image_pad|>"]), int(tokens["<|video_pad|>"])
+        self.timestamp = str(vision.get("timestamp", "<{t:.1f} seconds>"))
+        self.side = int(vision["position_side"])
+        self.embeddings = embeddings
+        self.readout = np.ascontiguousarray(readout, dtype=np.float32)
+        if self.readout.shape != (len(self.prompt.codes), embeddings.shape[1]):
+            raise ValueError(f"head.npz readout has shape {self.readout.shape}, expected "
+                             f"[{len(self.prompt.codes)}, {embeddings.shape[1]}]")
+        self.box = (BoxReader(self.prompt, config["box"], box_readout)
+                    if box_readout is not None and isinstance(config.get("box"), dict) else None)
+        self.limits = limits
+        self.image_max_pixels = int(limits["image_max_pixels"])
+        self.video_max_pixels = int(limits["video_max_pixels"])
+        self.video_max_tokens = int(limits["video_max_tokens"])
+        self.image_limits = ImageLimits(int(limits["image_max_bytes"]), int(limits["image_source_max_pixels"]))
+        self.video_limits = VideoLimits(int(limits["video_max_bytes"]), float(limits["video_max_seconds"]),
+                                        int(limits["video_source_max_pixels"]), float(limits["video_fps"]),
+                                        int(limits["video_max_frames"]))
+
+    @classmethod
+    def from_parts(cls, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
+                   embeddings: np.ndarray, readout: np.ndarray,
+                   box_readout: np.ndarray | None = None) -> VisionPlanner:
+        return cls(tokenizer, config, limits, embeddings, readout, box_readout)
+
+    def probabilities(self, hidden: np.ndarray, count: int, temperature: float) -> np.ndarray:
+        """The first ``count`` codes' probabilities for one last-token hidden state."""
+        return code_probabilities(hidden, self.readout, count, temperature, None, None)
+
+    def video_ids(self, clip: VideoClip) -> tuple[list[int], list[tuple[int, Patches]]]:
+        """A clip's tokens and, per pair, the offset of its pads within them."""
+        ids: list[int] = []
+        blocks = []
+        for pair in clip.pairs:
+            ids.extend(self.prompt.text.encode(self.timestamp.format(t=pair.time), add_special_tokens=False).ids)
+            ids.append(self.start)
+            blocks.append((len(ids), pair.patches))
+            ids.extend([self.video_pad] * self._tokens(pair.patches))
+            ids.append(self.end)
+        return ids, blocks
+
+    def _tokens(self, p: Patches) -> int:
+        m = self.settings.merge_size
+        return (p.grid_h // m) * (p.grid_w // m)
+
+    def state_with_media(self, state: Any, images: Sequence[Patches], videos: Sequence[VideoClip],
+                         budget: int = 1 << 30) -> tuple[list[int], list[Block]]:
+        """The state's ids (chat markup, media, state text) and its vision blocks."""
+        ids = list(self.prompt.before)
+        blocks: list[Block] = []
+        for image in images:
+            ids.append(self.start)
+            blocks.append(Block(len(ids), image.patches, image.grid_h, image.grid_w))
+            ids.extend([self.image_pad] * self._tokens(image))
+            ids.append(self.end)
+        for clip in videos:
+            vids, at = self.video_ids(clip)
+            blocks.extend(Block(len(ids) + off, p.patches, p.grid_h, p.grid_w) for off, p in at)
+            ids.extend(vids)
+        text = self.prompt._bounded(self.prompt.state_text(state), budget - len(ids))
+        if text is None:
+            raise _TooLong()
+        return [*ids, *text], blocks
+
+    def read_media(self, entry: DecisionState,
+                   asset_images: Sequence[bytes] = ()) -> tuple[list[Patches], list[VideoClip]]:
+        """The entry's images (then the assets its state uses, one image per use) and videos,
+        decoded, checked and processed; ApiError with the reason."""
+        images = [self.processor.image(decode_image(url, self.image_limits), self.image_max_pixels)
+                  for url in entry.images]
+        decoded: dict[int, Patches] = {}
+        for data in asset_images:  # one image per use; an asset used twice is decoded once
+            if id(data) not in decoded:
+                decoded[id(data)] = self.processor.image(decode_image_bytes(data, self.image_limits),
+                                                         self.image_max_pixels)
+            images.append(decoded[id(data)])
+        videos = []
+        used = 0
+        # the fewest tokens a pair's timestamp takes: a clip refused on this bound is refused undecoded
+        stamp = len(self.prompt.text.encode(self.timestamp.format(t=0.0), add_special_tokens=False).ids)
+
+        def before_decode(frames: int, width: int, height: int) -> None:
+            pair = self.processor.tokens(height, width, self.video_max_pixels) + stamp + 2
+            self._check_video_tokens(used + (frames + 1) // 2 * pair)
+
+        for url in entry.videos:
+            # frames are kept at the size the model reads them (resized once, from the source, as
+            # the processor would), so many large frames never sit in memory together
+            frames = decode_video(url, self.video_limits, before_decode,
+                                  lambda h, w: self.processor.target_size(h, w, self.video_max_pixels))
+            clip = VideoClip(pair_frames(self.processor, frames.images, frames.times, self.video_max_pixels),
+                             frames.seconds, frames.measured)
+            used += len(self.video_ids(clip)[0])
+            self._check_video_tokens(used)
+            videos.append(clip)
+        return images, videos
+
+    def _check_video_tokens(self, tokens: int) -> None:
+        if tokens > self.video_max_tokens:
+            raise ApiError("invalid_request", f"the request's videos take {tokens} tokens or more, more than the "
+                           f"model's video_max_tokens {self.video_max_tokens}", reason="video_tokens",
+                           limit=self.video_max_tokens)
+
+
+def check_vision_golden(session: Any, golden: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Run the vision core's golden case twice: bitwise deterministic and within tolerance of the
+    recording; raises RuntimeError (the model then fails to load with this reason)."""
+    feeds = {k[3:]: v for k, v in golden.items() if k.startswith("in/")}
+    want = {k[4:]: v for k, v in golden.items() if k.startswith("out/")}
+    first = session.run(feeds, list(want))
+    second = session.run(feeds, list(want))
+    worst = 0.0
+    for name, value in want.items():
+        if not np.array_equal(first[name], second[name]):
+            raise RuntimeError(f"vision self-check: output {name} is not deterministic")
+        if first[name].shape != value.shape or not np.all(np.isfinite(first[name])):
+            raise RuntimeError(f"vision self-check: output {name} has the wrong shape or is not finite")
+        worst = max(worst, float(np.max(np.abs(first[name].astype(np.float64) - value))))
+    if worst > VISION_GOLDEN_TOLERANCE:
+        raise RuntimeError(f"vision self-check: golden outputs differ by {worst:.3g}, "
+                           f"above {VISION_GOLDEN_TOLERANCE:g}")
+    return {"status": "passed", "max_abs_diff": worst}
+
+
+class _TooLong(Exception):
+    """The state does not fit the question budget."""
+
+
+class DecisionVisionFamily:
+    """A loaded decision-vision package: plans decisions requests into VisionRows, answers from them."""
+
+    surfaces = frozenset({SURFACE})
+    batchable = False  # a row batches its own questions; see the module docstring
+
+    def __init__(self, package: Package, session: Any = None, name: str | None = None,
+                 max_input_tokens: int | None = None, vision_session: Any = None) -> None:
+        card = package.card
+        config = package.decision_config()
+        if config is None:
+            raise ValueError(f"package {card.name} has no decision_config.json")
+        self.name = name or card.name
+        embeddings = np.load(package.file(EMBEDDINGS_FILE), mmap_mode="r", allow_pickle=False)
+        weights = package.head_weights()
+        if READOUT not in weights:
+            raise ValueError(f"package {card.name}: head.npz has no {READOUT!r} array")
+        self.planner = VisionPlanner(Tokenizer.from_file(str(package.file("tokenizer.json"))), config,
+                                     dict(card.limits), embeddings, weights[READOUT], weights.get(BOX_READOUT))
+        self.config = config
+        limits = card.limits
+        self.max_input_tokens = int(limits["max_input_tokens"])
+        if max_input_tokens is not None:
+            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_request_tokens = int(limits.get("max_request_tokens", self.max_input_tokens))
+        types = CODE_TYPES
+        if self.planner.box is not None:
+            types = (*CODE_TYPES, "box", *(("track",) if "video" in card.modalities else ()))
+        self.question_types = answered_types(card, types)
+        box_video = limits.get("box_video_max_seconds")
+        self.box_video_max_seconds = None if box_video is None else float(box_video)
+        self.modalities = frozenset(card.modalities)
+        self._forward: VisionLanguageForward | None = None
+        if session is not None:
+            if vision_session is None:
+                from edge_runtime.engine.session import create_session
+
+                # the vision core runs on the text core's device with its thread count
+                vision_session = create_session(package.file(VISION_FILE), session.device, session.threads)
+            self._forward = VisionLanguageForward(vision_session, session, embeddings,
+                                                  merge=self.planner.settings.merge_size, side=self.planner.side)
+        self._vision_golden: dict[str, np.ndarray] | None = None
+        self.vision_check: dict[str, Any] = {"status": "unverified"}
+        if VISION_GOLDEN in package.files:
+            with np.load(package.file(VISION_GOLDEN), allow_pickle=False) as z:
+                self._vision_golden = {k: z[k] for k in z.files}
+
+    # -- engine hooks -----------------------------------------------------------------------
+
+    @property
+    def forward(self) -> VisionLanguageForward:
+        """The two graphs' forward; a family built without a session only plans."""
+        if self._forward is None:
+            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
+        return self._forward
+
+    def probe_row(self, length: int) -> VisionRow:
+        """A text-only row of ``length`` tokens (rows run alone, so the probe is not run on them)."""
+        ids = list(range(max(1, length)))
+        return vision_row(ids[:-1] or ids, [], [ids[-1:]])
+
+    def warm(self) -> None:
+        """Self-check the vision core, which the runtime's golden check (text core only) does not see."""
+        if self._forward is not None and self._vision_golden is not None:
+            self.vision_check = check_vision_golden(self._forward.vision, self._vision_golden)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": ["state"],
+                               "question_types": list(self.question_types)}
+        if self.planner.box is not None:
+            out["box_confidence"] = self.card_box_confidence()
+        return out
+
+    def card_box_confidence(self) -> str:
+        """The formula a Box answer's confidence follows (the contract: the model card's formula)."""
+        return CONFIDENCE_FORMULA
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
+        if surface != SURFACE:
+            raise ValueError(surface)
+        return self.plan_request(request).engine_plan(self.finish)
+
+    def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
+        """Decode media, render and tokenize every answerable question; decide the others now."""
+        cap = self._question_cap(request)
+        assets = None
+        if request.assets and "image" in self.modalities:
+            assets = parse_assets(request.assets, self.planner.image_limits.max_bytes)
+        used: list[str] = []
+        plan = DecisionPlan(request, rows=[])
+        refusals: list[ApiError] = []
+        for name, entry in request.entries():
+            refused: ApiError | None = media_refusal(self.name, self.modalities, entry, request)
+            planned = None
+            if refused is None:
+                try:
+                    planned = self._plan_entry(name, entry, cap, plan.rows, assets, used)
+                except ApiError as e:
+                    refused = e
+            if refused is not None:
+                if not request.is_batch:
+                    raise refused
+                refusals.append(refused)
+                planned = refused_entry(name, entry, refused)
+            assert planned is not None
+            plan.entries.append(planned)
+        if refusals and len(refusals) == len(plan.entries):
+            raise refusals[0]
+        if assets is not None:
+            check_all_used(assets, used)
+        if not any(isinstance(s.question, Question) for e in plan.entries for s in e.slots):
+            raise NoValidQuestion([(e.name, s.question) for e in plan.entries for s in e.slots
+                                   if isinstance(s.question, InvalidQuestion)])
+        return plan
+
+    def _question_cap(self, request: DecisionsRequest) -> int:
+        opts = request.options
+        cap = self.max_input_tokens
+        if opts.max_tokens is not None:
+            if opts.max_tokens > self.max_input_tokens:
+                raise invalid_request(f"options.max_tokens {opts.max_tokens} exceeds the model's max_input_tokens "
+                                      f"{self.max_input_tokens}")
+            cap = min(cap, opts.max_tokens)
+        return cap
+
+    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow],
+                    assets: Assets | None = None, used: list[str] | None = None) -> Entry:
+        planned = Entry(name, [])
+        answerable: list[Slot] = []
+        state: Any = entry.state
+        state_uses: list[str] = []
+        if assets is not None:
+            # a use in the state is one more image in front of it, after `images`, named [image k]
+            first = len(entry.images) + 1
+            state, state_uses = replace_in(entry.state, assets, lambda k: f"[image {first + k}]")
+        if used is not None:
+            used.extend(state_uses)
+        targeted: set[str] = set()
+        for q in entry.questions:
+            refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
+            if (refused is None and assets is not None and isinstance(q, Question) and q.type == "box"
+                    and q.at is None):
+                aimed = self._box_asset_target(q, assets, state_uses, len(entry.images), used)
+                if isinstance(aimed, InvalidQuestion):
+                    refused = aimed
+                elif aimed is not None:
+                    q = aimed
+                    targeted.add(q.id)
+            if refused is None and assets is not None and isinstance(q, Question) and q.id not in targeted:
+                refused = self._question_images(q, assets, used)
+            slot = Slot(refused or q)
+            planned.slots.append(slot)
+            if isinstance(slot.question, Question):
+                answerable.append(slot)
+        planned.temperature = select_temperature(self.config, sum(1 for q in entry.valid if q.type in CODE_TYPES))
+        images_in_state, videos_in_state = len(entry.images) + len(state_uses), len(entry.videos)
+        for slot in answerable:
+            if (isinstance(slot.question, Question) and slot.question.type in ("box", "track")
+                    and slot.question.id not in targeted):
+                slot.question = self._box_target(slot.question, images_in_state, videos_in_state) or slot.question
+        answerable = [s for s in answerable if isinstance(s.question, Question)]
+        if not answerable:
+            return planned
+        images, videos = self.planner.read_media(entry, [assets.images[r] for r in state_uses] if assets else [])
+        try:
+            state_ids, blocks = self.planner.state_with_media(state, images, videos, cap)
+        except _TooLong:
+            for slot in answerable:
+                slot.answer = self._too_long(slot.question, cap)  # type: ignore[arg-type]
+            return planned
+        box = self.planner.box
+        codes: list[Slot] = []
+        boxes: list[Slot] = []
+        tracks: list[tuple[Slot, list[float], list[list[int]], list[list[int]]]] = []
+        budget = cap - len(state_ids)
+        for slot in answerable:
+            q = slot.question
+            assert isinstance(q, Question)
+            if q.type in ("box", "track") and (q.at is not None or q.type == "track"):
+                slot.answer = self._video_refusal(q, videos[0])
+                if slot.answer is not None:
+                    continue
+            if q.type == "track":
+                assert box is not None
+                times = self._track_times(videos[0].seconds, q.rate or 1)
+                asked = [box.question_ids(q, budget, t) for t in times]
+                nouls = [self.planner.prompt.question_ids(self._visible(q, t), None, budget) for t in times]
+                if any(x is None for x in [*asked, *nouls]):
+                    slot.answer = self._too_long(q, cap)
+                else:
+                    tracks.append((slot, times, asked, nouls))  # type: ignore[arg-type]
+                continue
+            if q.type == "box":
+                assert box is not None  # box is answered only where the package reads boxes
+                ids = box.question_ids(q, budget, q.at)
+            else:
+                ids = self.planner.prompt.question_ids(q, None, budget)
+            if ids is None:
+                slot.answer = self._too_long(q, cap)
+            else:
+                slot.ids = ids
+                (boxes if q.type == "box" else codes).append(slot)
+        if not codes and not boxes and not tracks:
+            return planned
+        image_boxes = [s for s in boxes if s.question.at is None]  # type: ignore[union-attr]
+        capped = (len(state_ids) + sum(len(s.ids or ()) for s in codes)
+                  + sum(box.tokens(s.ids or ()) for s in image_boxes if box is not None))
+        # the frame windows a video Box or track reads are bounded by the video limits, not this cap
+        if capped > self.max_request_tokens:
+            raise ApiError("invalid_request", f"the state once and every question take {capped} tokens, more than "
+                           f"the model's max_request_tokens {self.max_request_tokens}",
+                           reason="request_tokens", limit=self.max_request_tokens)
+        row = len(rows)
+        temperature = float(self.config.get("temperature", 1.0))  # Box and track keep the package's
+        branches = [s.ids or [] for s in codes]
+        trees: list[TreeBranch] = []
+        for j, slot in enumerate(codes):
+            slot.row, slot.branch = row, j
+        for slot in boxes:
+            assert box is not None
+            slot.row, slot.branch = row, len(trees)
+            trees.append(box.branch(slot.ids or [], temperature))
+        total = capped + sum(box.tokens(s.ids or ()) for s in boxes if s not in image_boxes and box is not None)
+        for slot, times, tree_ids, noul_ids in tracks:
+            assert box is not None
+            slot.row = row
+            # where its trees and its visible branches start, and how many moments (at k / rate)
+            slot.ids = [len(trees), len(branches), len(times)]
+            trees.extend(box.branch(ids, temperature) for ids in tree_ids)
+            branches.extend(noul_ids)
+            total += sum(box.tokens(ids) for ids in tree_ids) + sum(len(ids) for ids in noul_ids)
+        rows.append(vision_row(state_ids, blocks, branches, trees))
+        planned.tokens = total
+        return planned
+
+    @staticmethod
+    def _track_times(seconds: float, rate: int) -> list[float]:
+        """Every sampled moment: 0, 1/rate, 2/rate, ... up to the clip's end."""
+        return [k / rate for k in range(int(math.floor(seconds * rate + 1e-9)) + 1)]
+
+    @staticmethod
+    def _visible(q: Question, t: float) -> Question:
+        """The Noul a track reads at each moment for ``visible``."""
+        what = q.instructions if isinstance(q.instructions, str) else json.dumps(q.instructions)
+        made = parse_question(q.id, {"type": "noul", "instructions": f"At {t:.1f} seconds, is this visible: {what}"})
+        assert isinstance(made, Question)
+        return made
+
+    def _video_refusal(self, q: Question, clip: VideoClip) -> dict[str, Any] | None:
+        """box_video_too_long past limits.box_video_max_seconds or for a length the container does not state."""
+        limit = self.box_video_max_seconds
+        if limit is not None and (clip.seconds > limit or not clip.measured):
+            why = (f"is {clip.seconds:.1f} s long, more than {limit:g} s" if clip.measured
+                   else "does not state its length in its container")
+            return failed_answer(q.type, "invalid_input", "box_video_too_long",
+                                 f"a {q.type} question reads a clip of at most {limit:g} s; this video {why}")
+        if q.at is not None and q.at > clip.seconds:
+            return failed_answer(q.type, "invalid_question", "question_malformed",
+                                 f"at {q.at:g} s is past the video's end ({clip.seconds:.1f} s)")
+        return None
+
+    def _box_target(self, q: Question, images: int, videos: int) -> InvalidQuestion | None:
+        """A box reads the state's only image (with ``at``, and a track, its only video):
+        box_needs_image without one, box_target_ambiguous with more."""
+        on_video = q.at is not None or q.type == "track"
+        count, what = (videos, "video") if on_video else (images, "image")
+        if count == 0:
+            return InvalidQuestion(q.id, q.type, "box_needs_image", f"a {q.type} question needs a {what} in the state")
+        if count > 1:
+            return InvalidQuestion(q.id, q.type, "box_target_ambiguous",
+                                   f"the state has {count} {what}s; a {q.type} question reads the state's only {what}")
+        return None
+
+    def _unsupported(self, q: Question) -> InvalidQuestion | None:
+        refused = refusal(q, self.name, self.question_types)
+        if refused is None and len(q.options) > len(self.planner.prompt.codes):
+            return InvalidQuestion(q.id, q.type, "too_many_options",
+                                   f"model {self.name!r} lists at most {len(self.planner.prompt.codes)} options; "
+                                   f"this question has {len(q.options)}")
+        return refused
+
+    def _box_asset_target(self, q: Question, assets: Assets, state_uses: list[str], images: int,
+                          used: list[str] | None) -> Question | InvalidQuestion | None:
+        """A box whose instructions reference an image reads that image (the contract), which must be
+        in the state (image_placements: state): the reference becomes the state's ``[image k]``."""
+        refs = assets.used_in(q.instructions)
+        if not refs:
+            return None
+        if used is not None:
+            used.extend(refs)
+        if len(set(refs)) > 1:
+            return InvalidQuestion(q.id, q.type, "box_target_ambiguous",
+                                   f"the instructions reference {len(set(refs))} images; a box reads one")
+        if refs[0] not in state_uses:
+            return InvalidQuestion(q.id, q.type, "question_images_unsupported",
+                                   f"model {self.name!r} reads images in the state only; put the image the box "
+                                   "question locates in the state")
+        k = images + state_uses.index(refs[0]) + 1
+        return dataclasses.replace(q, instructions=replace_in(q.instructions, assets, lambda _: f"[image {k}]")[0])
+
+    def _question_images(self, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
+        """question_images_unsupported for a question whose instructions or options reference an asset:
+        this model places images in the state only, and moving one there would change the other answers."""
+        refs = assets.used_in([q.instructions, *(o.description for o in q.options)])
+        if not refs:
+            return None
+        if used is not None:
+            used.extend(refs)  # referenced, so not unreferenced, though this question cannot read it
+        return InvalidQuestion(q.id, q.type, "question_images_unsupported",
+                               f"model {self.name!r} reads images in the state only (image_placements: state); "
+                               "put an image the questions share in the state")
+
+    def _too_long(self, q: Question, cap: int) -> dict[str, Any]:
+        return failed_answer(q.type, "max_length_exceeded", "question_tokens",
+                             f"the state, its media and this question take more than the {cap} tokens "
+                             "this model reads per question")
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
+        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch."""
+        return assemble(plan, outputs, self.name, self._read)
+
+    def _read(self, q: Question, slot: Slot, entry: Entry, output: VisionOutput) -> dict[str, Any]:
+        if q.type == "track":
+            return self._read_track(q, slot, output)
+        assert slot.branch is not None
+        temperature = float(self.config.get("temperature", 1.0))
+        box = self.planner.box
+        if q.type == "box":
+            assert box is not None
+            return box.answer(output.trees[slot.branch], temperature, q.at)
+        return answer(q, self.planner.probabilities(output.branches[slot.branch], len(q.options),
+                                                    entry.temperature))
+
+    def _read_track(self, q: Question, slot: Slot, output: VisionOutput) -> dict[str, Any]:
+        """Every moment's box (its tree) and visible (its Noul branch: P(true))."""
+        box = self.planner.box
+        assert box is not None and slot.ids is not None
+        first_tree, first_branch, moments = slot.ids
+        times = [k / (q.rate or 1) for k in range(moments)]
+        temperature = float(self.config.get("temperature", 1.0))
+        points = []
+        for k, t in enumerate(times):
+            found = box.answer(output.trees[first_tree + k], temperature, t)
+            visible = self.planner.probabilities(output.branches[first_branch + k], 2, temperature)[1]
+            points.append((t, found["box"], found["confidence"], float(visible)))
+        return track_answer(points)
+
+
+__all__ = ["DecisionVisionFamily", "VisionPlanner", "check_vision_golden"]

@@ -1,0 +1,116 @@
+"""Assets: images held by reference, replaced wherever a reference occurs in a string.
+
+The contract's rules (HTTP API reference, "Assets"): a top-level ``assets`` object maps each
+reference (1 to 1,024 bytes, 65,536 for all of them) to ``{"type": "image", "data_base64"}`` (a
+multipart body's ``part`` assets arrive here already inlined by the body decoder). A string equal
+to a reference is that image; a longer string is split at each occurrence (the longest reference
+wins where two start at the same place); object keys are never replaced; each use adds the image
+again; every asset must be used (asset_unreferenced). This module knows JSON values, not
+questions: a family decides where a use may sit (its card's image_placements).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edge_runtime.media.vision import refused
+
+MAX_REFERENCE_BYTES = 1024
+MAX_REFERENCES_BYTES = 65_536
+#: The contract's size of one asset image, whatever a model's own image_max_bytes.
+MAX_ASSET_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Assets:
+    """Validated assets: each reference's image bytes, and a matcher for the references."""
+
+    images: dict[str, bytes]
+    pattern: re.Pattern[str]
+
+    def uses(self, text: str) -> list[str]:
+        """The references a string holds, in order (each occurrence once)."""
+        return [m.group(0) for m in self.pattern.finditer(text)]
+
+    def used_in(self, value: Any) -> list[str]:
+        """Every reference used in the strings of a JSON value (keys excluded), in order."""
+        return [ref for text in _strings(value) for ref in self.uses(text)]
+
+
+def parse_assets(raw: Mapping[str, Any] | None, max_bytes: int) -> Assets | None:
+    """Validate the request's assets and decode their bytes; ApiError with a fixed reason otherwise."""
+    if not raw:
+        return None
+    total = 0
+    images: dict[str, bytes] = {}
+    for ref, asset in raw.items():
+        size = len(ref.encode("utf-8"))
+        total += size
+        if not 1 <= size <= MAX_REFERENCE_BYTES:
+            raise refused("asset_malformed", f"an asset reference has {size} bytes; 1 to {MAX_REFERENCE_BYTES} "
+                          "are allowed", MAX_REFERENCE_BYTES)
+        if asset.get("type") != "image" or not isinstance(asset.get("data_base64"), str):
+            raise refused("asset_malformed", f"assets[{ref!r}] must be {{\"type\": \"image\", \"data_base64\"}}")
+        cap = min(max_bytes, MAX_ASSET_BYTES)
+        payload = asset["data_base64"]
+        if len(payload) // 4 * 3 > cap + 3:
+            raise refused("image_too_large", f"assets[{ref!r}] is larger than {cap} bytes", cap)
+        try:
+            images[ref] = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise refused("image_malformed", f"assets[{ref!r}] is not valid base64") from None
+    if total > MAX_REFERENCES_BYTES:
+        raise refused("asset_malformed", f"the asset references take {total} bytes, more than "
+                      f"{MAX_REFERENCES_BYTES}", MAX_REFERENCES_BYTES)
+    # longest first: where two references start at the same place, the longer one is meant
+    pattern = re.compile("|".join(re.escape(r) for r in sorted(images, key=len, reverse=True)))
+    return Assets(images, pattern)
+
+
+def replace_in(value: Any, assets: Assets, name: Any) -> tuple[Any, list[str]]:
+    """``value`` with every use replaced by ``name(k)`` (k counts uses from 0), and the uses in order."""
+    used: list[str] = []
+
+    def use(m: re.Match[str]) -> str:
+        used.append(m.group(0))
+        return str(name(len(used) - 1))
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return assets.pattern.sub(use, v)
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}  # keys are never replaced
+        return v
+
+    return walk(value), used
+
+
+def check_all_used(assets: Assets, used: Iterable[str]) -> None:
+    """asset_unreferenced for an asset no string of the request uses."""
+    seen = set(used)
+    unused = [r for r in assets.images if r not in seen]
+    if unused:
+        raise refused("asset_unreferenced", f"{len(unused)} asset(s) are not referenced by any string of the "
+                      "request; every asset must be used")
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for x in value:
+            yield from _strings(x)
+    elif isinstance(value, dict):
+        for x in value.values():
+            yield from _strings(x)
+
+
+__all__ = ["Assets", "MAX_ASSET_BYTES", "MAX_REFERENCES_BYTES", "MAX_REFERENCE_BYTES", "check_all_used",
+           "parse_assets", "replace_in"]

@@ -1,0 +1,262 @@
+"""Videos for a Qwen3-VL decision model: data URLs in, timestamped frame pairs out (PyAV, Pillow, numpy).
+
+Intake (``decode_video``): a base64 data URL of MP4, QuickTime, WebM or Matroska (the container is
+read from the bytes), refused before any frame is decoded when it breaks a limit:
+``video_max_bytes`` (video_too_large), ``video_max_seconds`` (video_too_long; a container without
+a duration gets one from a demux-only packet scan, which reads no pixels) and
+``video_source_max_pixels`` per frame (video_too_large). Broken or truncated data is
+video_malformed, another container video_format_unsupported.
+
+Sampling: ``video_fps`` frames per second over the whole clip, at least 4 and at most
+``video_max_frames`` (an even count: frames go in pairs), at times ``linspace(0, duration, k)``,
+each taken as the decoded frame nearest to its time (times are pts minus the stream's start, so
+MPEG-TS-like offsets do not shift them). Targets more than SEEK_GAP_SECONDS apart are reached by
+seeking to the keyframe before them, which picks the same frames as decoding everything. Only the
+picked frames are converted to RGB, at once to the size the model reads them.
+
+Pairs (``pair_frames``): every two frames become one vision block (Qwen3-VL's temporal patch 2),
+resized as one image of at most ``video_max_pixels`` pixels per frame (the contract's per-frame
+limit; Transformers' video processor bounds the whole clip instead) and read after the timestamp
+``<{t:.1f} seconds>``, t the mean of the pair's frame times.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from edge_runtime.errors import ApiError
+from edge_runtime.media.vision import ImageProcessor, Patches, data_url_bytes, refused
+
+MIN_FRAMES = 4
+_EBML = b"\x1a\x45\xdf\xa3"
+_MP4_ATOMS = (b"ftyp", b"moov", b"mdat", b"wide", b"free", b"skip")
+
+
+@dataclass(frozen=True)
+class VideoLimits:
+    """The card's video limits."""
+
+    max_bytes: int
+    max_seconds: float
+    source_max_pixels: int
+    fps: float
+    max_frames: int
+
+
+@dataclass(frozen=True)
+class FramePair:
+    """Two sampled frames as one vision block, at the mean of their times (seconds)."""
+
+    time: float
+    patches: Patches
+
+
+@dataclass(frozen=True)
+class VideoClip:
+    """A video as the model reads it: its frame pairs and the clip's length in seconds."""
+
+    pairs: list[FramePair]
+    seconds: float
+    #: the length came from the container (False: from a packet scan; Box and track refuse those)
+    measured: bool = True
+
+
+@dataclass(frozen=True)
+class Frames:
+    """Decoded frames (RGB) at their times, and the clip's length."""
+
+    images: list[Image.Image]
+    times: list[float]
+    seconds: float
+    measured: bool = True
+
+
+def sniff_container(data: bytes) -> str | None:
+    """'mp4' (MP4 and QuickTime) or 'matroska' (WebM and Matroska) from the bytes, else None."""
+    if data.startswith(_EBML):
+        return "matroska"
+    if len(data) >= 8 and data[4:8] in _MP4_ATOMS:
+        return "mp4"
+    return None
+
+
+def frame_count(seconds: float, limits: VideoLimits) -> int:
+    """How many frames a clip of ``seconds`` is read at: fps over the clip, 4 to max_frames, even."""
+    k = int(round(seconds * limits.fps))
+    k = max(MIN_FRAMES, min(limits.max_frames, k))
+    return k - k % 2
+
+
+def _scan_duration(container: Any, stream: Any) -> float | None:
+    """The clip's length from its packets' timestamps (demux only, no decoding)."""
+    end = None
+    start = stream.start_time or 0
+    for packet in container.demux(stream):
+        if packet.pts is None:
+            continue
+        last = packet.pts + (packet.duration or 0)
+        end = last if end is None else max(end, last)
+    if end is None or stream.time_base is None:
+        return None
+    return float((end - start) * stream.time_base)
+
+
+def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float, bool]:
+    """The open container, its video stream, its length and whether the container stated it
+    (False: a packet scan measured it), within the limits (nothing decoded)."""
+    import av
+
+    kind = sniff_container(data)
+    if kind is None:
+        raise refused("video_format_unsupported", "the video is not MP4, QuickTime, WebM or Matroska")
+    try:
+        container: Any = av.open(io.BytesIO(data), mode="r", format="mp4" if kind == "mp4" else "matroska")
+    except Exception:  # noqa: BLE001 - PyAV raises InvalidDataError and friends for broken headers
+        raise refused("video_malformed", "the video's container cannot be read") from None
+    try:
+        streams = container.streams.video
+        if not streams:
+            raise refused("video_malformed", "the video has no video stream")
+        stream = streams[0]
+        width, height = stream.codec_context.width, stream.codec_context.height
+        if not width or not height:
+            raise refused("video_malformed", "the video stream has no frame size")
+        if width * height > limits.source_max_pixels:
+            raise refused("video_too_large", f"the video's frames have {width * height} pixels ({width}x{height}), "
+                          f"more than {limits.source_max_pixels}", limits.source_max_pixels)
+        seconds = container.duration / 1_000_000 if container.duration else None
+        if seconds is None and stream.duration and stream.time_base is not None:
+            seconds = float(stream.duration * stream.time_base)
+        measured = seconds is not None
+        if seconds is None:
+            seconds = _scan_duration(container, stream)
+            container.seek(0)
+        if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+            raise refused("video_malformed", "the video's length cannot be read")
+        if seconds > limits.max_seconds:
+            raise refused("video_too_long", f"the video is {seconds:.1f} s long, more than {limits.max_seconds:g} s",
+                          limits.max_seconds)
+        return container, stream, seconds, measured
+    except ApiError:
+        container.close()
+        raise
+    except Exception:  # noqa: BLE001
+        container.close()
+        raise refused("video_malformed", "the video's container cannot be read") from None
+
+
+#: ``check(frames, width, height)``: called before any frame is decoded; may raise to refuse the clip.
+BeforeDecode = Callable[[int, int, int], None]
+
+
+#: Targets further apart than this are reached by seeking to the keyframe before them instead of
+#: decoding every frame between (a long clip then costs its keyframe intervals, not its length).
+SEEK_GAP_SECONDS = 2.0
+
+#: ``frame_size(height, width) -> (height, width)``: the size a picked frame is kept at, so that a
+#: clip of many large frames holds only small ones (768 frames of 8 MP would be gigabytes).
+FrameSize = Callable[[int, int], tuple[int, int]]
+
+
+def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode | None = None,
+                  frame_size: FrameSize | None = None) -> Frames:
+    """The frames the model reads (see the module docstring), each the decoded frame nearest its time."""
+    container, stream, seconds, measured = open_video(data, limits)
+    k = frame_count(seconds, limits)
+    width, height = stream.codec_context.width, stream.codec_context.height
+    if before_decode is not None:
+        try:
+            before_decode(k, width, height)
+        except BaseException:
+            container.close()
+            raise
+    size = frame_size(height, width) if frame_size is not None else (height, width)
+    targets = [float(t) for t in np.linspace(0.0, seconds, k)]
+    picked: list[tuple[float, Image.Image] | None] = [None] * k
+    start = stream.start_time or 0
+    kept: dict[float, Image.Image] = {}
+
+    def keep(t: float, frame: Any) -> tuple[float, Image.Image]:
+        # converted (and shrunk) once when picked, keyed by its time (unique in a stream): later
+        # frames never hold a full-size copy, and a frame picked for two targets is converted once
+        if t not in kept:
+            image = frame.to_image().convert("RGB")
+            if image.size != (size[1], size[0]):
+                image = image.resize((size[1], size[0]), resample=Image.Resampling.BICUBIC)
+            kept.clear()  # targets are in order: only the latest pick can be picked again
+            kept[t] = image
+        return t, kept[t]
+
+    def frames_from(seek_to: float | None) -> Iterator[tuple[float, Any]]:
+        if seek_to is not None:  # to the keyframe at or before the target
+            container.seek(start + int(seek_to / stream.time_base), stream=stream, backward=True)
+        for frame in container.decode(stream):
+            if frame.pts is not None:
+                yield float((frame.pts - start) * stream.time_base), frame
+
+    try:
+        stream.thread_type = "AUTO"
+        j = 0
+        prev: tuple[float, Any] | None = None
+        source = frames_from(None)
+        while j < k:
+            item = next(source, None)
+            if item is None:  # the stream ended: the targets past the last frame take the last frame
+                while prev is not None and j < k:
+                    picked[j] = keep(*prev)
+                    j += 1
+                break
+            t, frame = item
+            while j < k and t >= targets[j]:
+                near_prev = prev is not None and targets[j] - prev[0] < t - targets[j]
+                picked[j] = keep(*(prev if near_prev and prev is not None else (t, frame)))
+                j += 1
+            prev = (t, frame)
+            if j < k and targets[j] - t > SEEK_GAP_SECONDS:
+                source, prev = frames_from(targets[j]), None
+    except Exception:  # noqa: BLE001 - corrupt packets
+        raise refused("video_malformed", "the video's frames cannot be decoded") from None
+    finally:
+        container.close()
+    if any(p is None for p in picked):
+        raise refused("video_malformed", "the video has no decodable frames")
+    return Frames([p[1] for p in picked if p is not None], [p[0] for p in picked if p is not None], seconds, measured)
+
+
+def decode_video(url: Any, limits: VideoLimits, before_decode: BeforeDecode | None = None,
+                 frame_size: FrameSize | None = None) -> Frames:
+    """The sampled frames of a base64 data URL (see sample_frames)."""
+    data = data_url_bytes(url, "video", "video_malformed", limits.max_bytes)
+    return sample_frames(data, limits, before_decode, frame_size)
+
+
+def pair_frames(processor: ImageProcessor, frames: Sequence[Image.Image], times: Sequence[float],
+                max_pixels: int) -> list[FramePair]:
+    """Frames (one size) as timestamped pairs of patches; an odd last frame is repeated."""
+    if not frames:
+        return []
+    first = frames[0]
+    size = processor.target_size(first.height, first.width, max_pixels)
+    normal = [processor.normalized(f, size) for f in frames]
+    pairs = []
+    for i in range(0, len(normal), 2):
+        chunk = normal[i:i + 2]
+        t = times[i:i + 2]
+        pairs.append(FramePair(float(sum(t) / len(t)), processor.patchify(chunk)))
+    return pairs
+
+
+def pair_tokens(processor: ImageProcessor, width: int, height: int, max_pixels: int) -> int:
+    """The vision tokens of one pair of frames of this size."""
+    return processor.tokens(height, width, max_pixels)
+
+
+__all__ = ["BeforeDecode", "FrameSize", "FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video",
+           "frame_count", "open_video", "pair_frames", "pair_tokens", "sample_frames", "sniff_container"]
