@@ -80,12 +80,14 @@ class _Rewriter:
         self.count = 0
         self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
         self.used_names |= set(self.inits)
-        shared = {"er_q_eps": np.array(ACTIVATION_EPS, np.float32),
-                  "er_q_inv127": np.array(1.0 / 127.0, np.float32),
-                  "er_q_zp_u8": np.array(ACTIVATION_ZERO_POINT, np.uint8),
-                  "er_q_one": np.array(1.0, np.float32),
-                  "er_q_axes": np.array([-1], np.int64),
-                  "er_q_zero": np.array([0], np.int64)}
+        shared: dict[str, np.ndarray] = {
+            "er_q_eps": np.array(ACTIVATION_EPS, np.float32),
+            "er_q_inv127": np.array(1.0 / 127.0, np.float32),
+            "er_q_zp_u8": np.array(ACTIVATION_ZERO_POINT, np.uint8),
+            "er_q_one": np.array(1.0, np.float32),
+            "er_q_axes": np.array([-1], np.int64),
+            "er_q_zero": np.array([0], np.int64),
+        }
         for name, value in shared.items():
             self.new_inits.append(_const(name, value))
 
