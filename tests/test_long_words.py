@@ -10,7 +10,8 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
 from edge_runtime.text.bounds import BudgetReader
-from edge_runtime.text.longwords import MIN_RUN, SCAN_CHUNK, LongWords, long_runs
+from bench.texts import shaped_text
+from edge_runtime.text.longwords import MIN_RUN, MIN_SPACE_RUN, SCAN_CHUNK, LongWords, long_runs, space_mask
 from edge_runtime.text.tokenizer import analyze
 from tests.test_text_bounds import load_minilm, train_bytelevel_bpe, train_wordpiece
 
@@ -40,6 +41,10 @@ def _texts() -> list[str]:
         "x" * 50_000 + "\U0001F600" + "Ab9" * 20_000 + "\ufffd" + "7" * 6000 + "\t" + "[UNK]" + "z" * 5000,
         "short words only, nothing long here. " * 400,
         ("w" * 5000 + " ") * 12,  # many runs, each shortened
+        # white-space runs: long, at the ends, beside marks and CJK, between long words, just short
+        " \u3000" * 400 + "lead \t\n\r\u00a0" * 300 + "word" + " " * 63 + "x" + "\n" * 64 + "y\u0301"
+        + "\u00a0" * 5000 + "\u4e2d" + " " * 100 + letters[:MIN_RUN] + "\t" * 200 + "[SEP]" + " " * 90,
+        shaped_text("whitespace runs", 300_000),
     ]
 
 
@@ -52,13 +57,14 @@ def test_shortened_long_words_read_as_the_whole_text(name: str, sparrow_tokenize
         enc, offsets = words.encode(tok, text)
         ids, want = _whole(tok, text)
         assert enc.ids == ids and np.array_equal(offsets, want), text[:40]
-        if long_runs(text, words.min_len):
+        if long_runs(text, words.min_len) or long_runs(text, MIN_SPACE_RUN, space_mask):
             assert len(words.shorten(text).text) < len(text)
 
 
 def test_the_budget_reader_reads_one_long_word_from_its_ends(sparrow_tokenizer: Tokenizer) -> None:
     reader = BudgetReader(sparrow_tokenizer, analyze(sparrow_tokenizer))
-    for text in ("q" * (8 << 20), "lead words " * 10 + "f00d" * (1 << 20) + ", then words" * 2000):
+    for text in ("q" * (8 << 20), "lead words " * 10 + "f00d" * (1 << 20) + ", then words" * 2000,
+                 shaped_text("whitespace runs", 4 << 20)):
         got = reader.read(text, 512)
         ids, offsets = _whole(sparrow_tokenizer, text)
         assert np.array_equal(got.ids, ids[: len(got)]) and np.array_equal(got.offsets, offsets[: len(got)])
@@ -91,6 +97,9 @@ def test_tokenizers_that_could_split_or_match_inside_a_word_are_not_shortened() 
     added = Tokenizer.from_str(wordpiece.to_str())
     added.add_tokens([AddedToken("abc123", normalized=True)])  # could match inside a run of letters
     assert LongWords.for_tokenizer(added) is None
+    spaced = Tokenizer.from_str(wordpiece.to_str())
+    spaced.add_tokens([AddedToken("  ", normalized=False)])  # could match inside a run of spaces
+    assert LongWords.for_tokenizer(spaced) is None
     word_level = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
     word_level.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     assert LongWords.for_tokenizer(word_level) is None

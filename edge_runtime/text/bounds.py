@@ -17,7 +17,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from edge_runtime.text.cuts import Cutter, lookback_for
-from edge_runtime.text.longwords import LongWords
+from edge_runtime.text.longwords import MIN_SPACE_RUN, LongWords
 from edge_runtime.text.probe import ProbeReport, probe_cuts
 from edge_runtime.text.tokenizer import TokenizerTraits
 
@@ -96,7 +96,7 @@ class BudgetReader:
 
     def _encode(self, text: str) -> tuple[list[int], np.ndarray]:
         """The ids and offsets of all of ``text`` (no specials)."""
-        if self._long_words is not None and len(text) >= self._long_words.min_len:
+        if self._long_words is not None and len(text) >= MIN_SPACE_RUN:
             enc, offsets = self._long_words.encode(self._tokenizer, text)
             return enc.ids, offsets
         enc = encode_plain(self._tokenizer, text)

@@ -1,4 +1,4 @@
-"""Long ASCII words read at the cost of their first and last characters, for WordPiece tokenizers.
+"""Long ASCII words and white-space runs read at the cost of their ends, for WordPiece tokenizers.
 
 WordPiece reads a word (a pre-token) longer than ``max_input_chars_per_word`` as one unknown token
 spanning the whole word, whatever its letters. An 8 MiB state of one word (letters, hex, base64
@@ -12,13 +12,19 @@ the tokenizer's pipeline leaves such a run one pre-token of as many normalized c
 (checked on the tokenizer's spec below, and on a sample at construction): the word is longer than
 the limit before and after the cut, so it is the same single unknown token, and every other token
 is untouched. Tokenizers that do not qualify get None and read texts as they are.
+
+White space is the same story the other way round: the pre-tokenizer drops it, so a run of it only
+separates the words around it, whatever its length. Runs of 2,000 spaces between words put a
+512-token budget a megabyte into the text, and the normalizer costs ~0.7 us per character; such a
+run is cut to its first and last character (the set below is white space for the normalizer, the
+pre-tokenizer and Python alike).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -28,6 +34,8 @@ _ASCII_KEEPING_NORMALIZERS = frozenset({"BertNormalizer", "Lowercase", "NFC", "N
 # Pre-tokenizers that never split between two ASCII letters or digits.
 _ALNUM_KEEPING_PRETOKENIZERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit"})
 MIN_RUN = 4096  # shorter runs are cheap to tokenize: leave them alone
+MIN_SPACE_RUN = 64  # white-space runs this long or longer keep only their first and last character
+_SPACES = np.array([0x09, 0x0A, 0x0D, 0x20, 0xA0, 0x3000], dtype=np.uint32)
 SCAN_CHUNK = 65536  # characters looked at per step (the GIL is free between steps)
 
 _ASCII_ALNUM = np.zeros(128, dtype=np.bool_)
@@ -43,18 +51,28 @@ def _flatten(node: dict[str, Any] | None, key: str) -> list[dict[str, Any]]:
     return [node]
 
 
-def _alnum_mask(chunk: str) -> np.ndarray:
+def _code_points(chunk: str) -> np.ndarray:
+    return np.frombuffer(chunk.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def alnum_mask(chunk: str) -> np.ndarray:
     """True where ``chunk`` holds an ASCII letter or digit."""
-    cps = np.frombuffer(chunk.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    cps = _code_points(chunk)
     return (cps < 128) & _ASCII_ALNUM[np.minimum(cps, 127)]
 
 
-def long_runs(text: str, min_len: int) -> list[tuple[int, int]]:
-    """The maximal runs ``[start, end)`` of ASCII letters and digits at least ``min_len`` long."""
+def space_mask(chunk: str) -> np.ndarray:
+    """True where ``chunk`` holds one of the white-space characters runs of which are shortened."""
+    return np.isin(_code_points(chunk), _SPACES)
+
+
+def long_runs(text: str, min_len: int, mask: Callable[[str], np.ndarray] = alnum_mask) -> list[tuple[int, int]]:
+    """The maximal runs ``[start, end)`` of characters ``mask`` marks (by default ASCII letters and
+    digits) at least ``min_len`` long."""
     runs: list[tuple[int, int]] = []
     start = 0  # where the current run began
     for lo in range(0, len(text), SCAN_CHUNK):
-        breaks = np.flatnonzero(~_alnum_mask(text[lo: lo + SCAN_CHUNK])) + lo
+        breaks = np.flatnonzero(~mask(text[lo: lo + SCAN_CHUNK])) + lo
         if not len(breaks):
             continue  # the run goes on through this chunk
         # runs end at each break: the one open from before, and those between breaks
@@ -109,8 +127,9 @@ class LongWords:
         keep = limit + 1
         for added in spec.get("added_tokens", []):
             content = added.get("content", "")
-            # an added token made of letters and digits could match inside a run (or across a cut)
-            if len(content) >= keep or (content.isascii() and content.isalnum()):
+            # an added token made of letters and digits could match inside a run (or across a cut),
+            # one with white space in it inside a white-space run
+            if len(content) >= keep or (content.isascii() and content.isalnum()) or space_mask(content).any():
                 return None
         words = cls(keep)
         return words if words._agrees(tokenizer) else None
@@ -118,7 +137,8 @@ class LongWords:
     def _agrees(self, tokenizer: Tokenizer) -> bool:
         """Whether a shortened sample tokenizes as the sample does (a last check of the spec reading)."""
         run = ("Zq9" * self.min_len)[: self.min_len + 777]
-        sample = f"before {run}, {run[:-5]}x after."
+        spaces = " \t\n\r\u00a0\u3000" * MIN_SPACE_RUN
+        sample = f"before {run}, {run[:-5]}x after.{spaces}\u00e9t\u00e9{spaces[:-3]}{run}{spaces}"
         whole = tokenizer.encode(sample, add_special_tokens=False)
         short = self.shorten(sample)
         got = tokenizer.encode(short.text, add_special_tokens=False)
@@ -128,15 +148,20 @@ class LongWords:
 
     def shorten(self, text: str) -> Shortened:
         """``text`` with each run of ASCII letters and digits over ``min_len`` cut to its first and
-        last ``keep`` characters."""
-        runs = long_runs(text, self.min_len) if len(text) >= self.min_len else []
+        last ``keep`` characters, and each white-space run of ``MIN_SPACE_RUN`` or more to its
+        first and last character."""
+        runs: list[tuple[int, int, int]] = []
+        if len(text) >= self.min_len:
+            runs = [(start, end, self.keep) for start, end in long_runs(text, self.min_len)]
+        if len(text) >= MIN_SPACE_RUN:
+            runs = sorted(runs + [(start, end, 1) for start, end in long_runs(text, MIN_SPACE_RUN, space_mask)])
         if not runs:
             return Shortened(text, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         parts: list[str] = []
         joints, shifts = [], []
         pos = removed = 0
-        for start, end in runs:
-            cut_from, cut_to = start + self.keep, end - self.keep
+        for start, end, keep in runs:
+            cut_from, cut_to = start + keep, end - keep
             parts.append(text[pos:cut_from])
             removed += cut_to - cut_from
             joints.append(cut_from - (removed - (cut_to - cut_from)))  # where the joint is in the short text
