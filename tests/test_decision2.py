@@ -229,3 +229,17 @@ def test_pipeline_golden_questions_against_torch(fixture_package: Callable[..., 
             assert abs(got["probabilities"][k] - p) < 1e-5
     alone = run_questions(GOLDEN_STATE, {"domain": questions["domain"]}, assets, run)
     assert alone["answers"]["domain"] == body["answers"]["domain"]
+
+
+def test_cli_detects_a_lora_package(fixture_package: Callable[..., Path], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from converters.__main__ import main
+
+    src = fixture_package("decision2-lora-source")
+    assert main(["export", str(src), "--out", str(tmp_path / "pkg"), "--license", "Apache-2.0"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["max_abs_diff"] <= 1e-5
+    assert read_package(tmp_path / "pkg").decision_config()["source"]["profile"] == "qwen-adapter"
+    assert main(["export", str(src), "--out", str(tmp_path / "p2"), "--base", str(tmp_path / "nowhere")]) == 2
+    assert main(["fixture", "--kind", "decision2-lora-source", "--out", str(tmp_path / "f")]) == 0
+    assert json.loads(capsys.readouterr().out)["base"] == str(tmp_path / "f-base")

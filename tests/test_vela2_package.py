@@ -220,3 +220,19 @@ def test_scan_budget_and_truncate(vela2: dict[str, Any]) -> None:
     truncated = _run(vela2, text, questions, windows=False)
     assert [len(s) for seqs in truncated.sequences for s in seqs] == [a.layout.max_length]
     assert truncated.body["spans"]["p"] is not None and truncated.body["answers"]["n"]["type"] == "noul"
+
+
+def test_cli_fixture_and_detected_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`fixture --kind vela2-source`, then `export` without --kind: detected from config.json."""
+    from converters.__main__ import main
+
+    src = tmp_path / "vela2-src"
+    assert main(["fixture", "--kind", "vela2-source", "--out", str(src), "--seed", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "vela2-unified"
+    assert main(["export", str(src), "--out", str(tmp_path / "pkg"), "--check-requests", "2",
+                 "--license", "Apache-2.0"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["max_abs_diff"] <= 1e-5
+    card = read_package(tmp_path / "pkg").card.raw
+    assert card["family"] == "vela2" and card["verification"]["cases"] == 3
+    assert main(["export", str(src), "--out", str(tmp_path / "p2"), "--base", str(tmp_path)]) == 2

@@ -318,3 +318,10 @@ def test_scan_budget() -> None:
         sequences(row, parts, tokens, layout(max_length=24), max_scan_tokens=39)
     # truncation is not scanning: the budget only bounds windows
     assert len(sequences(row, parts, tokens, layout(max_length=24), windows=False, max_scan_tokens=1)) == 1
+
+
+def test_question_without_instructions_renders_no_text() -> None:
+    tokens, v = word_tokens(["a", "k", "j"])
+    p = plan("a", {"c": {"type": "choice", "criteria": {"k": None, "j": None}}}, CALIBRATION)
+    [seq] = sequences(rows_of(p.questions)[0], encode_parts(p.state, p.questions, tokens), tokens, layout())
+    assert seq.ids[:4] == [BOS, M["[Q]"], M["[O]"], v["k"]]

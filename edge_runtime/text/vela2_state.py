@@ -295,8 +295,8 @@ def engine_question(qid: str, raw: Any, state: State, calibration: Mapping[str, 
         options = _named(raw.get("criteria"), raw.get("labels"), "labels", 1, MAX_LABELS, f"a {kind}")
     else:
         raise QuestionInvalid(f"type {kind!r} is not answered by this model (choice, noul, score, set, span)")
-    if instructions is None and kind != "span":
-        raise QuestionInvalid("instructions are required")
+    # The shared request parser lets choice, score and set omit instructions (a noul needs them or
+    # described outcomes); an absent text renders as no tokens after its [Q] marker.
     if raw.get("over") is not None:
         roles, span_range = resolve_over(raw["over"], state)
     else:
@@ -307,7 +307,7 @@ def engine_question(qid: str, raw: Any, state: State, calibration: Mapping[str, 
         raise QuestionInvalid("a span question reads exactly one part")
     return EngineQuestion(
         id=qid, kind=kind, type="choice" if kind == "noul" else kind,
-        text=content_text(instructions) if instructions is not None else "",
+        text="" if instructions is None else content_text(instructions),
         roles=roles, options=options, key=preset or qid, abstain=kind in ("choice", "noul"),
         threshold=_threshold(raw.get("threshold")), legend=legend, span_range=span_range,
     )
