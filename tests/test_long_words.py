@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
-from edge_runtime.text.bounds import BudgetReader
 from bench.texts import shaped_text
+from edge_runtime.text.bounds import BudgetReader
 from edge_runtime.text.longwords import MIN_RUN, MIN_SPACE_RUN, SCAN_CHUNK, LongWords, long_runs, space_mask
 from edge_runtime.text.tokenizer import analyze
 from tests.test_text_bounds import load_minilm, train_bytelevel_bpe, train_wordpiece

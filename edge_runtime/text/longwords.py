@@ -23,8 +23,9 @@ pre-tokenizer and Python alike).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
