@@ -400,7 +400,7 @@ def test_asset_refusals(family) -> None:
     assert e.value.reason == "asset_unreferenced"
     with pytest.raises(ApiError) as e:
         run(family, {"state": "x" * 1025, "assets": {"x" * 1025: img}, "questions": q})
-    assert (e.value.reason, e.value.limit) == ("asset_malformed", 1024)
+    assert (e.value.reason, e.value.limit) == ("asset_reference_too_long", 1024)
     with pytest.raises(ApiError) as e:
         run(family, {"state": "<a>", "assets": {"<a>": {"type": "video", "data_base64": "AAAA"}}, "questions": q})
     assert e.value.reason == "asset_malformed"

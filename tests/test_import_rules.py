@@ -60,7 +60,7 @@ ALLOWED: dict[str, set[str]] = {
     "service": {"runtime", "loading", "requests", "families"},
     "runtime": {"loading", "families", "engine"},
     "loading": {"families", "engine", "packages"},
-    "requests": {"questions"},
+    "requests": {"questions", "media"},  # media: the contract's asset and data-URL limits
     "families": {"requests", "questions"} | BOTTOM,
     "questions": {"heads"},
     **{layer: set(BOTTOM) for layer in BOTTOM},

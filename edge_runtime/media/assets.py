@@ -20,6 +20,7 @@ from typing import Any
 
 from edge_runtime.media.vision import refused
 
+MIN_REFERENCE_BYTES = 1
 MAX_REFERENCE_BYTES = 1024
 MAX_REFERENCES_BYTES = 65_536
 #: The contract's size of one asset image, whatever a model's own image_max_bytes.
@@ -42,18 +43,31 @@ class Assets:
         return [ref for text in _strings(value) for ref in self.uses(text)]
 
 
+def check_references(references: Iterable[str]) -> None:
+    """Refuse an empty or over-long reference, or references too long together: each with its own
+    fixed reason and the limit, so the Router can pass the reason on without the request's data."""
+    total = 0
+    for reference in references:
+        size = len(reference.encode("utf-8", "surrogatepass"))
+        if size < MIN_REFERENCE_BYTES:
+            raise refused("asset_reference_empty", "an assets reference is empty: a reference has 1 to "
+                          f"{MAX_REFERENCE_BYTES} bytes", MIN_REFERENCE_BYTES)
+        if size > MAX_REFERENCE_BYTES:
+            raise refused("asset_reference_too_long", f"an assets reference has {size} bytes, more than "
+                          f"{MAX_REFERENCE_BYTES}", MAX_REFERENCE_BYTES)
+        total += size
+    if total > MAX_REFERENCES_BYTES:
+        raise refused("asset_references_too_long", f"the assets references have {total} bytes together, "
+                      f"more than {MAX_REFERENCES_BYTES}", MAX_REFERENCES_BYTES)
+
+
 def parse_assets(raw: Mapping[str, Any] | None, max_bytes: int) -> Assets | None:
     """Validate the request's assets and decode their bytes; ApiError with a fixed reason otherwise."""
     if not raw:
         return None
-    total = 0
+    check_references(raw)
     images: dict[str, bytes] = {}
     for ref, asset in raw.items():
-        size = len(ref.encode("utf-8"))
-        total += size
-        if not 1 <= size <= MAX_REFERENCE_BYTES:
-            raise refused("asset_malformed", f"an asset reference has {size} bytes; 1 to {MAX_REFERENCE_BYTES} "
-                          "are allowed", MAX_REFERENCE_BYTES)
         if asset.get("type") != "image" or not isinstance(asset.get("data_base64"), str):
             raise refused("asset_malformed", f"assets[{ref!r}] must be {{\"type\": \"image\", \"data_base64\"}}")
         cap = min(max_bytes, MAX_ASSET_BYTES)
@@ -64,9 +78,6 @@ def parse_assets(raw: Mapping[str, Any] | None, max_bytes: int) -> Assets | None
             images[ref] = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
             raise refused("image_malformed", f"assets[{ref!r}] is not valid base64") from None
-    if total > MAX_REFERENCES_BYTES:
-        raise refused("asset_malformed", f"the asset references take {total} bytes, more than "
-                      f"{MAX_REFERENCES_BYTES}", MAX_REFERENCES_BYTES)
     # longest first: where two references start at the same place, the longer one is meant
     pattern = re.compile("|".join(re.escape(r) for r in sorted(images, key=len, reverse=True)))
     return Assets(images, pattern)
@@ -112,5 +123,5 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(x)
 
 
-__all__ = ["Assets", "MAX_ASSET_BYTES", "MAX_REFERENCES_BYTES", "MAX_REFERENCE_BYTES", "check_all_used",
-           "parse_assets", "replace_in"]
+__all__ = ["Assets", "MAX_ASSET_BYTES", "MAX_REFERENCES_BYTES", "MAX_REFERENCE_BYTES", "MIN_REFERENCE_BYTES",
+           "check_all_used", "check_references", "parse_assets", "replace_in"]

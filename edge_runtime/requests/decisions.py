@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_runtime.errors import ApiError, invalid_request
+from edge_runtime.media.assets import check_references
 from edge_runtime.questions import InvalidQuestion, Json, Question, check_clashes, parse_question
 from edge_runtime.questions.forms import encodable, json_encodable
-from edge_runtime.requests.assets import check_references
 from edge_runtime.requests.common import (
     Options,
     check_count,
