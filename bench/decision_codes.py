@@ -16,6 +16,10 @@ Contestants, each in its own process with the same intra-op thread count:
 - our engine below the prompt (``python -m bench.decision_codes engine``): CausalForward on the
   state-once graph, fed token ids.
 
+The state-once package also carries the converters' exact (per-token) int8 backbone (``--quantize
+int8``); it is served beside the fp32 one and run at the engine level too, and its code
+probabilities are compared with fp32's.
+
 Measured: (a) one question about a ~200-token state; (b) eight questions about the same state:
 state-once against eight full rows through our causal graph and against Transformers asking them one
 by one. codes-v1 frames every question (title, options, reply line, chat markup), which with the
@@ -55,6 +59,9 @@ SEED = 0
 #: How the build directory is laid out.
 SOURCE = "source"
 PACKAGES = {"causal": "causal", "prefix_causal": "state-once"}
+#: The state-once package is also quantized: the issue's targets are for the exact int8 backbone.
+INT8 = "int8"
+INT8_FILE = "model.int8.onnx"
 BUILD_FILE = "build.json"
 BUILD_TIMEOUT_S = 1200
 #: Peak memory of the build per backbone byte (fp32 weights): the torch model, its ONNX export and the
@@ -214,11 +221,14 @@ def build(out: Path, shape: Shape, seed: int = SEED) -> dict[str, Any]:
             version="0.0.1", release_date=FIXTURE_RELEASE_DATE, license="Apache-2.0",
             source_name=f"edge-runtime bench qwen3-0.6b-shape (seed {seed})",
             validated_input_tokens=FIXTURE_LIMITS["validated_input_tokens"],
-            max_request_tokens=FIXTURE_LIMITS["max_request_tokens"] if mode == "prefix_causal" else None)
+            max_request_tokens=FIXTURE_LIMITS["max_request_tokens"] if mode == "prefix_causal" else None,
+            quantize=INT8 if mode == "prefix_causal" else None)
         export_decision_codes(src, out / name, opts)
         timings[name] = time.perf_counter() - t0
     record = {"shape": asdict(shape), "seed": seed, "timings_s": {k: round(v, 1) for k, v in timings.items()},
               "graph_bytes": {name: (out / name / "model.onnx").stat().st_size for name in PACKAGES.values()}}
+    int8_graph = out / PACKAGES["prefix_causal"] / INT8_FILE
+    record["graph_bytes"][f"state-once {INT8}"] = int8_graph.stat().st_size + _data_bytes(int8_graph)
     (out / BUILD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 
@@ -230,11 +240,19 @@ def _build_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_bytes(graph: Path) -> int:
+    """Bytes of a graph's external data file, when it has one."""
+    data = graph.with_name(graph.name + ".data")
+    return data.stat().st_size if data.is_file() else 0
+
+
 def read_build(cache: Path) -> dict[str, Any] | None:
-    """build.json of a complete build in ``cache`` (both packages written), else None."""
+    """build.json of a complete build in ``cache`` (both packages and the int8 graph written), else None."""
     path = cache / BUILD_FILE
     if not path.is_file() or not all((cache / n / "card.json").is_file() for n in PACKAGES.values()):
         return None
+    if not (cache / PACKAGES["prefix_causal"] / INT8_FILE).is_file():
+        return None  # built before the int8 backbone was part of the comparison
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -357,8 +375,9 @@ class Worker(WorkerProcess):
     """``python -m bench.decision_codes torch|engine``: a contestant in its own process."""
 
     def __init__(self, label: str, kind: str, threads: int, package: Path, log_path: Path,
-                 source: Path | None = None) -> None:
+                 source: Path | None = None, graph: str | None = None) -> None:
         args = [kind, "--package", str(package)] + (["--source", str(source)] if source is not None else [])
+        args += ["--graph", graph] if graph is not None else []
         super().__init__(label, "bench.decision_codes", args, threads, log_path)
 
     def answers(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -413,8 +432,9 @@ def load_torch_decider(source: Path, package: Path, threads: int) -> Callable[[d
     return answer
 
 
-def load_engine(package: Path, threads: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Our engine below the prompt: the state-once graph through CausalForward, as the server runs it.
+def load_engine(package: Path, threads: int, graph: str = "model.onnx") -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Our engine below the prompt: a state-once graph (``graph`` in ``package``) through CausalForward,
+    as the server runs it.
 
     ``{"ids": [[...], ...]}`` runs whole rows in one call (one right-padded batch, as the executor
     batches a causal request); ``{"prefix": [...], "branches": [[...], ...]}`` runs one BranchRow.
@@ -423,7 +443,7 @@ def load_engine(package: Path, threads: int) -> Callable[[dict[str, Any]], dict[
     from edge_runtime.engine.session import create_session
 
     config = json.loads((package / "decision_config.json").read_text(encoding="utf-8"))
-    forward = CausalForward(create_session(package / "model.onnx", "cpu", threads), pad_id=int(config["pad_token_id"]))
+    forward = CausalForward(create_session(package / graph, "cpu", threads), pad_id=int(config["pad_token_id"]))
     if "torch" in sys.modules:
         raise RuntimeError("torch was imported into the engine contestant")
 
@@ -446,7 +466,7 @@ def _worker_main(args: argparse.Namespace) -> int:
     if args.command == "torch":
         answer = load_torch_decider(args.source, args.package, args.threads)
     else:
-        answer = load_engine(args.package, args.threads)
+        answer = load_engine(args.package, args.threads, args.graph)
     protocol.write(json.dumps({"ready": True, "load_s": time.perf_counter() - started}) + "\n")
     protocol.flush()
     for line in sys.stdin:
@@ -471,6 +491,7 @@ def _worker_main(args: argparse.Namespace) -> int:
 # ---- the comparison ------------------------------------------------------------------------------
 
 CAUSAL, STATE_ONCE, TORCH, ENGINE = "causal", "state-once", "torch", "engine"
+CAUSAL_INT8, STATE_ONCE_INT8, ENGINE_INT8 = f"causal {INT8}", f"state-once {INT8}", f"engine {INT8}"
 ONE, EIGHT, TOKENS = "one question", "eight questions", "token counts"
 
 
@@ -484,10 +505,15 @@ def run(lab: Lab) -> list[Table]:
         raise RuntimeError(f"the decision-codes run needs about {need / 1024**3:.1f} GiB free, "
                            f"{mem_available() / 1024**3:.1f} GiB are available")
     causal_pkg, state_once_pkg = CACHE_DIR / PACKAGES["causal"], CACHE_DIR / PACKAGES["prefix_causal"]
-    servers = {CAUSAL: ServerProcess(causal_pkg, "fp32", settings.threads, name="qwen3-shape-causal",
-                                     log_dir=lab.log_dir),
-               STATE_ONCE: ServerProcess(state_once_pkg, "fp32", settings.threads, name="qwen3-shape-state-once",
-                                         log_dir=lab.log_dir)}
+    names = {CAUSAL: "qwen3-shape-causal", STATE_ONCE: "qwen3-shape-state-once",
+             STATE_ONCE_INT8: f"qwen3-shape-state-once-{INT8}"}
+    # One server holds both state-once variants (two models, two sessions): they are timed in turn.
+    state_once_models = [{"name": names[k], "package": str(state_once_pkg.resolve()), "variant": variant,
+                          "device": "cpu", "threads": settings.threads}
+                         for k, variant in ((STATE_ONCE, "fp32"), (STATE_ONCE_INT8, INT8))]
+    servers = {CAUSAL: ServerProcess(causal_pkg, "fp32", settings.threads, name=names[CAUSAL], log_dir=lab.log_dir),
+               STATE_ONCE: ServerProcess(state_once_pkg, "fp32", settings.threads, name=names[STATE_ONCE],
+                                         log_dir=lab.log_dir, models=state_once_models)}
     workers: dict[str, Worker] = {}
     started = time.perf_counter()
     try:
@@ -496,26 +522,35 @@ def run(lab: Lab) -> list[Table]:
                                 source=CACHE_DIR / SOURCE)
         workers[ENGINE] = Worker("edge-runtime engine (in-process CausalForward)", "engine", settings.threads,
                                  state_once_pkg, lab.log_dir / "engine-decision-codes.log")
+        workers[ENGINE_INT8] = Worker(f"edge-runtime engine {INT8} (in-process CausalForward)", "engine",
+                                      settings.threads, state_once_pkg, lab.log_dir / "engine-int8-decision-codes.log",
+                                      graph=INT8_FILE)
         for server in servers.values():
             server.wait_ready(SERVER_READY_TIMEOUT_S)
         for worker in workers.values():
             worker.wait_ready(SERVER_READY_TIMEOUT_S)
         load_s = time.perf_counter() - started
         grouping = _grouping(servers[CAUSAL])
-        http = {k: HttpDecider(f"edge-runtime {k} (HTTP /v1/decisions)", servers[k]) for k in servers}
+        http = {CAUSAL: HttpDecider("edge-runtime causal (HTTP /v1/decisions)", servers[CAUSAL]),
+                STATE_ONCE: HttpDecider("edge-runtime state-once (HTTP /v1/decisions)", servers[STATE_ONCE]),
+                STATE_ONCE_INT8: HttpDecider(f"edge-runtime state-once {INT8} (HTTP /v1/decisions)",
+                                             servers[STATE_ONCE])}
         inputs = make_inputs(causal_pkg)
-        # torch reads the causal package's prompt, so it gets the causal model's bodies
-        names = {CAUSAL: servers[CAUSAL].name, STATE_ONCE: servers[STATE_ONCE].name, TORCH: servers[CAUSAL].name}
+        names[TORCH] = names[CAUSAL]  # torch reads the causal package's prompt, so it gets the causal bodies
         prefix, branches = token_rows(inputs.vocab, STATE_TOKENS, ENGINE_BRANCH_TOKENS, QUESTIONS)
         rows = {"ids": [prefix + b for b in branches]}
+        branched = {"prefix": prefix, "branches": branches}
+        prompted = (STATE_ONCE, STATE_ONCE_INT8, CAUSAL, TORCH)
         # (measurement, contestant) -> (who answers, the body, timed calls per round)
         plan: dict[str, dict[str, tuple[Any, dict[str, Any], int]]] = {
-            ONE: {k: (http.get(k, workers[TORCH]), inputs.body(names[k], 1), CALLS_ONE)
-                  for k in (CAUSAL, STATE_ONCE, TORCH)},
+            ONE: {k: (http.get(k, workers[TORCH]), inputs.body(names[k], 1), CALLS_ONE) for k in prompted},
             EIGHT: {k: (http.get(k, workers[TORCH]), inputs.body(names[k], QUESTIONS), CALLS_EIGHT)
-                    for k in (STATE_ONCE, CAUSAL, TORCH)},
-            TOKENS: {STATE_ONCE: (workers[ENGINE], {"prefix": prefix, "branches": branches}, CALLS_EIGHT),
-                     CAUSAL: (workers[ENGINE], rows, CALLS_EIGHT), TORCH: (workers[TORCH], rows, CALLS_EIGHT)},
+                    for k in prompted},
+            TOKENS: {STATE_ONCE: (workers[ENGINE], branched, CALLS_EIGHT),
+                     STATE_ONCE_INT8: (workers[ENGINE_INT8], branched, CALLS_EIGHT),
+                     CAUSAL: (workers[ENGINE], rows, CALLS_EIGHT),
+                     CAUSAL_INT8: (workers[ENGINE_INT8], rows, CALLS_EIGHT),
+                     TORCH: (workers[TORCH], rows, CALLS_EIGHT)},
         }
         # One untimed call each warms every contestant; its answers are the agreement check.
         answers = {m: {k: who.answers(body) for k, (who, body, _) in by.items()} for m, by in plan.items()}
@@ -540,10 +575,13 @@ def run(lab: Lab) -> list[Table]:
             server.stop()
     labels = {CAUSAL: "edge-runtime causal (HTTP, a row per question)",
               STATE_ONCE: "edge-runtime state-once (HTTP, prefix_causal)",
+              STATE_ONCE_INT8: f"edge-runtime state-once, exact {INT8} backbone (HTTP, prefix_causal)",
               TORCH: workers[TORCH].label}
     row, branch = STATE_TOKENS + ENGINE_BRANCH_TOKENS, ENGINE_BRANCH_TOKENS
     engine_labels = {CAUSAL: f"edge-runtime causal rows ({QUESTIONS} × {row}, one batch)",
+                     CAUSAL_INT8: f"edge-runtime causal rows, {INT8} ({QUESTIONS} × {row}, one batch)",
                      STATE_ONCE: f"edge-runtime state-once ({STATE_TOKENS} once + {QUESTIONS} × {branch})",
+                     STATE_ONCE_INT8: f"edge-runtime state-once, {INT8} ({STATE_TOKENS} once + {QUESTIONS} × {branch})",
                      TORCH: f"Transformers ({QUESTIONS} × {row}, one forward each)"}
     stats = {m: {k: summarize(v) for k, v in by.items()} for m, by in samples.items()}
     rounds = len(samples[ONE][CAUSAL])
@@ -571,7 +609,8 @@ def subject_table(built: dict[str, Any], inputs: Inputs, threads: int, load_s: f
                      f"{shape.head_dim}, intermediate {shape.intermediate_size}"],
         ["parameters", f"{shape.backbone_parameters() / 1e6:.0f} M in the decoder layers; the fixture's "
                        "~1,000-token vocabulary instead of 151,936 (a lookup: it barely changes the backbone's cost)"],
-        ["graphs", ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in built["graph_bytes"].items()) + " (fp32)"],
+        ["graphs", ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in built["graph_bytes"].items())
+                   + " (fp32 unless named)"],
         ["build (once, cached)", ", ".join(f"{k} {v:.0f} s" for k, v in built["timings_s"].items())],
         ["state", f"{inputs.state_tokens} tokens of text; {inputs.prefix_tokens} with the chat markup and "
                   "system text (what state-once runs once)"],
@@ -597,7 +636,7 @@ def _row(label: str, s: Summary, extra: list[str]) -> list[str]:
 def one_table(labels: dict[str, str], s: dict[str, Summary], inputs: Inputs, rounds: int) -> Table:
     ref = s[TORCH]
     rows = []
-    for key in (CAUSAL, STATE_ONCE, TORCH):
+    for key in s:
         speed = ratio(ref.median, s[key].median)
         best = ratio(ref.round_low, s[key].round_low)
         rows.append(_row(labels[key], s[key], [fmt_ratio(speed), fmt_ratio(best),
@@ -613,66 +652,93 @@ def one_table(labels: dict[str, str], s: dict[str, Summary], inputs: Inputs, rou
     )
 
 
-def eight_table(labels: dict[str, str], s: dict[str, Summary], inputs: Inputs, rounds: int) -> Table:
-    so = s[STATE_ONCE]
+#: What a state-once contestant is compared with: (peer, column header, the issue's target or None).
+PEERS = ((CAUSAL, "eight causal rows ÷ this", TARGET_EIGHT_VS_CAUSAL),
+         (TORCH, "Transformers ÷ this", TARGET_EIGHT_VS_TORCH))
+
+
+def branching_table(title: str, labels: dict[str, str], s: dict[str, Summary], notes: list[str],
+                    same_backbone: dict[str, str] | None = None) -> Table:
+    """State-once contestants against the full-row ones: each ratio (median, best rounds) and target.
+
+    The targets are judged on the int8 row (the issue's "with the exact int8 backbone"); the fp32
+    row shows where the structure alone gets. ``same_backbone`` maps a state-once key to the causal
+    rows of its own backbone, for the structural ratio at int8.
+    """
+    headers = ["contestant", "median ms", "round medians ms (best–worst)"]
+    for _, header, _ in PEERS:
+        headers += [header, "(best rounds)"]
+    if same_backbone:
+        headers.append("causal rows, same backbone ÷ this")
+    headers.append("target")
     rows = []
-    targets = {CAUSAL: TARGET_EIGHT_VS_CAUSAL, TORCH: TARGET_EIGHT_VS_TORCH}
-    for key in (STATE_ONCE, CAUSAL, TORCH):
-        gain = ratio(s[key].median, so.median)
-        best = ratio(s[key].round_low, so.round_low)
-        rows.append(_row(labels[key], s[key], [fmt_ratio(gain), fmt_ratio(best),
-                                                   _target(gain, targets[key]) if key in targets else ""]))
-    return Table(
-        f"decision-codes: {QUESTIONS} questions on the same state ({rounds} rounds × {CALLS_EIGHT})",
-        ["contestant", "median ms", "round medians ms (best–worst)", "state-once is faster by",
-         "(best rounds)", "target"],
-        rows,
+    for key in s:
+        extra: list[str] = []
+        verdicts: list[str] = []
+        subject = key in (STATE_ONCE, STATE_ONCE_INT8)
+        for peer, _, target in PEERS:
+            gain = ratio(s[peer].median, s[key].median) if subject else None
+            best = ratio(s[peer].round_low, s[key].round_low) if subject else None
+            extra += ["" if gain is None else fmt_ratio(gain), "" if best is None else fmt_ratio(best)]
+            if key == STATE_ONCE_INT8:
+                verdicts.append(f"vs {peer}: {_target(gain, target)}")
+        if same_backbone:
+            twin = same_backbone.get(key) if subject else None
+            extra.append("" if twin is None else fmt_ratio(ratio(s[twin].median, s[key].median)))
+        rows.append(_row(labels[key], s[key], [*extra, "; ".join(verdicts)]))
+    return Table(title, headers, rows, notes)
+
+
+def eight_table(labels: dict[str, str], s: dict[str, Summary], inputs: Inputs, rounds: int) -> Table:
+    return branching_table(
+        f"decision-codes: {QUESTIONS} questions on the same state ({rounds} rounds × {CALLS_EIGHT})", labels, s,
         [f"One request of {QUESTIONS} questions. state-once: the {inputs.prefix_tokens}-token prefix once, each "
          f"question branched from its key/value cache; causal: {QUESTIONS} full rows of prefix + question "
-         "through our causal graph; torch: the same full rows, one forward each.",
-         f"Targets (the issue's): state-once at least {TARGET_EIGHT_VS_CAUSAL:g}x faster than the causal rows and "
-         f"{TARGET_EIGHT_VS_TORCH:g}x faster than Transformers one by one."],
-    )
+         "through our causal graph (fp32); torch: the same full rows, one forward each (fp32).",
+         f"Targets (the issue's, with the exact int8 backbone): state-once at least {TARGET_EIGHT_VS_CAUSAL:g}x "
+         f"faster than the causal rows and {TARGET_EIGHT_VS_TORCH:g}x faster than Transformers one by one."])
 
 
 def tokens_table(labels: dict[str, str], s: dict[str, Summary], rounds: int) -> Table:
-    so = s[STATE_ONCE]
-    targets = {CAUSAL: TARGET_EIGHT_VS_CAUSAL, TORCH: TARGET_EIGHT_VS_TORCH}
-    rows = []
-    for key in (STATE_ONCE, CAUSAL, TORCH):
-        gain = ratio(s[key].median, so.median)
-        rows.append(_row(labels[key], s[key], [fmt_ratio(gain), fmt_ratio(ratio(s[key].round_low, so.round_low)),
-                                               _target(gain, targets[key]) if key in targets else ""]))
     causal, once = QUESTIONS * (STATE_TOKENS + ENGINE_BRANCH_TOKENS), STATE_TOKENS + QUESTIONS * ENGINE_BRANCH_TOKENS
-    return Table(
-        f"decision-codes, engine level: the issue's token counts ({rounds} rounds × {CALLS_EIGHT})",
-        ["contestant", "median ms", "round medians ms (best–worst)", "state-once is faster by", "(best rounds)",
-         "target"],
-        rows,
+    return branching_table(
+        f"decision-codes, engine level: the issue's token counts ({rounds} rounds × {CALLS_EIGHT})", labels, s,
         [f"Random token ids below the prompt: a {STATE_TOKENS}-token prefix and {QUESTIONS} branches of "
          f"{ENGINE_BRANCH_TOKENS} tokens, which codes-v1 questions cannot be with this tokenizer. Ours: "
-         "CausalForward on the state-once graph in its own process (the server's forward, without HTTP or "
-         "the executor); Transformers: the same ids.",
+         "CausalForward on the state-once graph (fp32 or int8) in its own process (the server's forward, "
+         "without HTTP or the executor); Transformers: the same ids.",
          f"Tokens computed: {causal} against {once}, a {causal / once:.2f}x ceiling if cost were linear in tokens."],
-    )
+        same_backbone={STATE_ONCE: CAUSAL, STATE_ONCE_INT8: CAUSAL_INT8})
 
 
 def _hidden_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
     return float(np.max(np.abs(np.asarray(a["hidden"], dtype=np.float64) - np.asarray(b["hidden"], dtype=np.float64))))
 
 
+def _same_choices(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:
+    """How many questions two answers give the same most probable option, of how many."""
+    pa, pb = response_probabilities(a), response_probabilities(b)
+    same = sum(max(pa[q], key=pa[q].__getitem__) == max(pb[q], key=pb[q].__getitem__) for q in pa)
+    return same, len(pa)
+
+
 def agreement_table(answers: dict[str, dict[str, dict[str, Any]]]) -> Table:
     """Code probabilities of the prompt-level calls, hidden states of the engine-level ones."""
     rows = []
-    for a, b in ((CAUSAL, TORCH), (STATE_ONCE, TORCH), (STATE_ONCE, CAUSAL)):
+    for a, b in ((CAUSAL, TORCH), (STATE_ONCE, TORCH), (STATE_ONCE, CAUSAL), (STATE_ONCE_INT8, STATE_ONCE)):
         worst = max(max_abs_diff(response_probabilities(answers[m][a]), response_probabilities(answers[m][b]))
                     for m in (ONE, EIGHT))
         rows.append([f"{a} vs {b}", "code probabilities, 1 and 8 questions", f"{worst:.2e}"])
-    for a, b in ((STATE_ONCE, CAUSAL), (CAUSAL, TORCH)):
+    same, total = _same_choices(answers[EIGHT][STATE_ONCE_INT8], answers[EIGHT][STATE_ONCE])
+    rows.append([f"{STATE_ONCE_INT8} vs {STATE_ONCE}", "same most probable option, 8 questions", f"{same}/{total}"])
+    for a, b in ((STATE_ONCE, CAUSAL), (CAUSAL, TORCH), (STATE_ONCE_INT8, CAUSAL_INT8), (STATE_ONCE_INT8, STATE_ONCE)):
         worst = _hidden_diff(answers[TOKENS][a], answers[TOKENS][b])
         rows.append([f"{a} vs {b}", "last hidden states, engine level", f"{worst:.2e}"])
     return Table("decision-codes: agreement", ["comparison", "what", "max |Δ|"], rows,
-                 ["State-once is built to be bit-identical to each question alone on ORT CPU fp32."])
+                 ["State-once is built to be bit-identical to each question alone on ORT CPU fp32, and so is "
+                  "the int8 backbone (per-token scales): state-once int8 vs its own causal rows should be 0.",
+                  "A random-weight backbone's probabilities are near uniform, so int8's top-option agreement "
+                  "here says little; the converter's card records the agreement on its sample questions."])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -689,6 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e = sub.add_parser("engine", help="our engine on token ids (imports onnxruntime)")
     e.add_argument("--threads", type=int, required=True)
     e.add_argument("--package", type=Path, required=True, help="the state-once package (its graph runs both rows)")
+    e.add_argument("--graph", default="model.onnx", help=f"the package's graph file (model.onnx, {INT8_FILE})")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
