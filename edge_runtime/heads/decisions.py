@@ -13,6 +13,7 @@ rounding gives a score that is exactly the expectation. A vector that is not a d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,9 +33,12 @@ def distribution(probs: np.ndarray | Sequence[float], count: int | None = None) 
     p = np.asarray(probs, dtype=np.float64).reshape(-1)
     if count is not None and p.shape[0] != count:
         raise InvalidModelOutput(f"the model returned {p.shape[0]} probabilities for {count} options")
-    if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0):
+    if p.size == 0:
+        raise InvalidModelOutput("the model returned no probabilities")
+    # Two reductions cover every case: a NaN fails ``lowest >= 0``, an infinity makes the sum infinite.
+    lowest, total = p.min(), p.sum()
+    if not (lowest >= 0 and math.isfinite(total)):
         raise InvalidModelOutput("the model returned probabilities that are not finite and non-negative")
-    total = p.sum()
     if not total > 0:
         raise InvalidModelOutput("the model returned probabilities that sum to zero")
     return p / total
