@@ -71,6 +71,8 @@ def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool, m
     async def stamp_and_log(request: Request, response: BaseHTTPResponse) -> None:
         rid = getattr(request.ctx, "request_id", None) or request_ids.new_id()
         response.headers.update(request_ids.response_headers(request.path, rid))
+        if not access_log.enabled():
+            return
         body = getattr(response, "body", None)
         access_log.write(access_log.access_record(
             rid, request.method, request.path, getattr(request.ctx, "model", None), response.status,

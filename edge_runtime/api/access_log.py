@@ -32,6 +32,11 @@ def configure(enabled: bool) -> None:
         log.setLevel(logging.CRITICAL + 1)
 
 
+def enabled() -> bool:
+    """Whether access lines are written (``serve --no-access-log`` turns them off)."""
+    return log.isEnabledFor(logging.INFO)
+
+
 def server_timing_phases(header: str | None) -> dict[str, float]:
     """``parse;dur=0.02, total;dur=5.1`` as ``{"parse": 0.02, "total": 5.1}``; malformed parts are skipped."""
     phases: dict[str, float] = {}
@@ -68,5 +73,5 @@ def access_record(
 
 def write(record: dict[str, Any]) -> None:
     """Log one access line (a no-op when the access log is off)."""
-    if log.isEnabledFor(logging.INFO):
+    if enabled():
         log.info(orjson.dumps(record).decode("utf-8"))
