@@ -46,6 +46,7 @@ from converters.decision2_source import (
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, sanitize_name
 from converters.progress import Step, log
+from edge_runtime.families.decision2_pipeline import pad_rows
 from edge_runtime.heads.candidate import CandidateHead, answer
 from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.text.decision2_prompt import PromptRow, render
@@ -206,14 +207,8 @@ def check_questions(n: int, seed: int) -> list[tuple[Any, str, Any, list[tuple[s
 
 
 def _feeds(rows: Sequence[PromptRow], names: Sequence[str], pad: int) -> dict[str, np.ndarray]:
-    width = max(len(r.ids) for r in rows)
-    ids = np.full((len(rows), width), pad, np.int64)
-    mask = np.zeros((len(rows), width), np.int64)
-    for i, r in enumerate(rows):
-        ids[i, : len(r.ids)] = r.ids
-        mask[i, : len(r.ids)] = 1
-    feeds = {"input_ids": ids, "attention_mask": mask,
-             "position_ids": np.tile(np.arange(width, dtype=np.int64), (len(rows), 1))}
+    """The server's right-padded feeds, limited to the graph's inputs ``names``."""
+    feeds = pad_rows(list(rows), pad)
     return {n: feeds[n] for n in names}
 
 
