@@ -35,7 +35,7 @@ from converters.export import ExportResult, PackageIdentity, identity_card, noti
 from converters.progress import Step, log
 from converters.vela2_requests import generated_requests, golden_request
 from converters.vela2_source import Vela2Source, load_tensors, read_source, write_source_fixture
-from edge_runtime.families.vela2_pipeline import Readout, RequestResult, graph_readout, run_request
+from edge_runtime.families.vela2_pipeline import SCAN_INPUTS_CPU, Readout, RequestResult, graph_readout, run_request
 from edge_runtime.heads.marker import LN_EPS, NORM_EPS, MarkerHead
 from edge_runtime.heads.vela2_answers import Calibration
 from edge_runtime.packages.card import CARD_FORMAT
@@ -357,7 +357,8 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
             "head": {"output": "last_hidden_state", "readout": "marker", "mode": source.config["readout"],
                      "weights": "head.npz", "proj_dim": int(source.config["proj_dim"]),
                      "hidden_size": head.hidden},
-            "limits": {"max_input_tokens": layout.max_length},
+            # the scan budget on CPU: four model inputs (reference/upstream-formats.md §2.4)
+            "limits": {"max_input_tokens": layout.max_length, "max_scan_tokens": SCAN_INPUTS_CPU * layout.max_length},
             "graph": {"inputs": inputs, "outputs": outputs, "opset": onnx_export.OPSET},
             "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
             "verification": {

@@ -17,6 +17,7 @@ from edge_runtime.families.decision_vision import DecisionVisionFamily
 from edge_runtime.families.encoder import EncoderFamily
 from edge_runtime.families.multimodal_embedding import MultimodalEmbeddingModel
 from edge_runtime.families.sparrow import SparrowFamily
+from edge_runtime.families.vela2 import Vela2Family
 from edge_runtime.packages import Package, PackageError
 
 #: ``build(package, session, config)``: the loaded family of one models.yaml entry.
@@ -45,6 +46,11 @@ FAMILIES: dict[str, FamilySpec] = {
     "multimodal-embedding": FamilySpec(
         lambda package, session, config: MultimodalEmbeddingModel(
             package, session, max_input_tokens=config.max_input_tokens),
+    ),
+    "vela2": FamilySpec(
+        lambda package, session, config: Vela2Family(
+            package, session, name=config.name, max_scan_tokens=config.max_scan_tokens),
+        windows=True,
     ),
     "decision-vision": FamilySpec(
         lambda package, session, config: DecisionVisionFamily(

@@ -1,11 +1,12 @@
 """One Vela 2.0 request from state and questions to the response body, with the forward injected.
 
-This is the backbone-agnostic core the vela2 family will run on its executor (it is not wired to
-the server yet; the question-type registry will call it): plan (§2.3), rows, sequences and windows
-(§2.4), sorted greedy batches with right padding (§2.5), the readout of each batch (a callable:
-ONNX Runtime plus the numpy marker head in the server, PyTorch in the converter's parity check),
-combine (§2.8) and answers. Because batches are right-padded and every readout index is per row,
-a request's answers are the same alone or batched with others.
+The upstream path, as the converter's parity check runs it: plan (§2.3), rows, sequences and
+windows (§2.4), sorted greedy batches with right padding (§2.5), the readout of each batch (a
+callable: ONNX Runtime plus the numpy marker head, or PyTorch), combine (§2.8) and upstream's own
+answers. The server's vela2 family (edge_runtime.families.vela2) plans and combines with the same
+functions, lets the executor batch the sequences, and answers in the contract's shapes. Because
+batches are right-padded and every readout index is per row, a request's answers are the same
+alone or batched with others.
 """
 
 from __future__ import annotations

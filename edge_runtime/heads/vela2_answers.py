@@ -199,24 +199,32 @@ def _finite(x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def single_answer(q: EngineQuestion, logits: np.ndarray, cal: Calibration) -> dict[str, Any]:
-    """Choice (with abstain_probability), Noul or Score from one question's logit vector."""
+def option_probabilities(q: EngineQuestion, logits: np.ndarray, cal: Calibration) -> tuple[np.ndarray, float | None]:
+    """A Choice, Noul or Score's probabilities over its real options at the type's temperature, and
+    (Choice and Noul) the abstain marker's share of the softmax over every logit."""
     values = np.asarray(logits, dtype=np.float64)
-    names = q.names
-    k = len(names)
+    k = len(q.names)
     if values.shape != (k + (1 if q.abstain else 0),):
         raise InvalidOutput(f"expected {k} option logits{' and abstain' if q.abstain else ''}, got {values.shape}")
     _finite(values, "option logits")
     temp = cal.temperature(q.type)
-    p = softmax(values[:k] / temp)
+    abstain = float(softmax(values / temp)[-1]) if q.abstain else None
+    return softmax(values[:k] / temp), abstain
+
+
+def single_answer(q: EngineQuestion, logits: np.ndarray, cal: Calibration) -> dict[str, Any]:
+    """Choice (with abstain_probability), Noul or Score from one question's logit vector, as upstream
+    answers them (its own confidence statistics)."""
+    p, abstain = option_probabilities(q, logits, cal)
+    names = q.names
+    k = len(names)
     if q.kind == "noul":
         return {"type": "noul", "noul": cal.noul(float(p[1]))}
     if q.kind == "choice":
         ordered = sorted((float(x) for x in p), reverse=True)
         margin = 1.0 if k == 1 else min(1.0, max(0.0, ordered[0] - ordered[1]))
-        return {"type": "choice", "choice": names[int(np.argmax(values[:k]))], "confidence": margin,
-                "probabilities": {n: float(x) for n, x in zip(names, p)},
-                "abstain_probability": float(softmax(values / temp)[-1])}
+        return {"type": "choice", "choice": names[int(np.argmax(p))], "confidence": margin,
+                "probabilities": {n: float(x) for n, x in zip(names, p)}, "abstain_probability": abstain}
     levels = [float(x) for x in p]
     mean = math.fsum(i * x for i, x in enumerate(levels))
     var = math.fsum(x * (i - mean) ** 2 for i, x in enumerate(levels))
@@ -226,23 +234,30 @@ def single_answer(q: EngineQuestion, logits: np.ndarray, cal: Calibration) -> di
             "probabilities": {str(i): x for i, x in enumerate(levels)}}
 
 
+def set_probabilities(q: EngineQuestion, logits: np.ndarray, cal: Calibration) -> tuple[np.ndarray, float]:
+    """A Set's independent label probabilities (one sigmoid each) and the threshold it applies."""
+    values = _finite(np.asarray(logits, dtype=np.float64), "set logits")
+    if values.shape != (len(q.names),):
+        raise InvalidOutput(f"expected {len(q.names)} set logits, got {values.shape}")
+    threshold = q.threshold if q.threshold is not None else cal.set_threshold(q.key)
+    return sigmoid(values / cal.temperature("set")), float(threshold)
+
+
 def set_answer(q: EngineQuestion, logits: np.ndarray, cal: Calibration, response: dict[str, Any]) -> None:
     """``sets.<id>``, ``thresholds.<id>`` and one Noul per label at ``answers["<id>.<label>"]``."""
-    values = _finite(np.asarray(logits, dtype=np.float64), "set logits")
-    names = q.names
-    if values.shape != (len(names),):
-        raise InvalidOutput(f"expected {len(names)} set logits, got {values.shape}")
-    threshold = q.threshold if q.threshold is not None else cal.set_threshold(q.key)
-    p = {n: float(x) for n, x in zip(names, sigmoid(values / cal.temperature("set")))}
+    probs, threshold = set_probabilities(q, logits, cal)
+    p = {n: float(x) for n, x in zip(q.names, probs)}
     response.setdefault("sets", {})[q.id] = {"selected": [n for n, x in p.items() if x > threshold],
                                              "probabilities": p}
-    response.setdefault("thresholds", {})[q.id] = float(threshold)
+    response.setdefault("thresholds", {})[q.id] = threshold
     for n, x in p.items():
         response["answers"][f"{q.id}.{n}"] = {"type": "noul", "noul": x}
 
 
-def span_answer(q: EngineQuestion, raw: RawRow, state: State, cal: Calibration, response: dict[str, Any]) -> None:
-    """``spans.<id>``, ``thresholds.<id>`` and a Noul (max word probability) at ``answers[<id>]``."""
+def read_spans(q: EngineQuestion, raw: RawRow, state: State, cal: Calibration
+               ) -> tuple[list[dict[str, Any]], float, float]:
+    """A Span's spans ``{label, start, end, text, probability}`` in text order, its Noul (the highest
+    word probability in its range) and the threshold it applied."""
     span = raw.span
     if span is None:
         raise InvalidOutput("no span logits for a span question")
@@ -271,9 +286,15 @@ def span_answer(q: EngineQuestion, raw: RawRow, state: State, cal: Calibration, 
     if q.span_range is not None and len(best):
         offsets = np.asarray(span.offsets)
         best = best[(offsets[:, 0] >= low) & (offsets[:, 1] <= high)]
+    return spans, float(np.max(best)) if len(best) else 0.0, float(threshold)
+
+
+def span_answer(q: EngineQuestion, raw: RawRow, state: State, cal: Calibration, response: dict[str, Any]) -> None:
+    """``spans.<id>``, ``thresholds.<id>`` and a Noul (max word probability) at ``answers[<id>]``."""
+    spans, noul, threshold = read_spans(q, raw, state, cal)
     response.setdefault("spans", {})[q.id] = spans
-    response.setdefault("thresholds", {})[q.id] = float(threshold)
-    response["answers"][q.id] = {"type": "noul", "noul": float(np.max(best)) if len(best) else 0.0}
+    response.setdefault("thresholds", {})[q.id] = threshold
+    response["answers"][q.id] = {"type": "noul", "noul": noul}
 
 
 def answer_question(q: EngineQuestion, raw: RawRow, state: State, cal: Calibration, response: dict[str, Any]) -> None:

@@ -83,13 +83,15 @@ class State:
         return next(p.text for p in self.parts if p.role == role)
 
 
-def read_state(state: Any) -> State:
+def read_state(state: Any, roles: Mapping[str, str | None] | None = None) -> State:
     """The parts of a decisions ``state``; ValueError when it is empty or not text/object/array.
 
     A string is the user part, unless, trimmed, it starts with ``{`` and parses as a JSON object,
     which is then read as that object. An array is its canonical JSON as the user part. An object's
-    keys map to roles case-insensitively; a role fed by exactly one known key takes the value
-    verbatim, otherwise the part is ``"<key>:\\n<value>"`` blocks joined by a blank line.
+    keys map to roles case-insensitively (upstream's rule), or, when the request gives ``roles``
+    (state key -> role or None), as it says: a key without a role feeds context under its name. A
+    role fed by exactly one key that names it takes the value verbatim, otherwise the part is
+    ``"<key>:\\n<value>"`` blocks joined by a blank line.
     """
     if isinstance(state, str) and state.strip().startswith("{"):
         try:
@@ -109,8 +111,8 @@ def read_state(state: Any) -> State:
         raise ValueError("state must be a non-empty string, JSON object or JSON array")
     by_role: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
     for key, value in state.items():
-        lowered = str(key).lower()
-        by_role[KEY_ROLES.get(lowered, "context")].append((str(key), content_text(value), lowered in KEY_ROLES))
+        named = KEY_ROLES.get(str(key).lower()) if roles is None else roles.get(str(key))
+        by_role[named or "context"].append((str(key), content_text(value), named is not None))
     parts: list[Part] = []
     fields: dict[str, tuple[str, int, int]] = {}
     for role in ROLES:
