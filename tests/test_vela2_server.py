@@ -245,3 +245,13 @@ def test_system_one_answers_set_and_span(server: Server) -> None:
     got = r.json()
     assert got["answers"] == direct["answers"]
     assert got["sets"] == direct["sets"] and got["spans"] == direct["spans"]
+
+
+def test_examples_command_answers_every_text_example(server: Server) -> None:
+    from edge_runtime.examples import run_examples
+
+    results = {r.title: r for r in run_examples(server.url, MODEL)}
+    assert all(r.outcome != "wrong" for r in results.values()), results
+    for title in ("decisions: choice, noul and score", "decisions: set and span", "decisions: a batch under states"):
+        assert results[title].outcome == "answered", results[title]
+    assert {r.outcome for t, r in results.items() if t.startswith("systemone")} == {"refused"}  # text only
