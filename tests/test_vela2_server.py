@@ -255,3 +255,17 @@ def test_examples_command_answers_every_text_example(server: Server) -> None:
     for title in ("decisions: choice, noul and score", "decisions: set and span", "decisions: a batch under states"):
         assert results[title].outcome == "answered", results[title]
     assert {r.outcome for t, r in results.items() if t.startswith("systemone")} == {"refused"}  # text only
+
+
+def test_a_long_state_costs_its_budget_not_its_length(server: Server) -> None:
+    """A part far over the scan budget is tokenized only up to it: read truncated beside another part
+    it answers as its prefix does (tokens_lower_bound), read in windows it fails with its reason."""
+    noul = {"r": EXAMPLE_1["questions"]["reasoning"]}
+    words = "the quick brown fox jumps over the lazy dog " * 50_000  # 2.2 MB
+    huge = post(server, {"model": MODEL, "state": {"request": "Is this safe?", "document": words}, "questions": noul})
+    prefix = post(server, {"model": MODEL, "state": {"request": "Is this safe?", "document": words[:65_536]},
+                           "questions": noul})
+    assert huge == prefix and huge["usage"]["tokens_lower_bound"] is True
+    alone = post(server, {"model": MODEL, "state": words, "questions": noul})
+    assert alone["answers"]["r"]["error"] == "scan_budget_exceeded"
+    assert alone["usage"]["tokens_lower_bound"] is True

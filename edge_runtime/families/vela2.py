@@ -120,6 +120,7 @@ class _Entry:
     items: list[_Item] = field(default_factory=list)
     tokens: int = 0
     readable: bool = False  # some question was one the model reads (it may still fail on length)
+    lower_bound: bool = False  # a part of the state was read only in part
 
 
 class Vela2Family:
@@ -166,7 +167,8 @@ class Vela2Family:
                                word_offsets=np.zeros((n - 2, 2), np.int32))
 
     def warm(self) -> None:
-        """Nothing to prepare: tokenizer and head are loaded eagerly."""
+        """Probe the tokenizer's budget cuts now (about a second), not on the first long state."""
+        self.assets.tokens.reader.report()
 
     def describe(self) -> dict[str, Any]:
         return {"question_types": list(self.question_types), "presets": sorted(self.presets)}
@@ -256,7 +258,10 @@ class Vela2Family:
         if not engine:
             return entry
         entry.readable = True
-        parts = encode_parts(entry.state, engine, self.assets.tokens)
+        # a part is tokenized only as far as the scan budget needs: a longer one fails in windows and
+        # is cut anyway when truncated, so its length costs nothing past the budget
+        parts = encode_parts(entry.state, engine, self.assets.tokens, need=scan + 1)
+        entry.lower_bound = not all(p.complete for p in parts)
         for row in rows_of(engine):
             try:
                 seqs = sequences(row, parts, self.assets.tokens, self.assets.layout, max_scan_tokens=scan)
@@ -299,7 +304,7 @@ class Vela2Family:
         if not request.is_batch:
             return bodies[0]
         return {"model": self.name, "states": {e.name: b for e, b in zip(entries, bodies)},
-                "usage": {"input_tokens": sum(e.tokens for e in entries), "output_tokens": 0}}
+                "usage": _usage(sum(e.tokens for e in entries), any(e.lower_bound for e in entries))}
 
     def _entry_body(self, entry: _Entry, outputs: list[SequenceOutput] | ItemError) -> dict[str, Any]:
         found = DecisionAnswers()
@@ -325,7 +330,7 @@ class Vela2Family:
                 for label in entry.questions[qid].names:
                     answers[f"{qid}.{label}"] = found.answers[f"{qid}.{label}"]
         found.answers = answers
-        return {"model": self.name, **found.body(), "usage": {"input_tokens": entry.tokens, "output_tokens": 0}}
+        return {"model": self.name, **found.body(), "usage": _usage(entry.tokens, entry.lower_bound)}
 
     def _answer(self, q: EngineQuestion, raw: Any, state: State, answers: DecisionAnswers) -> None:
         cal = self.assets.calibration
@@ -345,3 +350,11 @@ class Vela2Family:
                 answers.add(q.id, {**noul_answer(cal.noul(float(probs[1]))), "abstain_probability": abstain})
             else:
                 answers.add(q.id, score_answer(q.legend, probs))
+
+
+def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
+    """The tokens the model read; ``tokens_lower_bound`` when a state part was read only in part."""
+    usage: dict[str, Any] = {"input_tokens": tokens, "output_tokens": 0}
+    if lower_bound:
+        usage["tokens_lower_bound"] = True
+    return usage

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from edge_runtime.text.bounds import BudgetReader
+from edge_runtime.text.tokenizer import analyze
 from edge_runtime.text.vela2_state import EngineQuestion, Row, State, option_text, span_roles
 from edge_runtime.text.vela2_words import Words, window_words, words_of
 
@@ -100,6 +102,7 @@ class EncodedPart:
     ids: np.ndarray
     offsets: np.ndarray | None = None
     words: Words | None = None
+    complete: bool = True  # False: the text has more tokens than ``ids`` (read up to a budget)
 
     def window(self, start: int, end: int, words: Words | None) -> EncodedPart:
         offsets = None if self.offsets is None else self.offsets[start:end]
@@ -107,28 +110,43 @@ class EncodedPart:
 
 
 class Tokens:
-    """The package tokenizer as the layout uses it: no specials, short strings cached."""
+    """The package tokenizer as the layout uses it: no specials, short strings cached, long parts
+    read only as far as a budget needs (edge_runtime.text.bounds)."""
 
     def __init__(self, tokenizer: Tokenizer, cache: int = 4096) -> None:
         self.tokenizer = tokenizer
         self.ids = lru_cache(maxsize=cache)(self._ids)
+        self._reader: BudgetReader | None = None
 
     def _ids(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def part(self, role: str, text: str, with_words: bool) -> EncodedPart:
-        enc = self.tokenizer.encode(text, add_special_tokens=False)
-        ids = np.asarray(enc.ids, dtype=np.int32)
+    @property
+    def reader(self) -> BudgetReader:
+        """The budget cut for this tokenizer, built (and probed) on first use."""
+        if self._reader is None:
+            self._reader = BudgetReader(self.tokenizer, analyze(self.tokenizer))
+        return self._reader
+
+    def part(self, role: str, text: str, with_words: bool, need: int | None = None) -> EncodedPart:
+        """The part's tokens: all of them, or with ``need`` at least that many exact first tokens
+        (``complete`` False when the text has more)."""
+        read = self.reader.read(text, need) if need is not None else self.reader.whole(text)
+        ids = np.asarray(read.ids, dtype=np.int32)
         if not with_words:
-            return EncodedPart(role, ids)
-        offsets = np.asarray(enc.offsets, dtype=np.int32).reshape(-1, 2)
-        return EncodedPart(role, ids, offsets, words_of(text, offsets))
+            return EncodedPart(role, ids, complete=read.complete)
+        offsets = np.asarray(read.offsets, dtype=np.int32).reshape(-1, 2)
+        seen = text if read.complete or not len(offsets) else text[: int(offsets[-1, 1])]
+        return EncodedPart(role, ids, offsets, words_of(seen, offsets), complete=read.complete)
 
 
-def encode_parts(state: State, questions: Sequence[EngineQuestion], tokens: Tokens) -> list[EncodedPart]:
-    """Every part tokenized once; parts a span reads also get offsets and words."""
+def encode_parts(state: State, questions: Sequence[EngineQuestion], tokens: Tokens,
+                 need: int | None = None) -> list[EncodedPart]:
+    """Every part tokenized once, up to ``need`` tokens when given; parts a span reads also get
+    offsets and words. A part cut short can only be read truncated: a row that would read it in
+    windows has more than ``need`` tokens to scan, so ``need`` is the scan budget plus one."""
     spans = span_roles(questions)
-    return [tokens.part(p.role, p.text, p.role in spans) for p in state.parts]
+    return [tokens.part(p.role, p.text, p.role in spans, need) for p in state.parts]
 
 
 @dataclass(frozen=True)
