@@ -86,7 +86,10 @@ def post(server: Server, body: dict[str, Any], status: int = 200) -> dict[str, A
 
 
 def test_loads_exact_and_lists_its_card(server: Server) -> None:
-    entry = next(m for m in server.client.get("/v1/models").json()["data"] if m["id"] == MODEL)
+    listing = server.client.get("/v1/models").json()
+    card = next(m for m in listing["models"] if m["name"] == MODEL)["card"]
+    assert (card["family"], card["presets"]) == ("vela2", ["pii", "halu", "relevance"])
+    entry = next(m for m in listing["data"] if m["id"] == MODEL)
     assert entry["question_types"] == ["choice", "noul", "score", "set", "span"]
     assert entry["presets"] == ["halu", "pii", "relevance"]
     assert entry["limits"]["max_input_tokens"] == 1024

@@ -52,6 +52,7 @@ def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:
             card={
                 "family": card.family,
                 "question_types": question_types,
+                "presets": list(card.raw.get("presets") or ()),
                 "modalities": list(card.modalities),
                 "usage": card.raw.get("usage", "per_question"),
                 "limits": dict(card.limits),
