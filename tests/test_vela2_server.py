@@ -51,7 +51,7 @@ def package(fixture_package: Callable[..., Path]) -> Path:
 def server(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     models = [{"name": MODEL, "package": str(package), "device": "cpu", "threads": 1}]
     srv = Server(write_models_file(tmp_path_factory.mktemp("vela2") / "models.yaml", models),
-                 "--max-request-bytes", "4194304")
+                 "--max-request-bytes", str(16 << 20))
     try:
         srv.wait()
         yield srv
@@ -260,11 +260,13 @@ def test_examples_command_answers_every_text_example(server: Server) -> None:
     assert {r.outcome for t, r in results.items() if t.startswith("systemone")} == {"refused"}  # text only
 
 
-def test_a_long_state_costs_its_budget_not_its_length(server: Server) -> None:
+@pytest.mark.parametrize("unit", ["the quick brown fox jumps over the lazy dog ", "!?", "a", "\u03a3\u03b1 ",
+                                  "\u4e2d\u6587", "\U0001f600 "])
+def test_a_long_state_costs_its_budget_not_its_length(server: Server, unit: str) -> None:
     """A part far over the scan budget is tokenized only up to it: read truncated beside another part
     it answers as its prefix does (tokens_lower_bound), read in windows it fails with its reason."""
     noul = {"r": EXAMPLE_1["questions"]["reasoning"]}
-    words = "the quick brown fox jumps over the lazy dog " * 50_000  # 2.2 MB
+    words = unit * ((8 << 20) // len(unit.encode()) - 64)
     huge = post(server, {"model": MODEL, "state": {"request": "Is this safe?", "document": words}, "questions": noul})
     prefix = post(server, {"model": MODEL, "state": {"request": "Is this safe?", "document": words[:65_536]},
                            "questions": noul})
