@@ -293,7 +293,8 @@ def test_temperature_by_questions(once) -> None:
     q = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "tech": None, "sales": None}}
     for n, want in ((1, 1.7), (2, 0.6), (5, 1.2)):
         questions = {"main": q, **{f"o{i}": {"type": "noul", "instructions": "Is it urgent?"} for i in range(n - 1)},
-                     "skip": {"type": "box", "instructions": "x"}}  # Box questions do not count
+                     "skip": {"type": "box", "instructions": "x"},  # Box and Set questions do not count
+                     "tags": {"type": "set", "labels": [{"key": "x"}, {"key": "y"}]}}
         plan, answer = run(once, {"state": "The app crashes.", "questions": questions})
         assert plan.entries[0].temperature == want
         slot = next(s for s in plan.entries[0].slots if s.question.id == "main")
