@@ -13,12 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from converters.decision_codes import build_decision_codes_fixture
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
 from edge_runtime.engine.causal import BranchRow, causal_row
+from edge_runtime.errors import ItemError
 from edge_runtime.families.decision_codes import DecisionCodesFamily, label_instructions, label_nouls
 from edge_runtime.packages import read_package
 from edge_runtime.questions import answer
@@ -195,3 +197,21 @@ def test_systemone_renders_sets_in_both_schemas(server, packages, tmp_path) -> N
 def _answered(body: dict[str, Any]) -> dict[str, Any]:
     """What a Set's answer carries, whichever endpoint rendered it."""
     return {k: body[k] for k in ("answers", "sets", "thresholds")}
+
+
+def test_a_deadline_or_an_unusable_label_fails_the_whole_set_in_place(packages) -> None:
+    family = _family(packages["codes"])
+    plan = family.plan_request(parse_decisions_request({"state": STATE, "questions": {
+        "problems": PROBLEMS, "urgent": {"type": "noul", "instructions": "Is it urgent?"}}}))
+    assert len(plan.rows) == len(LABELS) + 1
+    late = family.finish(plan, ItemError("deadline_exceeded", "options.deadline_ms passed"))
+    assert (late["answers"]["problems"]["type"], late["answers"]["problems"]["error"]) == ("set", "deadline_exceeded")
+    assert "sets" not in late and "thresholds" not in late
+    outputs = family.forward(plan.rows)
+    label_row = plan.entries[0].slots[0].labels[2].row
+    outputs[label_row] = np.full_like(outputs[label_row], np.nan)  # one label's output unusable
+    body = family.finish(plan, outputs)
+    failed = body["answers"]["problems"]
+    assert (failed["type"], failed["error"]) == ("set", "invalid_model_output")
+    assert not any(k.startswith("problems.") for k in body["answers"]) and "sets" not in body
+    assert body["answers"]["urgent"]["type"] == "noul"
