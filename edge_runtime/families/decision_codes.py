@@ -20,10 +20,10 @@ Score each level. ``describe`` is the string itself, or ``json.dumps(value, ensu
 A Set over labels L1..Ln is n Noul rows, one per label, answered under ``<id>.<label>``: label i's
 row is exactly the row of a Noul whose instructions are the Set's followed by a blank line (when it
 has any), then ``"Label: " + Li + "\\nDoes this label apply?"`` (``Li`` shown as a Choice option
-is), with the default false/true options, so each label's probability is P(true). Under header-v1 every label row
-is titled with the Set's number. ``sets.<id>`` selects the labels at or above the question's
-threshold, else :data:`edge_runtime.questions.sets.DEFAULT_THRESHOLD` (0.5), which
-``thresholds.<id>`` reports. A label too long fails the whole Set in place (under its ID), as does
+is), with the default false/true options, so each label's probability is P(true). Under
+header-v1 every label row is titled with the Set's number. ``sets.<id>`` selects the labels at or
+above the question's threshold, else :data:`edge_runtime.questions.sets.DEFAULT_THRESHOLD` (0.5),
+which ``thresholds.<id>`` reports. A label too long fails the whole Set in place (under its ID), as does
 a label whose output is unusable. A Set does not count towards ``temperature_by_questions`` (the
 contract counts Choice, Noul and Score questions); its labels read at the request's temperature.
 Span is refused (question_type_unsupported): codes cannot point into the state.
