@@ -2,8 +2,8 @@
 
 Every label is answered as a Noul under ``<id>.<label>`` (which must not be another question's ID);
 ``sets.<id>`` holds the labels at or above the threshold (``selected``) and every label's
-probability, and ``thresholds.<id>`` the threshold used: the question's own, else the model's
-(:data:`DEFAULT_THRESHOLD` where the model has none of its own).
+probability, and ``thresholds.<id>`` the threshold used: the question's own, else
+:data:`DEFAULT_THRESHOLD` (a family with calibrated thresholds, vela2, applies its own instead).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from edge_runtime.questions.base import Json, Question, QuestionType
 from edge_runtime.questions.labels import FIELDS, parse_labels
 from edge_runtime.questions.noul import noul_answer
 
-#: The threshold of a Set that gives none, on a model without its own (decision-codes reads each
-#: label as a Noul, so 0.5 selects the labels the model finds more likely to apply than not).
+#: The threshold of a Set that gives none, on a model without calibrated ones (decision-codes reads
+#: each label as a Noul, so 0.5 selects the labels the model finds more likely to apply than not).
 DEFAULT_THRESHOLD = 0.5
 
 
@@ -32,9 +32,9 @@ def label_id(question_id: str, label: str) -> str:
     return f"{question_id}.{label}"
 
 
-def threshold_of(q: Question, default: float = DEFAULT_THRESHOLD) -> float:
-    """The threshold a Set applies: its own, else ``default`` (the model's)."""
-    return default if q.threshold is None else q.threshold
+def threshold_of(q: Question) -> float:
+    """The threshold a Set applies: its own, else :data:`DEFAULT_THRESHOLD`."""
+    return DEFAULT_THRESHOLD if q.threshold is None else q.threshold
 
 
 def clash(q: Question, ids: set[str]) -> str | None:
