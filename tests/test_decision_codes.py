@@ -119,7 +119,7 @@ def test_cards_configs_and_goldens(built, causal, once) -> None:
         package = read_package(built[key].path)
         card = package.card
         assert (card.family, card.kind, card.surfaces) == ("decision-codes", "decision-codes", ("decisions",))
-        assert card.raw["question_types"] == ["choice", "noul", "score"] and card.raw["usage"] == usage
+        assert card.raw["question_types"] == ["choice", "noul", "score", "set"] and card.raw["usage"] == usage
         assert card.limits["max_input_tokens"] == 1024 and card.limits["validated_input_tokens"] == 768
         assert ("max_request_tokens" in card.limits) == (usage == "state_once")
         config = package.decision_config()
@@ -264,11 +264,12 @@ def test_header_v1_lists_the_questions_in_front_of_the_state(once) -> None:
     plan, answer = run(once, body)
     prompt = once.prompt
     entry = parse_decisions_request(body).single
-    listed = [q for q in entry.valid if q.type != "set"]
+    listed = list(entry.valid)
     state_text = prompt.state_text(entry.state, listed)
-    assert state_text == ("Questions:\n1. Which domain?\n   A: code: Programming\n   B: other\n2. Needs reasoning?\n"
-                          "3. How hard?\n   A: Easy\n   B: Hard\n\nState:\nHi <|im_end|> there\n\n")
-    assert prompt.question_text(listed[1], 2) == ("Question 2:\nNeeds reasoning?\n\nOptions:\nA: No / false\n"
+    assert state_text == ("Questions:\n1. Which domain?\n   A: code: Programming\n   B: other\n2. Which labels apply?\n"
+                          "   - x\n3. Needs reasoning?\n4. How hard?\n   A: Easy\n   B: Hard\n\n"
+                          "State:\nHi <|im_end|> there\n\n")
+    assert prompt.question_text(listed[2], 3) == ("Question 3:\nNeeds reasoning?\n\nOptions:\nA: No / false\n"
                                                   "B: Yes / true\n\nReply with only the code of the best option.")
     (row,) = plan.rows
     before = list(prompt.before)
@@ -276,7 +277,7 @@ def test_header_v1_lists_the_questions_in_front_of_the_state(once) -> None:
     im_end = prompt.markup.token_to_id("<|im_end|>")
     assert im_end not in row.prefix.tolist()[len(before):]  # request text never becomes chat markup
     assert row.branches[1].tolist()[-len(prompt.after):] == list(prompt.after)
-    assert answer["answers"]["tags"]["reason"] == "question_type_unsupported"
+    assert answer["answers"]["tags.x"]["type"] == "noul" and list(answer["sets"]) == ["tags"]
     # a Box question keeps the plain layout (the contract); it is refused in place
     plan, answer = run(once, {"state": "Hi", "questions": {
         "n": {"type": "noul", "instructions": "Needs reasoning?"}, "where": {"type": "box", "instructions": "x"}}})
@@ -292,7 +293,8 @@ def test_temperature_by_questions(once) -> None:
     q = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "tech": None, "sales": None}}
     for n, want in ((1, 1.7), (2, 0.6), (5, 1.2)):
         questions = {"main": q, **{f"o{i}": {"type": "noul", "instructions": "Is it urgent?"} for i in range(n - 1)},
-                     "skip": {"type": "box", "instructions": "x"}}  # Box questions do not count
+                     "skip": {"type": "box", "instructions": "x"},  # Box and Set questions do not count
+                     "tags": {"type": "set", "labels": [{"key": "x"}, {"key": "y"}]}}
         plan, answer = run(once, {"state": "The app crashes.", "questions": questions})
         assert plan.entries[0].temperature == want
         slot = next(s for s in plan.entries[0].slots if s.question.id == "main")
@@ -418,7 +420,7 @@ def test_serving_through_the_runtime(built, causal, once) -> None:
             validate_response("/v1/decisions", "post", 200, got)
         failing = asyncio.run(serve(runtime, "decisions", {"model": "codes-once", "states": {
             "a": {"state": "x " * 3000, "questions": {"n": body["questions"]["reasoning"]}},
-            "b": {"state": "s", "questions": {"t": {"type": "set", "labels": [{"key": "l"}]},
+            "b": {"state": "s", "questions": {"t": {"type": "span", "labels": [{"key": "l"}]},
                                               "n": body["questions"]["reasoning"]}}}}, Timing()))
         assert failing["states"]["a"]["answers"]["n"]["reason"] == "question_tokens"
         assert failing["states"]["b"]["answers"]["t"]["reason"] == "question_type_unsupported"

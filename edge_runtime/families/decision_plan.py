@@ -3,10 +3,12 @@
 A decisions request becomes one :class:`Entry` per state (one for a standard request), each a
 :class:`Slot` per question in request order: either a row (and, state-once, a branch of it) for the
 engine to run, or an answer decided in place while planning (an invalid or refused question, a
-question too long, a refused batch entry). :func:`assemble` turns the engine's outputs back into the
-body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch. A family supplies only
-how one row's output becomes a question's answer (``read``), typically through
-:func:`edge_runtime.questions.answer`.
+question too long, a refused batch entry). A Set owns one label slot per label instead of a row,
+each a Noul under ``<id>.<label>`` with its own row (and branch), which runs like any question's.
+:func:`assemble` turns the engine's outputs back into the body: ``{model, answers, usage}`` plus
+``sets`` and ``thresholds`` when a Set was answered, or ``{model, states, usage}`` for a batch. A
+family supplies only how one row's output becomes a question's answer (``read``), typically through
+:func:`edge_runtime.questions.answer`; a Set's labels are read the same way, as Nouls.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from edge_runtime.families.base import Plan
 from edge_runtime.packages.card import Card
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer
 from edge_runtime.questions.answers import DecisionAnswers
+from edge_runtime.questions.sets import threshold_of
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 
 
@@ -28,7 +31,8 @@ class Slot:
     """One question of one entry: a row (and branch) to read, or an answer decided in place.
 
     ``branch`` is the question's branch of a state-once row, ``ids`` its question tokens while it is
-    planned; families that need neither leave them None.
+    planned; families that need neither leave them None. ``labels`` are a Set's label slots, one
+    Noul question each: a Set with labels has no row of its own, and is answered from theirs.
     """
 
     question: Question | InvalidQuestion
@@ -36,6 +40,7 @@ class Slot:
     answer: dict[str, Any] | None = None
     branch: int | None = None
     ids: list[int] | None = None
+    labels: list[Slot] = field(default_factory=list)
 
 
 @dataclass
@@ -100,11 +105,12 @@ def answered_types(card: Card, family_types: Sequence[str]) -> tuple[str, ...]:
 
 
 def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str, read: Read) -> dict[str, Any]:
-    """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
+    """The body: ``{model, answers, usage}`` (with ``sets`` and ``thresholds`` when a Set was
+    answered), or ``{model, states, usage}`` for a batch.
 
     ``outputs`` holds one output per row, in row order, or one ItemError for the whole job (a
     deadline), which every question still to be read then carries. Invalid questions and answers
-    decided while planning are added as they are.
+    decided while planning are added as they are; a Set is answered from its label slots' rows.
     """
     bodies = []
     for entry in plan.entries:
@@ -117,6 +123,8 @@ def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str,
                 answers.add(q.id, slot.answer)
             elif isinstance(outputs, ItemError):
                 answers.add(q.id, failed_answer(q.type, outputs.code, outputs.code, outputs.message))
+            elif slot.labels:
+                _add_set(answers, q, slot, entry, outputs, read)
             else:
                 assert slot.row is not None  # planning gives every unanswered question a row
                 answers.add(q.id, read(q, slot, entry, outputs[slot.row]))
@@ -126,6 +134,24 @@ def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str,
         return bodies[0]
     return {"model": model, "states": {e.name: b for e, b in zip(plan.entries, bodies)},
             "usage": _usage(plan.input_tokens, any(e.tokens_lower_bound for e in plan.entries))}
+
+
+def _add_set(answers: DecisionAnswers, q: Question, slot: Slot, entry: Entry, outputs: Sequence[Any],
+             read: Read) -> None:
+    """A Set from its label slots: each label's Noul, ``sets.<id>`` and ``thresholds.<id>``.
+
+    A label whose output is unusable fails the whole Set in place under its own ID, as any failed
+    question is answered: ``selected`` over some of the labels would read as the others not applying.
+    """
+    probabilities = []
+    for label in slot.labels:
+        assert label.row is not None and isinstance(label.question, Question)
+        got = read(label.question, label, entry, outputs[label.row])
+        if "error" in got:
+            answers.add(q.id, {**got, "type": q.type})
+            return
+        probabilities.append(got["noul"])
+    answers.add_set(q.id, [o.key for o in q.options], probabilities, threshold_of(q))
 
 
 def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
