@@ -45,6 +45,15 @@ def test_a_set_label_may_not_shadow_another_question() -> None:
     assert checked[1] == other
 
 
+def test_two_sets_may_not_write_one_answer_key() -> None:
+    p = parse_question("p", {"type": "set", "labels": [{"key": "q.r"}, {"key": "s"}]})
+    pq = parse_question("p.q", {"type": "set", "labels": [{"key": "r"}]})
+    fine = parse_question("t", {"type": "set", "labels": [{"key": "r"}]})
+    checked = check_clashes([p, pq, fine])
+    assert all(isinstance(c, InvalidQuestion) and "p.q.r" in c.message for c in checked[:2])
+    assert checked[2] == fine
+
+
 @pytest.mark.parametrize("raw", [
     {"type": ["choice"]}, {"type": {"choice": 1}}, {"type": None}, "choice", 7, None, [],
     {"type": "choice", "criteria": {"a": "x", "b": "y"}, "colour": "red"},

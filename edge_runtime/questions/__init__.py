@@ -9,6 +9,7 @@ families refuse the types their card does not list through :func:`refusal` and a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from edge_runtime.questions.base import (
     QuestionType,
 )
 from edge_runtime.questions.forms import optional_text
+from edge_runtime.questions.sets import label_id
 
 #: Every question type, in the order messages list them.
 REGISTRY: dict[str, QuestionType] = {
@@ -63,8 +65,15 @@ def _parse(qid: str, raw: Any) -> Question:
 
 
 def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Question | InvalidQuestion, ...]:
-    """The questions, each one that conflicts with its siblings' IDs failed in place."""
+    """The questions, each one that conflicts with its siblings' IDs failed in place.
+
+    Besides the question IDs, an answer key two Sets would both write (Set ``p`` with label ``q.r``
+    and Set ``p.q`` with label ``r``) is taken: each of those Sets fails.
+    """
     ids = {q.id for q in questions}
+    written = Counter(label_id(q.id, o.key) for q in questions if isinstance(q, Question) and q.type == "set"
+                      for o in q.options)
+    ids |= {key for key, n in written.items() if n > 1}
     out: list[Question | InvalidQuestion] = []
     for q in questions:
         problem = None

@@ -38,9 +38,10 @@ def threshold_of(q: Question) -> float:
 
 
 def clash(q: Question, ids: set[str]) -> str | None:
-    """Set labels answer under ``<id>.<label>``, which must not shadow another question."""
+    """Set labels answer under ``<id>.<label>``, which must not shadow another question's answer
+    (``ids``: the question IDs and the keys another Set writes too)."""
     taken = sorted(label_id(q.id, o.key) for o in q.options if label_id(q.id, o.key) in ids)
-    return f"set labels answer under {taken}, which are other question IDs" if taken else None
+    return f"set labels answer under {taken}, which other questions answer under too" if taken else None
 
 
 def set_answers(question_id: str, labels: Sequence[str], probs: np.ndarray | Sequence[float],
