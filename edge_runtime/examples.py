@@ -158,6 +158,8 @@ def answer_problems(request: dict[str, Any], body: dict[str, Any]) -> list[str]:
                     problems.append(f"{at} failed without a reason")
                 continue
             keys = _option_keys(question)
+            if qtype in ("set", "span") and not isinstance((entry.get("thresholds") or {}).get(qid), (int, float)):
+                problems.append(f"{where}.thresholds.{qid} is missing".lstrip("."))
             if qtype == "set":
                 missing = [k for k in keys if (answers.get(f"{qid}.{k}") or {}).get("type") != "noul"]
                 selected = ((entry.get("sets") or {}).get(qid) or {}).get("selected")

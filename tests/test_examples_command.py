@@ -32,6 +32,15 @@ def test_answer_problems_finds_wrong_shapes() -> None:
                                         "reason": "question_type_unsupported", "message": "m"},
                            "contacts": {"type": "span", "error": "invalid_question", "message": "no reason"}}}
     assert answer_problems(DECISIONS_EXAMPLE_2, refused) == ["answers.contacts failed without a reason"]
+    answered = {"answers": {"problems.billing": {"type": "noul", "noul": 0.9},
+                            "problems.shipping": {"type": "noul", "noul": 0.2},
+                            "problems.account": {"type": "noul", "noul": 0.1},
+                            "contacts": {"type": "noul", "noul": 0.8}},
+                "sets": {"problems": {"selected": ["billing"], "probabilities": {}}}, "spans": {"contacts": []},
+                "thresholds": {"problems": 0.5, "contacts": 0.5}}
+    assert answer_problems(DECISIONS_EXAMPLE_2, answered) == []
+    del answered["thresholds"]["contacts"]
+    assert answer_problems(DECISIONS_EXAMPLE_2, answered) == ["thresholds.contacts is missing"]
 
 
 @pytest.mark.parametrize("family", ["sparrow", "decision-codes"])
