@@ -264,3 +264,11 @@ def test_question_count_limit_is_413() -> None:
         parse_decisions_request({"states": {"a": {"state": "s", "questions": questions},
                                             "b": {"state": "t", "questions": questions}}}, 9)
     assert status_of(e.value) == 413
+
+
+def test_a_set_counts_one_answer_per_label_against_the_limit() -> None:
+    labels = {"t": {"type": "set", "labels": [{"key": f"l{i}"} for i in range(4)]}}
+    assert parse_decisions_request({"state": "s", "questions": labels}, 4).single is not None
+    with pytest.raises(ApiError) as e:
+        parse_decisions_request({"state": "s", "questions": {**labels, "n": {"type": "noul", "instructions": "x"}}}, 4)
+    assert (status_of(e.value), e.value.limit) == (413, 4) and "5 items" in e.value.message

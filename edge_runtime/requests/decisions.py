@@ -112,7 +112,8 @@ class NoValidQuestion(ApiError):
 def parse_decisions_request(body: Any, max_inputs: int | None = None) -> DecisionsRequest:
     """Validate a decisions request body (already decoded JSON) into a :class:`DecisionsRequest`.
 
-    ``max_inputs`` bounds the questions of the whole request (413 request_too_large above it).
+    ``max_inputs`` bounds the answers of the whole request, a Set counting one per label (413
+    request_too_large above it).
     Raises ApiError 400 for request-level problems, NoValidQuestion when no question is valid.
     """
     obj = require_object(body)
@@ -126,7 +127,7 @@ def parse_decisions_request(body: Any, max_inputs: int | None = None) -> Decisio
             raise invalid_request(f"a batch (states) has no top-level {mixed}: send one form or the other")
         entries = _states(obj["states"])
         if max_inputs is not None:
-            check_count(sum(len(e.questions) for _, e in entries), "questions", max_inputs)
+            check_count(sum(_answers(e.questions) for _, e in entries), "questions", max_inputs)
         failed: list[tuple[str | None, InvalidQuestion]] = [
             (name, q) for name, e in entries for q in e.questions if isinstance(q, InvalidQuestion)]
         if not any(e.valid for _, e in entries):
@@ -134,10 +135,16 @@ def parse_decisions_request(body: Any, max_inputs: int | None = None) -> Decisio
         return DecisionsRequest(model=model, options=options, states=entries, assets=assets)
     single = _entry(obj, "request")
     if max_inputs is not None:
-        check_count(len(single.questions), "questions", max_inputs)
+        check_count(_answers(single.questions), "questions", max_inputs)
     if not single.valid:
         raise NoValidQuestion([(None, q) for q in single.questions])  # type: ignore[misc]
     return DecisionsRequest(model=model, options=options, single=single, assets=assets)
+
+
+def _answers(questions: tuple[Question | InvalidQuestion, ...]) -> int:
+    """How many answers the questions ask for: a Set one per label (a decision-codes model reads each
+    label as a row of its own), any other question one."""
+    return sum(len(q.options) if isinstance(q, Question) and q.type == "set" else 1 for q in questions)
 
 
 def _states(raw: Any) -> tuple[tuple[str, DecisionState], ...]:
