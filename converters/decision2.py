@@ -46,8 +46,8 @@ from converters.decision2_source import (
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, sanitize_name
 from converters.progress import Step, log
-from edge_runtime.families.decision2_pipeline import pad_rows
-from edge_runtime.heads.candidate import CandidateHead, answer
+from edge_runtime.families.decision2_pipeline import Decision2Assets, pad_rows
+from edge_runtime.heads.candidate import CandidateHead
 from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.text.decision2_prompt import PromptRow, render
 
@@ -221,12 +221,15 @@ class Decision2Parity:
 
 def verify_parity(model: Any, session: Any, tok: Any, head_arrays: dict[str, np.ndarray], source: Decision2Source,
                   pad: int, n: int, seed: int) -> Decision2Parity:
+    """The package's path (the server's Decision2Assets: rows, padding, head, §1.8 answers) against
+    PyTorch (the source backbone and the head in torch), on the golden and ``n`` generated questions."""
     import torch
 
-    head = CandidateHead.from_arrays(head_arrays)
-    qs = check_questions(n, seed)
     limit = int(source.manifest["max_input_tokens"])
-    rows = [render(tok, s, k, i, o, limit) for s, k, i, o in qs]
+    assets = Decision2Assets(tok, CandidateHead.from_arrays(head_arrays), limit, pad, source.temperatures,
+                             source.score_bias)
+    qs = check_questions(n, seed)
+    rows = [assets.render(s, k, i, o) for s, k, i, o in qs]
     names = [i.name for i in session.get_inputs()]
     hidden = session.run(["last_hidden_state"], _feeds(rows, names, pad))[0]
     worst = 0.0
@@ -234,16 +237,14 @@ def verify_parity(model: Any, session: Any, tok: Any, head_arrays: dict[str, np.
     torch.set_num_threads(1)  # tiny matrices on shared CPUs: one thread is much faster
     try:
         for r, row, (_, kind, _, opts) in zip(range(len(rows)), rows, qs):
-            got = head.logits(hidden[r, row.endpoints], hidden[r, row.query])
+            got = assets.logits(row, hidden[r])
             with torch.no_grad():
                 ref_h = model(input_ids=torch.tensor([row.ids])).last_hidden_state[0]
             want = torch_head_logits(head_arrays, ref_h, row)
             worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want))))
-            keys = [k for k, _ in opts]
-            a = answer(kind, keys, got.tolist(), source.temperatures[kind], source.score_bias,
-                       [d for _, d in opts])
-            b = answer(kind, keys, want.tolist(), source.temperatures[kind], source.score_bias,
-                       [d for _, d in opts])
+            a, b = assets.answer(kind, opts, got), assets.answer(kind, opts, want)
+            if "error" in a or "error" in b:
+                raise ConversionError(f"parity: question {r} has no answer: {a} vs {b}")
             if a.get("choice") != b.get("choice") or any(
                     abs(a["probabilities"][k] - b["probabilities"][k]) > 1e-4 for k in a.get("probabilities", {})):
                 raise ConversionError(f"parity: question {r} answers differ: {a} vs {b}")

@@ -1,28 +1,43 @@
-"""Decision 2.0 questions from state to answers, with the backbone forward injected.
+"""Decision 2.0 questions from state to answers: the one code path of the server and the converter.
 
-The core the decision2 family will run (not wired to the server yet): each question renders to
-its own row (edge_runtime.text.decision2_prompt), rows are read in sorted, right-padded greedy
-batches by a ``run_hidden`` callable (ONNX Runtime on the causal engine in the server), the
-numpy candidate head reads each row's option endpoints and query, and answers follow §1.8. One
+Each question renders to its own row (edge_runtime.text.decision2_prompt), rows are right-padded
+into batches by :func:`pad_rows`, the numpy candidate head reads each row's option endpoints and
+query, and answers follow §1.8 (:meth:`Decision2Assets.read`). The decision2 family
+(edge_runtime.families.decision2) serves exactly this over HTTP; the converter's parity check feeds
+its graph through :func:`pad_rows` and answers through :meth:`Decision2Assets.answer`; and
+:func:`run_questions` runs raw questions in process with the backbone forward injected. One
 question's row never depends on another's (right padding, per-row head), so answers are the same
 alone or batched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from edge_runtime.heads.candidate import CandidateHead, answer
+from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT
+from edge_runtime.questions import QUESTION_MALFORMED, failed_answer
 from edge_runtime.text.decision2_prompt import PromptRow, PromptTooLong, render
 from edge_runtime.text.vela2_layout import BATCH_ROWS, BATCH_TOKENS_CPU, greedy_batches
 
 CONFIG_FORMAT = "decision2-package/1"
+#: The question types a Decision 2.0 head answers.
+QUESTION_TYPES = ("choice", "noul", "score")
 #: feeds {input_ids, attention_mask, position_ids} [B, T] -> last_hidden_state [B, T, H]
 RunHidden = Callable[[dict[str, np.ndarray]], np.ndarray]
+#: A question's options in request order: (key, description); noul's are false then true.
+Options = Sequence[tuple[str, Any]]
+
+
+class HasIds(Protocol):
+    """A row of token ids: a PromptRow, or the engine's CausalRow."""
+
+    @property
+    def ids(self) -> Sequence[int] | np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -38,6 +53,7 @@ class Decision2Assets:
 
     @staticmethod
     def from_package(package: Any) -> Decision2Assets:
+        """The assets of a converted package (decision_config.json, tokenizer.json, head.npz)."""
         from edge_runtime.text.tokenizer import load_tokenizer
 
         cfg = package.decision_config() or {}
@@ -50,9 +66,40 @@ class Decision2Assets:
             {k: float(v) for k, v in cfg["temperature_by_type"].items()},
             {int(k): [float(x) for x in v] for k, v in bias.items()} if bias else None)
 
+    def render(self, state: Any, kind: str, instructions: Any, options: Options,
+               limit: int | None = None) -> PromptRow:
+        """The question's row; PromptTooLong past ``limit`` tokens (max_input_tokens by default)."""
+        return render(self.tokenizer, state, kind, instructions, options,
+                      self.max_input_tokens if limit is None else limit)
+
+    def logits(self, row: PromptRow, hidden: np.ndarray) -> np.ndarray:
+        """Candidate logits [K] from the row's hidden states (``[T, H]``, T at least the row's length)."""
+        return self.head.logits(hidden[row.endpoints], hidden[row.query])
+
+    def answer(self, kind: str, options: Options, logits: Sequence[float] | np.ndarray) -> dict[str, Any]:
+        """The §1.8 answer at the type's temperature; invalid model output fails in place."""
+        try:
+            return answer(kind, [k for k, _ in options], [float(v) for v in logits], self.temperatures[kind],
+                          self.score_bias, [d for _, d in options])
+        except ValueError as e:
+            return failed_answer(kind, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e))
+
+    def read(self, kind: str, options: Options, row: PromptRow, hidden: np.ndarray) -> dict[str, Any]:
+        """A question's answer from its row's hidden states."""
+        return self.answer(kind, options, self.logits(row, hidden))
+
+
+def too_long(kind: str | None, error: PromptTooLong) -> dict[str, Any]:
+    """The in-place failure of a question whose row exceeds the model's token limit."""
+    return failed_answer(kind, "max_length_exceeded", "question_tokens", str(error))
+
 
 def question_options(raw: Mapping[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
-    """(kind, [(key, description)]) of a choice, noul or score question (§0 question -> options)."""
+    """(kind, [(key, description)]) of a raw choice, noul or score question (§0 question -> options).
+
+    The server parses requests through edge_runtime.questions instead; this reads the raw objects
+    :func:`run_questions` takes.
+    """
     kind = raw.get("type")
     if kind == "choice":
         if isinstance(raw.get("choices"), list):
@@ -65,10 +112,15 @@ def question_options(raw: Mapping[str, Any]) -> tuple[str, list[tuple[str, Any]]
     if kind == "score":
         levels = raw.get("criteria") if raw.get("criteria") is not None else raw.get("levels")
         return kind, [(str(i), level) for i, level in enumerate(levels or [])]
-    raise ValueError(f"type {kind!r} is not answered by Decision 2.0 models (choice, noul, score)")
+    raise ValueError(f"type {kind!r} is not answered by Decision 2.0 models ({', '.join(QUESTION_TYPES)})")
 
 
-def pad_rows(rows: list[PromptRow], pad: int) -> dict[str, np.ndarray]:
+def pad_rows(rows: Sequence[HasIds], pad: int) -> dict[str, np.ndarray]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``position_ids`` (arange) for ``rows``.
+
+    Right padding keeps every row's hidden states bit-identical to running it alone (ORT CPU fp32);
+    the server's forward, the converter's parity check and :func:`run_questions` all feed through here.
+    """
     width = max(len(r.ids) for r in rows)
     ids = np.full((len(rows), width), pad, np.int64)
     mask = np.zeros((len(rows), width), np.int64)
@@ -87,27 +139,25 @@ def run_questions(state: Any, questions: Mapping[str, Any], assets: Decision2Ass
     kinds: dict[str, tuple[str, list[tuple[str, Any]]]] = {}
     answers: dict[str, Any] = {}
     for qid, raw in questions.items():
+        given = raw.get("type") if isinstance(raw, Mapping) else None
         try:
             kind, opts = question_options(raw)
             kinds[qid] = (kind, opts)
-            rows[qid] = render(assets.tokenizer, state, kind, raw.get("instructions"), opts, assets.max_input_tokens)
+            rows[qid] = assets.render(state, kind, raw.get("instructions"), opts)
         except PromptTooLong as e:
-            answers[qid] = {"type": raw.get("type"), "error": "max_length_exceeded", "message": str(e)}
+            answers[qid] = too_long(given, e)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            answers[qid] = {"type": raw.get("type") if isinstance(raw, Mapping) else None,
-                            "error": "invalid_question", "message": str(e)}
+            answers[qid] = failed_answer(given, "invalid_question", QUESTION_MALFORMED, str(e))
     ids = list(rows)
     for batch in greedy_batches([len(rows[q].ids) for q in ids], max_batch_tokens, BATCH_ROWS):
         chosen = [rows[ids[i]] for i in batch]
         hidden = run_hidden(pad_rows(chosen, assets.pad))
         for r, i in enumerate(batch):
-            qid, row = ids[i], chosen[r]
-            kind, opts = kinds[qid]
-            logits = assets.head.logits(hidden[r, row.endpoints], hidden[r, row.query])
-            try:
-                answers[qid] = answer(kind, [k for k, _ in opts], logits.tolist(), assets.temperatures[kind],
-                                      assets.score_bias, [d for _, d in opts])
-            except ValueError as e:
-                answers[qid] = {"type": kind, "error": "invalid_model_output", "message": str(e)}
+            kind, opts = kinds[ids[i]]
+            answers[ids[i]] = assets.read(kind, opts, chosen[r], hidden[r])
     return {"answers": {q: answers[q] for q in questions},
             "usage": {"input_tokens": sum(len(r.ids) for r in rows.values()), "output_tokens": 0}}
+
+
+__all__ = ["CONFIG_FORMAT", "QUESTION_TYPES", "Decision2Assets", "HasIds", "Options", "RunHidden", "pad_rows",
+           "question_options", "run_questions", "too_long"]

@@ -56,21 +56,13 @@ from tokenizers import Tokenizer
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
-from edge_runtime.families.decision_plan import (
-    DecisionPlan,
-    Entry,
-    Slot,
-    answered_types,
-    assemble,
-    media_refusal,
-    refused_entry,
-)
+from edge_runtime.families.decision_plan import DecisionPlan, Entry, Slot, answered_types, assemble, plan_entries
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import Package
 from edge_runtime.questions import DecisionOption, InvalidQuestion, Question, answer, failed_answer, refusal
 from edge_runtime.questions.noul import KEYS as NOUL_KEYS
 from edge_runtime.questions.sets import label_id
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 from edge_runtime.text.bounds import encode_plain
 
 SURFACE = "decisions"
@@ -340,28 +332,8 @@ class DecisionCodesFamily:
         question is one this model answers.
         """
         cap = self._question_cap(request)
-        plan = DecisionPlan(request, rows=[])
-        refusals: list[ApiError] = []
-        for name, entry in request.entries():
-            refusal = media_refusal(self.name, self.modalities, entry, request)
-            planned = None
-            if refusal is None:
-                planned, refusal = self._plan_entry(name, entry, cap, plan.rows)
-            if refusal is not None:
-                if not request.is_batch:
-                    raise refusal
-                refusals.append(refusal)
-                planned = refused_entry(name, entry, refusal)
-            assert planned is not None
-            plan.entries.append(planned)
-        if refusals and len(refusals) == len(plan.entries):
-            raise refusals[0]
-        answerable = [s for e in plan.entries for s in e.slots if isinstance(s.question, Question)]
-        if not answerable:
-            failed = [(e.name, s.question) for e in plan.entries for s in e.slots
-                      if isinstance(s.question, InvalidQuestion)]
-            raise NoValidQuestion(failed)
-        return plan
+        return plan_entries(request, self.name, self.modalities,
+                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows))
 
     def _question_cap(self, request: DecisionsRequest) -> int:
         """Tokens one question (the state and that question) may have under this request's options."""

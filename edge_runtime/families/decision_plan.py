@@ -23,7 +23,7 @@ from edge_runtime.packages.card import Card
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer
 from edge_runtime.questions.answers import DecisionAnswers
 from edge_runtime.questions.sets import threshold_of
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
 
 
 @dataclass
@@ -78,6 +78,39 @@ class DecisionPlan:
 
 #: How a family answers a question from its row's output: ``read(question, slot, entry, output)``.
 Read = Callable[[Question, Slot, Entry, Any], dict[str, Any]]
+#: How a family plans one entry: ``plan_entry(name, entry, rows)`` appends the entry's rows to ``rows``
+#: and returns its Entry, or the ApiError that refuses the entry as a whole.
+PlanEntry = Callable[[str | None, DecisionState, list[Any]], tuple[Entry, ApiError | None]]
+
+
+def plan_entries(request: DecisionsRequest, model: str, modalities: frozenset[str],
+                 plan_entry: PlanEntry) -> DecisionPlan:
+    """Plan every entry of a text request through ``plan_entry``, refusing media first.
+
+    A refused entry raises its ApiError in a standard request and fails in place in a batch (the
+    first refusal is raised when every entry is refused); NoValidQuestion when no question at all is
+    one the model answers.
+    """
+    plan = DecisionPlan(request, rows=[])
+    refusals: list[ApiError] = []
+    for name, entry in request.entries():
+        refusal = media_refusal(model, modalities, entry, request)
+        planned = None
+        if refusal is None:
+            planned, refusal = plan_entry(name, entry, plan.rows)
+        if refusal is not None:
+            if not request.is_batch:
+                raise refusal
+            refusals.append(refusal)
+            planned = refused_entry(name, entry, refusal)
+        assert planned is not None
+        plan.entries.append(planned)
+    if refusals and len(refusals) == len(plan.entries):
+        raise refusals[0]
+    if not any(isinstance(s.question, Question) for e in plan.entries for s in e.slots):
+        raise NoValidQuestion([(e.name, s.question) for e in plan.entries for s in e.slots
+                               if isinstance(s.question, InvalidQuestion)])
+    return plan
 
 
 def refused_entry(name: str | None, entry: DecisionState, refusal: ApiError) -> Entry:
@@ -161,4 +194,5 @@ def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
     return usage
 
 
-__all__ = ["DecisionPlan", "Entry", "Read", "Slot", "answered_types", "assemble", "media_refusal", "refused_entry"]
+__all__ = ["DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types", "assemble", "media_refusal",
+           "plan_entries", "refused_entry"]

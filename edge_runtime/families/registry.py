@@ -12,6 +12,7 @@ from typing import Any
 
 from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import ModelFamily
+from edge_runtime.families.decision2 import Decision2Family
 from edge_runtime.families.decision_codes import DecisionCodesFamily
 from edge_runtime.families.decision_vision import DecisionVisionFamily
 from edge_runtime.families.encoder import EncoderFamily
@@ -51,6 +52,10 @@ FAMILIES: dict[str, FamilySpec] = {
         lambda package, session, config: Vela2Family(
             package, session, name=config.name, max_scan_tokens=config.max_scan_tokens),
         windows=True,
+    ),
+    "decision2": FamilySpec(
+        lambda package, session, config: Decision2Family(
+            package, session, name=config.name, max_input_tokens=config.max_input_tokens),
     ),
     "decision-vision": FamilySpec(
         lambda package, session, config: DecisionVisionFamily(
