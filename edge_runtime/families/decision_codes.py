@@ -310,7 +310,8 @@ class DecisionCodesFamily:
         """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
 
     def describe(self) -> dict[str, Any]:
-        return {}
+        """The question types this model answers."""
+        return {"question_types": list(self.question_types)}
 
     def probabilities(self, hidden: np.ndarray, count: int, temperature: float) -> np.ndarray:
         """The first ``count`` codes' probabilities for one last-token hidden state."""
