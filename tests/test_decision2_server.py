@@ -151,3 +151,24 @@ def test_systemone_answers_as_decisions_does(server: Server) -> None:
     assert r.status_code == 200, r.text
     validate_response("/v1/systemone", "post", 200, r.json())
     assert r.json()["answers"] == _decide(server, body)["answers"]
+
+
+@pytest.mark.parametrize("unit", ["the quick brown fox jumps ", "!?", "a", "\u4e2d\u6587"])
+def test_a_long_state_is_too_long_at_the_cost_of_the_limit(unit: str, fixture_package: Any) -> None:
+    """A 2 MiB state is refused in place after tokenizing about max_input_tokens of it, and a state
+    that fits reads the same ids as the whole-text tokenization."""
+    from dataclasses import replace
+
+    from edge_runtime.families.decision2 import Decision2Family
+    from edge_runtime.requests.decisions import parse_decisions_request
+
+    family = Decision2Family(read_package(fixture_package("decision2")))
+    family.warm()
+    noul = {"r": {"type": "noul", "instructions": "Is it?"}}
+    plan = family.plan("decisions", parse_decisions_request({"state": unit * (2 << 20), "questions": noul}))
+    assert not plan.rows
+    assert plan.finish([])["answers"]["r"]["reason"] == "question_tokens"
+    short = unit * 20
+    bounded = family.assets.render(short, "noul", "Is it?", [("false", None), ("true", None)])
+    whole = replace(family.assets, reader=None).render(short, "noul", "Is it?", [("false", None), ("true", None)])
+    assert bounded == whole

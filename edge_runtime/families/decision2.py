@@ -111,7 +111,9 @@ class Decision2Family:
         return causal_row(self._probe_rng.integers(0, self._vocab, size=max(1, length)))
 
     def warm(self) -> None:
-        """Nothing to prepare: the tokenizer and the head hold no caches to fill."""
+        """Probe the tokenizer's budget cuts now (about a second), not on the first long state."""
+        if self.assets.reader is not None:
+            self.assets.reader.report()
 
     def describe(self) -> dict[str, Any]:
         """The question types this model answers."""

@@ -21,6 +21,7 @@ import numpy as np
 from edge_runtime.heads.candidate import CandidateHead, answer
 from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT
 from edge_runtime.questions import QUESTION_MALFORMED, failed_answer
+from edge_runtime.text.bounds import BudgetReader
 from edge_runtime.text.decision2_prompt import PromptRow, PromptTooLong, render
 from edge_runtime.text.vela2_layout import BATCH_ROWS, BATCH_TOKENS_CPU, greedy_batches
 
@@ -50,27 +51,30 @@ class Decision2Assets:
     pad: int
     temperatures: dict[str, float]
     score_bias: dict[int, list[float]] | None
+    reader: BudgetReader | None = None  # None: the state is tokenized whole (the converter)
 
     @staticmethod
     def from_package(package: Any) -> Decision2Assets:
         """The assets of a converted package (decision_config.json, tokenizer.json, head.npz)."""
-        from edge_runtime.text.tokenizer import load_tokenizer
+        from edge_runtime.text.tokenizer import analyze, load_tokenizer
 
         cfg = package.decision_config() or {}
         if cfg.get("format") != CONFIG_FORMAT:
             raise ValueError(f"decision_config.json: format must be {CONFIG_FORMAT!r}")
         bias = cfg.get("score_bias") or None
+        tokenizer = load_tokenizer(package.file("tokenizer.json"))
         return Decision2Assets(
-            load_tokenizer(package.file("tokenizer.json")), CandidateHead.from_arrays(package.head_weights()),
+            tokenizer, CandidateHead.from_arrays(package.head_weights()),
             int(cfg["max_input_tokens"]), int(cfg["pad_token_id"]),
             {k: float(v) for k, v in cfg["temperature_by_type"].items()},
-            {int(k): [float(x) for x in v] for k, v in bias.items()} if bias else None)
+            {int(k): [float(x) for x in v] for k, v in bias.items()} if bias else None,
+            BudgetReader(tokenizer, analyze(tokenizer)))
 
     def render(self, state: Any, kind: str, instructions: Any, options: Options,
                limit: int | None = None) -> PromptRow:
         """The question's row; PromptTooLong past ``limit`` tokens (max_input_tokens by default)."""
         return render(self.tokenizer, state, kind, instructions, options,
-                      self.max_input_tokens if limit is None else limit)
+                      self.max_input_tokens if limit is None else limit, self.reader)
 
     def logits(self, row: PromptRow, hidden: np.ndarray) -> np.ndarray:
         """Candidate logits [K] from the row's hidden states (``[T, H]``, T at least the row's length)."""

@@ -16,6 +16,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from edge_runtime.text.bounds import BudgetReader
+
 SUFFIX = "\n\nSelect the single option best supported by the context and instructions.\nDecision:"
 NOUL_DEFAULTS = {"false": "No", "true": "Yes"}
 
@@ -60,12 +62,23 @@ def options_of(kind: str, options: Sequence[tuple[str, Any]]) -> list[tuple[str,
 
 
 def render(tokenizer: Tokenizer, state: Any, kind: str, instructions: Any, options: Sequence[tuple[str, Any]],
-           max_input_tokens: int) -> PromptRow:
-    """Tokenize the segments separately and concatenate; ValueError for an empty option or suffix."""
+           max_input_tokens: int, reader: BudgetReader | None = None) -> PromptRow:
+    """Tokenize the segments separately and concatenate; ValueError for an empty option or suffix.
+
+    With ``reader`` the prefix (which holds the state) is tokenized only as far as the limit needs:
+    a longer one is PromptTooLong at the cost of the limit, not of its length.
+    """
     def enc(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
-    ids = enc(prefix_text(state, kind, instructions))
+    prefix = prefix_text(state, kind, instructions)
+    if reader is None:
+        ids = enc(prefix)
+    else:
+        read = reader.read(prefix, max_input_tokens + 1)
+        if not read.complete:
+            raise PromptTooLong(f"the question needs more than {max_input_tokens} tokens, the limit")
+        ids = [int(t) for t in read.ids]
     endpoints = []
     for key, desc in options_of(kind, options):
         seg = enc(option_text(key, desc))
