@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from PIL import Image
 from tokenizers import Tokenizer
 
 from edge_runtime.engine.vision_lm import Block, TreeBranch, VisionLanguageForward, VisionOutput, VisionRow, vision_row
@@ -60,14 +61,8 @@ from edge_runtime.heads.box_grid import (
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
 from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
-from edge_runtime.media.vision import (
-    ImageLimits,
-    ImageProcessor,
-    Patches,
-    ProcessorSettings,
-    decode_image,
-    decode_image_bytes,
-)
+from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
+from edge_runtime.media.vision import ImageProcessor, Patches, ProcessorSettings
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
 from edge_runtime.questions.box import box_answer
@@ -232,13 +227,12 @@ class VisionPlanner:
                    asset_images: Sequence[bytes] = ()) -> tuple[list[Patches], list[VideoClip]]:
         """The entry's images (then the assets its state uses, one image per use) and videos,
         decoded, checked and processed; ApiError with the reason."""
-        images = [self.processor.image(decode_image(url, self.image_limits), self.image_max_pixels)
-                  for url in entry.images]
+        # the format is read from the bytes alone: a data URL's declared type is not checked
+        images = [self._patches(decode_image_url(url, self.image_limits)) for url in entry.images]
         decoded: dict[int, Patches] = {}
         for data in asset_images:  # one image per use; an asset used twice is decoded once
             if id(data) not in decoded:
-                decoded[id(data)] = self.processor.image(decode_image_bytes(data, self.image_limits),
-                                                         self.image_max_pixels)
+                decoded[id(data)] = self._patches(decode_image(data, self.image_limits))
             images.append(decoded[id(data)])
         videos = []
         used = 0
@@ -260,6 +254,10 @@ class VisionPlanner:
             self._check_video_tokens(used)
             videos.append(clip)
         return images, videos
+
+    def _patches(self, image: Image.Image) -> Patches:
+        """A decoded image as the model reads it: upright, RGB, resized to image_max_pixels."""
+        return self.processor.image(upright_rgb(image), self.image_max_pixels)
 
     def _check_video_tokens(self, tokens: int) -> None:
         if tokens > self.video_max_tokens:
