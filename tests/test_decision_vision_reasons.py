@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from converters.decision_vision import build_decision_vision_fixture_result
 from edge_runtime.api.schema import validate_response
 from tests.server_harness import Server, write_models_file
-from tests.test_decision_vision import BODY_QUESTIONS, _b64, built, png_url, test_image  # noqa: F401 - fixture
+from tests.test_decision_vision import BODY_QUESTIONS, _b64, png_url, test_image
 from tests.test_media_video import _Pipe, _write, encode_video
 
 #: The tight copy's limits: small enough that small bodies break them.
@@ -35,21 +36,28 @@ NOUL = {"n": BODY_QUESTIONS["busy"]}
 
 
 @pytest.fixture(scope="module")
-def server(built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def card(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The converted fixture's card, its package path under ``path``."""
+    result = build_decision_vision_fixture_result(tmp_path_factory.mktemp("decision-vision") / "pkg")
+    return {**result.card, "path": result.path}
+
+
+@pytest.fixture(scope="module")
+def server(card: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     from edge_runtime.packages.card import CARD_FILE
     from edge_runtime.packages.manifest import build_manifest
 
     root = tmp_path_factory.mktemp("reasons")
     tight = root / "tight"
-    shutil.copytree(built["result"].path, tight)
-    card = json.loads((tight / CARD_FILE).read_text())
-    card["name"] = "tight"
-    card["limits"].update(TIGHT_LIMITS)
-    card["question_types"] = ["choice", "noul", "score"]
-    (tight / CARD_FILE).write_text(json.dumps(card))
+    shutil.copytree(card["path"], tight)
+    narrowed = json.loads((tight / CARD_FILE).read_text())
+    narrowed["name"] = "tight"
+    narrowed["limits"].update(TIGHT_LIMITS)
+    narrowed["question_types"] = ["choice", "noul", "score"]
+    (tight / CARD_FILE).write_text(json.dumps(narrowed))
     (tight / "MANIFEST.json").write_text(json.dumps(build_manifest(tight)))  # a consistent package
     models = write_models_file(root / "models.yaml", [
-        {"name": "vision", "package": str(built["result"].path), "device": "cpu", "threads": 1},
+        {"name": "vision", "package": str(card["path"]), "device": "cpu", "threads": 1},
         {"name": "tight", "package": str(tight), "device": "cpu", "threads": 1}])
     srv = Server(models)
     try:
@@ -255,14 +263,14 @@ def test_video_limits_of_the_card(server: Server) -> None:
     assert answered(server, {"state": "s", "videos": [ok], "questions": NOUL}, "tight")["n"]["type"] == "noul"
 
 
-def test_video_intake_reasons(server: Server, built: dict[str, Any]) -> None:
+def test_video_intake_reasons(server: Server, card: dict[str, Any]) -> None:
     refused(server, {"state": "s", "videos": ["https://example.com/clip.mp4"], "questions": NOUL},
             "video_url_unsupported")
     refused(server, {"state": "s", "videos": ["data:video/mp4;base64,@@@@"], "questions": NOUL}, "video_malformed")
     # 20 s at 2 frames a second: more than the card's video_max_tokens for the request's videos
     long_clip = video_url(encode_video("mp4", 20.0, 2, (64, 48)))
     refused(server, {"state": "s", "videos": [long_clip], "questions": NOUL}, "video_tokens",
-            built["result"].card["limits"]["video_max_tokens"])
+            card["limits"]["video_max_tokens"])
 
 
 # ---- assets -----------------------------------------------------------------------------------
@@ -369,10 +377,10 @@ def test_box_reasons(server: Server) -> None:
     assert (got["b"]["reason"], got["t"]["reason"]) == ("box_unsupported", "track_unsupported")
 
 
-def test_request_tokens_and_batch_entries(server: Server, built: dict[str, Any]) -> None:
+def test_request_tokens_and_batch_entries(server: Server, card: dict[str, Any]) -> None:
     many = {f"q{i}": {"type": "noul", "instructions": f"Is {i} so?"} for i in range(60)}
     refused(server, {"state": "s", "questions": many}, "request_tokens",
-            built["result"].card["limits"]["max_request_tokens"])
+            card["limits"]["max_request_tokens"])
     r = server.client.post("/v1/decisions", json={"model": "vision", "states": {
         "bad": {"state": "s", "images": [image_url(Image.new("L", (1, 20_000)))], "questions": NOUL},
         "good": {"state": "s", "images": [png_url(test_image(40, 40, 43))], "questions": NOUL}}})

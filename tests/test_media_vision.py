@@ -1,5 +1,5 @@
-"""Image intake (edge_runtime.media.image) and the Qwen2-VL processor (edge_runtime.media.vision): exact against the slow
-Qwen2VLImageProcessor, and every refusal with its fixed reason."""
+"""Image intake (edge_runtime.media.image) and the Qwen2-VL processor (edge_runtime.media.vision):
+exact against the slow Qwen2VLImageProcessor, and every refusal with its fixed reason."""
 
 from __future__ import annotations
 

@@ -60,8 +60,8 @@ from edge_runtime.heads.box_grid import (
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
-from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
 from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
+from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
 from edge_runtime.media.vision import ImageProcessor, Patches, ProcessorSettings
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal

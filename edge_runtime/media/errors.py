@@ -14,6 +14,8 @@ class MediaError(ApiError):
     that names the input first (embeddings: ``input[3]: ...``) uses :meth:`api_error`.
     """
 
+    reason: str  # always set: a media refusal always has its fixed word
+
     def __init__(self, reason: str, message: str, limit: int | float | None = None) -> None:
         super().__init__("invalid_request", message, reason, limit)
 
