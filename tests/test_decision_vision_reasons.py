@@ -1,9 +1,10 @@
 """decision-vision over HTTP: every fixed reason the contract lists for images, videos, assets and
 Box, each provoked by a request to the real server, and hostile media refused while it keeps serving.
 
-One server serves the converted fixture twice: ``vision`` as converted, and ``tight``, a copy whose
-card has small byte, pixel and length limits (so the limits are provoked by small bodies) and no
-Box or track in its question_types. The hostile media are made in process: a PNG and a WebP whose
+One server serves the converted fixture three times: ``vision`` as converted; ``tight``, a copy
+whose card has small byte, pixel and length limits (so the limits are provoked by small bodies)
+and no Box or track in its question_types; ``blind``, a copy whose card lists the text modality
+only. The hostile media are made in process: a PNG and a WebP whose
 headers claim huge canvases in a few dozen bytes, an MP4 whose header claims ten hours, truncated
 and garbage videos, animated PNG, WebP and GIF, a 1 x 20,000 image.
 """
@@ -13,11 +14,12 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
+import random
 import shutil
 import struct
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,23 +44,30 @@ def card(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {**result.card, "path": result.path}
 
 
-@pytest.fixture(scope="module")
-def server(card: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def _copy_with_card(package: Path, out: Path, **changes: Any) -> Path:
+    """A copy of ``package`` whose card has ``changes`` (limits merged), with its manifest rebuilt."""
     from edge_runtime.packages.card import CARD_FILE
     from edge_runtime.packages.manifest import build_manifest
 
+    shutil.copytree(package, out)
+    card = json.loads((out / CARD_FILE).read_text())
+    card["limits"].update(changes.pop("limits", {}))
+    card.update(changes)
+    (out / CARD_FILE).write_text(json.dumps(card))
+    (out / "MANIFEST.json").write_text(json.dumps(build_manifest(out)))  # a consistent package
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(card: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``vision`` as converted; ``tight`` with TIGHT_LIMITS and no Box or track; ``blind`` reads text only."""
     root = tmp_path_factory.mktemp("reasons")
-    tight = root / "tight"
-    shutil.copytree(card["path"], tight)
-    narrowed = json.loads((tight / CARD_FILE).read_text())
-    narrowed["name"] = "tight"
-    narrowed["limits"].update(TIGHT_LIMITS)
-    narrowed["question_types"] = ["choice", "noul", "score"]
-    (tight / CARD_FILE).write_text(json.dumps(narrowed))
-    (tight / "MANIFEST.json").write_text(json.dumps(build_manifest(tight)))  # a consistent package
+    tight = _copy_with_card(card["path"], root / "tight", name="tight", limits=TIGHT_LIMITS,
+                            question_types=["choice", "noul", "score"])
+    blind = _copy_with_card(card["path"], root / "blind", name="blind", modalities=["text"])
     models = write_models_file(root / "models.yaml", [
-        {"name": "vision", "package": str(card["path"]), "device": "cpu", "threads": 1},
-        {"name": "tight", "package": str(tight), "device": "cpu", "threads": 1}])
+        {"name": name, "package": str(path), "device": "cpu", "threads": 1}
+        for name, path in (("vision", card["path"]), ("tight", tight), ("blind", blind))])
     srv = Server(models)
     try:
         srv.wait()
@@ -177,6 +186,9 @@ def test_the_hostile_media_are_what_they_claim() -> None:
         assert getattr(Image.open(io.BytesIO(animated(fmt))), "n_frames", 1) == 3, fmt
 
 
+#: Bytes of no container (seeded, so a run is repeatable).
+GARBAGE = random.Random(0).randbytes(4096)
+
 HOSTILE = {
     # decompression bombs: tiny files whose headers claim 10^10 and 2.7 * 10^8 pixels, and 20 M
     "png_bomb": (lambda: "data:image/png;base64," + base64.b64encode(png_claiming(100_000, 100_000)).decode(),
@@ -198,9 +210,9 @@ HOSTILE = {
     "video_claiming_hours": (lambda: video_url(mp4_claiming_hours(10)), "videos", "video_too_long", 300),
     "truncated_video": (lambda: video_url(encode_video("mp4", 2.0, 10, (64, 48))[:700]),
                         "videos", "video_malformed", None),
-    "garbage_video": (lambda: video_url(os.urandom(4096)), "videos", "video_format_unsupported", None),
+    "garbage_video": (lambda: video_url(GARBAGE), "videos", "video_format_unsupported", None),
     # garbage after a real MP4 signature: the container is tried and refused
-    "garbage_after_ftyp": (lambda: video_url(encode_video("mp4", 1.0, 10, (64, 48))[:32] + os.urandom(4096)),
+    "garbage_after_ftyp": (lambda: video_url(encode_video("mp4", 1.0, 10, (64, 48))[:32] + GARBAGE),
                            "videos", "video_malformed", None),
 }
 
@@ -391,6 +403,16 @@ def test_request_tokens_and_batch_entries(server: Server, card: dict[str, Any]) 
     assert states["good"]["answers"]["n"]["type"] == "noul"
     # a batch every entry of which is refused is answered with the first refusal
     r = server.client.post("/v1/decisions", json={"model": "vision", "states": {
-        "a": {"state": "s", "videos": [video_url(os.urandom(64))], "questions": NOUL},
+        "a": {"state": "s", "videos": [video_url(random.Random(1).randbytes(64))], "questions": NOUL},
         "b": {"state": "s", "images": [image_url(Image.new("L", (1, 20_000)))], "questions": NOUL}}})
     assert r.status_code == 400 and r.json()["error"]["reason"] == "video_format_unsupported", r.text
+
+
+def test_media_sent_to_a_model_without_the_modality(server: Server) -> None:
+    url = png_url(test_image(40, 40, 44))
+    refused(server, {"state": "s", "images": [url], "questions": NOUL}, "image_unsupported", model="blind")
+    img = {"type": "image", "data_base64": _b64(test_image(40, 40, 45))}
+    refused(server, {"state": "<a>", "assets": {"<a>": img}, "questions": NOUL}, "image_unsupported", model="blind")
+    clip = video_url(encode_video("mp4", 1.0, 10, (40, 40)))
+    refused(server, {"state": "s", "videos": [clip], "questions": NOUL}, "video_unsupported", model="blind")
+    assert answered(server, {"state": "s", "questions": NOUL}, "blind")["n"]["type"] == "noul"
