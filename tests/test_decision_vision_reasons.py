@@ -416,3 +416,15 @@ def test_media_sent_to_a_model_without_the_modality(server: Server) -> None:
     clip = video_url(encode_video("mp4", 1.0, 10, (40, 40)))
     refused(server, {"state": "s", "videos": [clip], "questions": NOUL}, "video_unsupported", model="blind")
     assert answered(server, {"state": "s", "questions": NOUL}, "blind")["n"]["type"] == "noul"
+
+
+def test_a_card_placing_images_in_questions_is_not_served(card: dict[str, Any], tmp_path: Path) -> None:
+    """The family reads images in the state only: a card that promises more fails to load, rather than
+    answering the questions it promised to read with question_images_unsupported."""
+    from edge_runtime.families.decision_vision import DecisionVisionFamily
+    from edge_runtime.packages import read_package
+
+    promised = _copy_with_card(card["path"], tmp_path / "promised", image_placements=["state", "instructions"])
+    with pytest.raises(ValueError, match="image_placements"):
+        DecisionVisionFamily(read_package(promised))
+    assert DecisionVisionFamily(read_package(card["path"])).describe()["image_placements"] == ["state"]

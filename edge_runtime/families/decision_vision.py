@@ -81,6 +81,9 @@ BOX_READOUT = "box_readout"  # head.npz: LM-head rows of the digits 0-9, the sep
 BOX_REPLY = ('Reply with only its bounding box as JSON {"bbox_2d": [x1, y1, x2, y2]}, each coordinate '
              "from 0 to 1000.")
 BOX_EDGES = 4
+#: Where this family reads images: in the state only. A question's own image would need its own
+#: vision block after the shared state, and moving it into the state would change the other answers.
+IMAGE_PLACEMENTS = ("state",)
 
 
 class BoxReader:
@@ -322,6 +325,10 @@ class DecisionVisionFamily:
         box_video = limits.get("box_video_max_seconds")
         self.box_video_max_seconds = None if box_video is None else float(box_video)
         self.modalities = frozenset(card.modalities)
+        placements = card.raw.get("image_placements", list(IMAGE_PLACEMENTS))
+        if "image" in self.modalities and tuple(placements) != IMAGE_PLACEMENTS:
+            raise ValueError(f"package {card.name}: image_placements {placements} cannot be served; this family "
+                             f"reads images in {list(IMAGE_PLACEMENTS)} only")
         self._forward: VisionLanguageForward | None = None
         if session is not None:
             if vision_session is None:
@@ -357,7 +364,7 @@ class DecisionVisionFamily:
             self.vision_check = check_vision_golden(self._forward.vision, self._vision_golden)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": ["state"],
+        out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": list(IMAGE_PLACEMENTS),
                                "question_types": list(self.question_types)}
         if self.planner.box is not None:
             out["box_confidence"] = self.card_box_confidence()
