@@ -106,14 +106,22 @@ def still_serving(server: Server) -> None:
     assert got["n"]["type"] == "noul"
 
 
-def image_url(image: Image.Image, fmt: str = "PNG", **save: Any) -> str:
+def data_url(mime: str, data: bytes) -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def encoded(image: Image.Image, fmt: str = "PNG") -> bytes:
     buf = io.BytesIO()
-    image.save(buf, format=fmt, **save)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+    image.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def image_url(image: Image.Image, fmt: str = "PNG") -> str:
+    return data_url(f"image/{fmt.lower()}", encoded(image, fmt))
 
 
 def video_url(data: bytes, mime: str = "video/mp4") -> str:
-    return f"data:{mime};base64," + base64.b64encode(data).decode()
+    return data_url(mime, data)
 
 
 # ---- hostile media made in process ---------------------------------------------------------
@@ -191,22 +199,19 @@ GARBAGE = random.Random(0).randbytes(4096)
 
 HOSTILE = {
     # decompression bombs: tiny files whose headers claim 10^10 and 2.7 * 10^8 pixels, and 20 M
-    "png_bomb": (lambda: "data:image/png;base64," + base64.b64encode(png_claiming(100_000, 100_000)).decode(),
-                 "images", "image_too_large", 16_000_000),
-    "png_over_16m": (lambda: "data:image/png;base64," + base64.b64encode(png_claiming(5000, 4000)).decode(),
-                     "images", "image_too_large", 16_000_000),
-    "webp_bomb": (lambda: "data:image/webp;base64," + base64.b64encode(webp_claiming(16_383, 16_383)).decode(),
-                  "images", "image_too_large", 16_000_000),
+    "png_bomb": (lambda: data_url("image/png", png_claiming(100_000, 100_000)), "images", "image_too_large",
+                 16_000_000),
+    "png_over_16m": (lambda: data_url("image/png", png_claiming(5000, 4000)), "images", "image_too_large",
+                     16_000_000),
+    "webp_bomb": (lambda: data_url("image/webp", webp_claiming(16_383, 16_383)), "images", "image_too_large",
+                  16_000_000),
     "one_by_20000": (lambda: image_url(Image.new("L", (1, 20_000))), "images", "image_too_large", 200),
-    "animated_png": (lambda: "data:image/png;base64," + base64.b64encode(animated("PNG")).decode(),
-                     "images", "image_animated", None),
-    "animated_webp": (lambda: "data:image/webp;base64," + base64.b64encode(animated("WEBP")).decode(),
-                      "images", "image_animated", None),
+    "animated_png": (lambda: data_url("image/png", animated("PNG")), "images", "image_animated", None),
+    "animated_webp": (lambda: data_url("image/webp", animated("WEBP")), "images", "image_animated", None),
     # GIF is not served at all, animated or not: named unsupported without a frame read
-    "animated_gif": (lambda: "data:image/gif;base64," + base64.b64encode(animated("GIF")).decode(),
-                     "images", "image_format_unsupported", None),
-    "truncated_png": (lambda: "data:image/png;base64," + base64.b64encode(
-        _png_bytes(test_image(64, 64, 34))[:300]).decode(), "images", "image_malformed", None),
+    "animated_gif": (lambda: data_url("image/gif", animated("GIF")), "images", "image_format_unsupported", None),
+    "truncated_png": (lambda: data_url("image/png", encoded(test_image(64, 64, 34))[:300]), "images",
+                      "image_malformed", None),
     "video_claiming_hours": (lambda: video_url(mp4_claiming_hours(10)), "videos", "video_too_long", 300),
     "truncated_video": (lambda: video_url(encode_video("mp4", 2.0, 10, (64, 48))[:700]),
                         "videos", "video_malformed", None),
@@ -215,12 +220,6 @@ HOSTILE = {
     "garbage_after_ftyp": (lambda: video_url(encode_video("mp4", 1.0, 10, (64, 48))[:32] + GARBAGE),
                            "videos", "video_malformed", None),
 }
-
-
-def _png_bytes(image: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
@@ -250,7 +249,7 @@ def test_image_intake_reasons(server: Server) -> None:
     bmp = image_url(Image.new("RGB", (8, 8)), "BMP")
     refused(server, {"state": "s", "images": [bmp], "questions": NOUL}, "image_format_unsupported")
     for bad in ("data:image/png;base64,!!!!", "data:image/png;base64,", "data:image/png," + "x" * 8,
-                "data:image/png;base64," + base64.b64encode(b"not an image at all").decode()):
+                data_url("image/png", b"not an image at all")):
         refused(server, {"state": "s", "images": [bad], "questions": NOUL}, "image_malformed")
     refused(server, {"state": "s", "images": ["https://example.com/cat.png"], "questions": NOUL},
             "image_url_unsupported")
@@ -300,10 +299,9 @@ def test_asset_reasons(server: Server) -> None:
             "asset_malformed")
     refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": "!!"}}, "questions": NOUL},
             "image_malformed")
-    gif = io.BytesIO()
-    Image.new("RGB", (8, 8)).save(gif, format="GIF")
-    refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": base64.b64encode(
-        gif.getvalue()).decode()}}, "questions": NOUL}, "image_format_unsupported")
+    gif = base64.b64encode(encoded(Image.new("RGB", (8, 8)), "GIF")).decode()
+    refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": gif}}, "questions": NOUL},
+            "image_format_unsupported")
     refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": base64.b64encode(
         animated("PNG")).decode()}}, "questions": NOUL}, "image_animated")
     noisy = {"type": "image", "data_base64": _b64(test_image(60, 60, 38))}  # over the tight 3,000 bytes
@@ -313,7 +311,7 @@ def test_asset_reasons(server: Server) -> None:
 
 
 def test_multipart_asset_reasons(server: Server) -> None:
-    png = _png_bytes(test_image(32, 32, 39))
+    png = encoded(test_image(32, 32, 39))
 
     def multipart(request: dict[str, Any], parts: dict[str, bytes]) -> Any:
         files = [("request", (None, json.dumps({"model": "vision", **request}).encode(), "application/json")),
