@@ -215,6 +215,9 @@ HOSTILE = {
     "video_claiming_hours": (lambda: video_url(mp4_claiming_hours(10)), "videos", "video_too_long", 300),
     "truncated_video": (lambda: video_url(encode_video("mp4", 2.0, 10, (64, 48))[:700]),
                         "videos", "video_malformed", None),
+    # frames 250 times wider than high: each frame is read as an image, within the aspect ratio 200
+    "video_aspect_250": (lambda: video_url(encode_video("mp4", 1.0, 10, (4000, 16))), "videos", "video_too_large",
+                         200),
     "garbage_video": (lambda: video_url(GARBAGE), "videos", "video_format_unsupported", None),
     # garbage after a real MP4 signature: the container is tried and refused
     "garbage_after_ftyp": (lambda: video_url(encode_video("mp4", 1.0, 10, (64, 48))[:32] + GARBAGE),

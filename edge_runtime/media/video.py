@@ -3,9 +3,9 @@
 Intake (``decode_video``): a base64 data URL of MP4, QuickTime, WebM or Matroska (the container is
 read from the bytes), refused before any frame is decoded when it breaks a limit:
 ``video_max_bytes`` (video_too_large), ``video_max_seconds`` (video_too_long; a container without
-a duration gets one from a demux-only packet scan, which reads no pixels) and
-``video_source_max_pixels`` per frame (video_too_large). Broken or truncated data is
-video_malformed, another container video_format_unsupported.
+a duration gets one from a demux-only packet scan, which reads no pixels), and
+``video_source_max_pixels`` per frame and the contract's aspect ratio 200 (video_too_large).
+Broken or truncated data is video_malformed, another container video_format_unsupported.
 
 Sampling: ``video_fps`` frames per second over the whole clip, at least 4 and at most
 ``video_max_frames`` (an even count: frames go in pairs), at times ``linspace(0, duration, k)``,
@@ -33,6 +33,7 @@ from PIL import Image
 
 from edge_runtime.media.dataurl import parse_data_url
 from edge_runtime.media.errors import MediaError
+from edge_runtime.media.image import MAX_ASPECT_RATIO
 from edge_runtime.media.vision import ImageProcessor, Patches
 
 MIN_FRAMES = 4
@@ -131,7 +132,10 @@ def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float, bool]
             raise MediaError("video_malformed", "the video stream has no frame size")
         if width * height > limits.source_max_pixels:
             raise MediaError("video_too_large", f"the video's frames have {width * height} pixels ({width}x{height}), "
-                          f"more than {limits.source_max_pixels}", limits.source_max_pixels)
+                             f"more than {limits.source_max_pixels}", limits.source_max_pixels)
+        if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:  # each frame is read as an image
+            raise MediaError("video_too_large", f"the video's frames ({width}x{height}) have an aspect ratio over "
+                             f"{MAX_ASPECT_RATIO}", MAX_ASPECT_RATIO)
         seconds = container.duration / 1_000_000 if container.duration else None
         if seconds is None and stream.duration and stream.time_base is not None:
             seconds = float(stream.duration * stream.time_base)
