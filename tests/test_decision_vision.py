@@ -221,9 +221,9 @@ def test_answers_equal_transformers_with_images(family, torch_vlm) -> None:
     body = {"state": "Two photos from the shop.", "images": [png_url(images[0]), png_url(images[1], "WEBP")],
             "questions": BODY_QUESTIONS}
     # WebP is lossy by default in Pillow: the reference reads the decoded image, as the server does
-    from edge_runtime.media.vision import ImageLimits, decode_image
+    from edge_runtime.media.image import ImageLimits, decode_image_url, upright_rgb
 
-    decoded = [decode_image(u, ImageLimits(1 << 24, 16_000_000)) for u in body["images"]]
+    decoded = [upright_rgb(decode_image_url(u, ImageLimits(1 << 24, 16_000_000))) for u in body["images"]]
     plan, got = run(family, body)
     want = _reference(torch_vlm, family, body, decoded)
     spread = 0.0
@@ -281,7 +281,7 @@ def test_media_refusals_fail_the_request_or_the_batch_entry(family) -> None:
     q = {"n": BODY_QUESTIONS["busy"]}
     with pytest.raises(ApiError) as e:
         run(family, {"state": "s", "images": ["data:image/png;base64,AAAA"], "questions": q})
-    assert e.value.reason == "image_format_unsupported"
+    assert e.value.reason == "image_malformed"  # three zero bytes: no image signature at all
     with pytest.raises(ApiError) as e:
         run(family, {"state": "s", "videos": ["data:video/mp4;base64,AAAAAAAAAAAA"], "questions": q})
     assert e.value.reason == "video_format_unsupported"

@@ -1,5 +1,5 @@
-"""Image intake and the Qwen2-VL processor (edge_runtime.media.vision): exact against the slow
-Qwen2VLImageProcessor, and every refusal with its fixed reason."""
+"""Image intake (edge_runtime.media.image) and the Qwen2-VL processor (edge_runtime.media.vision):
+exact against the slow Qwen2VLImageProcessor, and every refusal with its fixed reason."""
 
 from __future__ import annotations
 
@@ -11,14 +11,8 @@ import pytest
 from PIL import Image
 
 from edge_runtime.errors import ApiError
-from edge_runtime.media.vision import (
-    ImageLimits,
-    ImageProcessor,
-    ProcessorSettings,
-    decode_image,
-    decode_image_bytes,
-    smart_resize,
-)
+from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
+from edge_runtime.media.vision import ImageProcessor, ProcessorSettings, smart_resize
 
 LIMITS = ImageLimits(max_bytes=1 << 20, source_max_pixels=4_000_000)
 
@@ -52,7 +46,7 @@ def test_processor_equals_the_slow_qwen2vl_processor_exactly(settings) -> None:
                                image_mean=list(settings.image_mean), image_std=list(settings.image_std))
     ours = ImageProcessor(settings)
     for i, (w, h, mode) in enumerate([(64, 64, "RGB"), (123, 77, "RGBA"), (300, 41, "L"), (500, 380, "RGB")]):
-        image = decode_image_bytes(encoded(noisy(w, h, mode, i), "PNG"), LIMITS)
+        image = upright_rgb(decode_image(encoded(noisy(w, h, mode, i), "PNG"), LIMITS))
         want = hf(images=[image], return_tensors="np")
         got = ours.image(image)
         assert (got.grid_t, got.grid_h, got.grid_w) == tuple(want["image_grid_thw"][0])
@@ -70,14 +64,14 @@ def test_formats_come_from_the_bytes_not_the_declared_type() -> None:
     image = noisy(40, 30)
     for fmt in ("PNG", "JPEG", "WEBP"):
         data = encoded(image, fmt)
-        got = decode_image("data:image/png;base64," + base64.b64encode(data).decode(), LIMITS)
+        got = upright_rgb(decode_image_url("data:image/png;base64," + base64.b64encode(data).decode(), LIMITS))
         assert got.size == (40, 30) and got.mode == "RGB"
 
 
 def test_refusals_carry_their_reason_and_limit() -> None:
     def reason(data: bytes, limits: ImageLimits = LIMITS) -> tuple[str | None, float | int | None]:
         with pytest.raises(ApiError) as e:
-            decode_image_bytes(data, limits)
+            decode_image(data, limits)
         assert e.value.code == "invalid_request"
         return e.value.reason, e.value.limit
 
@@ -100,7 +94,10 @@ def test_refusals_carry_their_reason_and_limit() -> None:
     png = encoded(noisy(64, 64), "PNG")
     assert reason(png[: len(png) // 2])[0] == "image_malformed"
     assert reason(png[:20])[0] == "image_malformed"
-    for bad in (123, "http://example.com/a.png", "data:image/png;base64,@@@", "data:image/png;base64,"):
+    for bad in (123, "data:image/png;base64,@@@", "data:image/png;base64,"):
         with pytest.raises(ApiError) as e:
-            decode_image(bad, LIMITS)
+            decode_image_url(bad, LIMITS)
         assert e.value.reason == "image_malformed", bad
+    with pytest.raises(ApiError) as e:
+        decode_image_url("http://example.com/a.png", LIMITS)
+    assert e.value.reason == "image_url_unsupported"  # the runtime never fetches

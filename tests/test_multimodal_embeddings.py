@@ -31,7 +31,7 @@ ARCHS = ("siglip", "clip", "whisper", "clap")
 
 # ---- media decoding, without a server ----------------------------------------------------------
 
-LIMITS = ImageLimits(max_bytes=1 << 20, max_pixels=1_000_000)
+LIMITS = ImageLimits(max_bytes=1 << 20, source_max_pixels=1_000_000)
 
 
 def _refused(call: Any) -> MediaError:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from PIL import Image
 from tokenizers import Tokenizer
 
 from edge_runtime.engine.vision_lm import Block, TreeBranch, VisionLanguageForward, VisionOutput, VisionRow, vision_row
@@ -59,15 +60,9 @@ from edge_runtime.heads.box_grid import (
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
+from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
 from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
-from edge_runtime.media.vision import (
-    ImageLimits,
-    ImageProcessor,
-    Patches,
-    ProcessorSettings,
-    decode_image,
-    decode_image_bytes,
-)
+from edge_runtime.media.vision import ImageProcessor, Patches, ProcessorSettings
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
 from edge_runtime.questions.box import box_answer
@@ -86,6 +81,9 @@ BOX_READOUT = "box_readout"  # head.npz: LM-head rows of the digits 0-9, the sep
 BOX_REPLY = ('Reply with only its bounding box as JSON {"bbox_2d": [x1, y1, x2, y2]}, each coordinate '
              "from 0 to 1000.")
 BOX_EDGES = 4
+#: Where this family reads images: in the state only. A question's own image would need its own
+#: vision block after the shared state, and moving it into the state would change the other answers.
+IMAGE_PLACEMENTS = ("state",)
 
 
 class BoxReader:
@@ -232,13 +230,12 @@ class VisionPlanner:
                    asset_images: Sequence[bytes] = ()) -> tuple[list[Patches], list[VideoClip]]:
         """The entry's images (then the assets its state uses, one image per use) and videos,
         decoded, checked and processed; ApiError with the reason."""
-        images = [self.processor.image(decode_image(url, self.image_limits), self.image_max_pixels)
-                  for url in entry.images]
+        # the format is read from the bytes alone: a data URL's declared type is not checked
+        images = [self._patches(decode_image_url(url, self.image_limits)) for url in entry.images]
         decoded: dict[int, Patches] = {}
         for data in asset_images:  # one image per use; an asset used twice is decoded once
             if id(data) not in decoded:
-                decoded[id(data)] = self.processor.image(decode_image_bytes(data, self.image_limits),
-                                                         self.image_max_pixels)
+                decoded[id(data)] = self._patches(decode_image(data, self.image_limits))
             images.append(decoded[id(data)])
         videos = []
         used = 0
@@ -260,6 +257,10 @@ class VisionPlanner:
             self._check_video_tokens(used)
             videos.append(clip)
         return images, videos
+
+    def _patches(self, image: Image.Image) -> Patches:
+        """A decoded image as the model reads it: upright, RGB, resized to image_max_pixels."""
+        return self.processor.image(upright_rgb(image), self.image_max_pixels)
 
     def _check_video_tokens(self, tokens: int) -> None:
         if tokens > self.video_max_tokens:
@@ -324,6 +325,10 @@ class DecisionVisionFamily:
         box_video = limits.get("box_video_max_seconds")
         self.box_video_max_seconds = None if box_video is None else float(box_video)
         self.modalities = frozenset(card.modalities)
+        placements = card.raw.get("image_placements", list(IMAGE_PLACEMENTS))
+        if "image" in self.modalities and tuple(placements) != IMAGE_PLACEMENTS:
+            raise ValueError(f"package {card.name}: image_placements {placements} cannot be served; this family "
+                             f"reads images in {list(IMAGE_PLACEMENTS)} only")
         self._forward: VisionLanguageForward | None = None
         if session is not None:
             if vision_session is None:
@@ -359,7 +364,7 @@ class DecisionVisionFamily:
             self.vision_check = check_vision_golden(self._forward.vision, self._vision_golden)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": ["state"],
+        out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": list(IMAGE_PLACEMENTS),
                                "question_types": list(self.question_types)}
         if self.planner.box is not None:
             out["box_confidence"] = self.card_box_confidence()

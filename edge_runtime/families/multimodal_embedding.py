@@ -24,10 +24,10 @@ from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.heads.pooling import normalize
 from edge_runtime.media.audio import AudioLimits, decode_audio
-from edge_runtime.media.dataurl import b64_bytes, parse_data_url
+from edge_runtime.media.dataurl import b64_bytes
 from edge_runtime.media.errors import MediaError
 from edge_runtime.media.features import clap_log_mel, image_pixels, log_mel, whisper_real_positions
-from edge_runtime.media.image import ImageLimits, decode_image
+from edge_runtime.media.image import ImageLimits, decode_image_url
 from edge_runtime.packages import Package, PackageError
 from edge_runtime.packages.golden import read_golden
 from edge_runtime.requests.embedding_inputs import AudioInput, ImageInput, modality_unsupported
@@ -285,8 +285,7 @@ class MultimodalEmbeddingModel:
         if isinstance(part, ImageInput):
             spec = self.towers["image"].spec
             limits = ImageLimits(int(self.limits["image_max_bytes"]), int(self.limits["image_source_max_pixels"]))
-            mime, raw = parse_data_url(part.url, limits.max_bytes, "image")
-            image = decode_image(raw, limits, mime)
+            image = decode_image_url(part.url, limits, check_declared=True)
             return TowerRow("image", image_pixels(image, spec["preprocess"]), int(spec["tokens"]))
         if isinstance(part, AudioInput):
             spec = self.towers["audio"].spec

@@ -11,14 +11,13 @@ questions: a family decides where a use may sit (its card's image_placements).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edge_runtime.media.vision import refused
+from edge_runtime.media.dataurl import b64_bytes
+from edge_runtime.media.errors import MediaError
 
 MIN_REFERENCE_BYTES = 1
 MAX_REFERENCE_BYTES = 1024
@@ -50,34 +49,30 @@ def check_references(references: Iterable[str]) -> None:
     for reference in references:
         size = len(reference.encode("utf-8", "surrogatepass"))
         if size < MIN_REFERENCE_BYTES:
-            raise refused("asset_reference_empty", "an assets reference is empty: a reference has 1 to "
+            raise MediaError("asset_reference_empty", "an assets reference is empty: a reference has 1 to "
                           f"{MAX_REFERENCE_BYTES} bytes", MIN_REFERENCE_BYTES)
         if size > MAX_REFERENCE_BYTES:
-            raise refused("asset_reference_too_long", f"an assets reference has {size} bytes, more than "
+            raise MediaError("asset_reference_too_long", f"an assets reference has {size} bytes, more than "
                           f"{MAX_REFERENCE_BYTES}", MAX_REFERENCE_BYTES)
         total += size
     if total > MAX_REFERENCES_BYTES:
-        raise refused("asset_references_too_long", f"the assets references have {total} bytes together, "
+        raise MediaError("asset_references_too_long", f"the assets references have {total} bytes together, "
                       f"more than {MAX_REFERENCES_BYTES}", MAX_REFERENCES_BYTES)
 
 
 def parse_assets(raw: Mapping[str, Any] | None, max_bytes: int) -> Assets | None:
-    """Validate the request's assets and decode their bytes; ApiError with a fixed reason otherwise."""
+    """Validate the request's assets and decode their bytes; MediaError with a fixed reason otherwise."""
     if not raw:
         return None
     check_references(raw)
     images: dict[str, bytes] = {}
     for ref, asset in raw.items():
         if asset.get("type") != "image" or not isinstance(asset.get("data_base64"), str):
-            raise refused("asset_malformed", f"assets[{ref!r}] must be {{\"type\": \"image\", \"data_base64\"}}")
-        cap = min(max_bytes, MAX_ASSET_BYTES)
-        payload = asset["data_base64"]
-        if len(payload) // 4 * 3 > cap + 3:
-            raise refused("image_too_large", f"assets[{ref!r}] is larger than {cap} bytes", cap)
+            raise MediaError("asset_malformed", f"assets[{ref!r}] must be {{\"type\": \"image\", \"data_base64\"}}")
         try:
-            images[ref] = base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            raise refused("image_malformed", f"assets[{ref!r}] is not valid base64") from None
+            images[ref] = b64_bytes(asset["data_base64"], min(max_bytes, MAX_ASSET_BYTES), "image")
+        except MediaError as e:  # the same refusal, naming the asset
+            raise MediaError(e.reason, f"assets[{ref!r}]: {e.message}", e.limit) from None
     # longest first: where two references start at the same place, the longer one is meant
     pattern = re.compile("|".join(re.escape(r) for r in sorted(images, key=len, reverse=True)))
     return Assets(images, pattern)
@@ -108,7 +103,7 @@ def check_all_used(assets: Assets, used: Iterable[str]) -> None:
     seen = set(used)
     unused = [r for r in assets.images if r not in seen]
     if unused:
-        raise refused("asset_unreferenced", f"{len(unused)} asset(s) are not referenced by any string of the "
+        raise MediaError("asset_unreferenced", f"{len(unused)} asset(s) are not referenced by any string of the "
                       "request; every asset must be used")
 
 

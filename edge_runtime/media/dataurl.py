@@ -30,12 +30,14 @@ def b64_bytes(data: str, max_bytes: int, kind: str) -> bytes:
     return raw
 
 
-def parse_data_url(url: str, max_bytes: int, kind: str) -> tuple[str | None, bytes]:
+def parse_data_url(url: object, max_bytes: int, kind: str) -> tuple[str | None, bytes]:
     """(declared media type or None, bytes) of a base64 data URL; remote URLs are refused.
 
     The runtime never fetches anything (edge nodes must not phone out), so only data: URLs are read.
     """
-    if not isinstance(url, str) or not url.startswith("data:"):
+    if not isinstance(url, str):
+        raise MediaError(f"{kind}_malformed", f"the {kind} must be a base64 data: URL string")
+    if not url.startswith("data:"):
         raise MediaError(f"{kind}_url_unsupported",
                          f"the {kind} must be a base64 data: URL; remote URLs are not fetched")
     m = _DATA_URL.match(url)

@@ -3,9 +3,9 @@
 Intake (``decode_video``): a base64 data URL of MP4, QuickTime, WebM or Matroska (the container is
 read from the bytes), refused before any frame is decoded when it breaks a limit:
 ``video_max_bytes`` (video_too_large), ``video_max_seconds`` (video_too_long; a container without
-a duration gets one from a demux-only packet scan, which reads no pixels) and
-``video_source_max_pixels`` per frame (video_too_large). Broken or truncated data is
-video_malformed, another container video_format_unsupported.
+a duration gets one from a demux-only packet scan, which reads no pixels), and
+``video_source_max_pixels`` per frame and the contract's aspect ratio 200 (video_too_large).
+Broken or truncated data is video_malformed, another container video_format_unsupported.
 
 Sampling: ``video_fps`` frames per second over the whole clip, at least 4 and at most
 ``video_max_frames`` (an even count: frames go in pairs), at times ``linspace(0, duration, k)``,
@@ -31,8 +31,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from edge_runtime.errors import ApiError
-from edge_runtime.media.vision import ImageProcessor, Patches, data_url_bytes, refused
+from edge_runtime.media.dataurl import parse_data_url
+from edge_runtime.media.errors import MediaError
+from edge_runtime.media.image import MAX_ASPECT_RATIO
+from edge_runtime.media.vision import ImageProcessor, Patches
 
 MIN_FRAMES = 4
 _EBML = b"\x1a\x45\xdf\xa3"
@@ -115,22 +117,25 @@ def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float, bool]
 
     kind = sniff_container(data)
     if kind is None:
-        raise refused("video_format_unsupported", "the video is not MP4, QuickTime, WebM or Matroska")
+        raise MediaError("video_format_unsupported", "the video is not MP4, QuickTime, WebM or Matroska")
     try:
         container: Any = av.open(io.BytesIO(data), mode="r", format="mp4" if kind == "mp4" else "matroska")
     except Exception:  # noqa: BLE001 - PyAV raises InvalidDataError and friends for broken headers
-        raise refused("video_malformed", "the video's container cannot be read") from None
+        raise MediaError("video_malformed", "the video's container cannot be read") from None
     try:
         streams = container.streams.video
         if not streams:
-            raise refused("video_malformed", "the video has no video stream")
+            raise MediaError("video_malformed", "the video has no video stream")
         stream = streams[0]
         width, height = stream.codec_context.width, stream.codec_context.height
         if not width or not height:
-            raise refused("video_malformed", "the video stream has no frame size")
+            raise MediaError("video_malformed", "the video stream has no frame size")
         if width * height > limits.source_max_pixels:
-            raise refused("video_too_large", f"the video's frames have {width * height} pixels ({width}x{height}), "
-                          f"more than {limits.source_max_pixels}", limits.source_max_pixels)
+            raise MediaError("video_too_large", f"the video's frames have {width * height} pixels ({width}x{height}), "
+                             f"more than {limits.source_max_pixels}", limits.source_max_pixels)
+        if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:  # each frame is read as an image
+            raise MediaError("video_too_large", f"the video's frames ({width}x{height}) have an aspect ratio over "
+                             f"{MAX_ASPECT_RATIO}", MAX_ASPECT_RATIO)
         seconds = container.duration / 1_000_000 if container.duration else None
         if seconds is None and stream.duration and stream.time_base is not None:
             seconds = float(stream.duration * stream.time_base)
@@ -139,17 +144,17 @@ def open_video(data: bytes, limits: VideoLimits) -> tuple[Any, Any, float, bool]
             seconds = _scan_duration(container, stream)
             container.seek(0)
         if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-            raise refused("video_malformed", "the video's length cannot be read")
+            raise MediaError("video_malformed", "the video's length cannot be read")
         if seconds > limits.max_seconds:
-            raise refused("video_too_long", f"the video is {seconds:.1f} s long, more than {limits.max_seconds:g} s",
+            raise MediaError("video_too_long", f"the video is {seconds:.1f} s long, more than {limits.max_seconds:g} s",
                           limits.max_seconds)
         return container, stream, seconds, measured
-    except ApiError:
+    except MediaError:
         container.close()
         raise
     except Exception:  # noqa: BLE001
         container.close()
-        raise refused("video_malformed", "the video's container cannot be read") from None
+        raise MediaError("video_malformed", "the video's container cannot be read") from None
 
 
 #: ``check(frames, width, height)``: called before any frame is decoded; may raise to refuse the clip.
@@ -222,18 +227,18 @@ def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode 
             if j < k and targets[j] - t > SEEK_GAP_SECONDS:
                 source, prev = frames_from(targets[j]), None
     except Exception:  # noqa: BLE001 - corrupt packets
-        raise refused("video_malformed", "the video's frames cannot be decoded") from None
+        raise MediaError("video_malformed", "the video's frames cannot be decoded") from None
     finally:
         container.close()
     if any(p is None for p in picked):
-        raise refused("video_malformed", "the video has no decodable frames")
+        raise MediaError("video_malformed", "the video has no decodable frames")
     return Frames([p[1] for p in picked if p is not None], [p[0] for p in picked if p is not None], seconds, measured)
 
 
 def decode_video(url: Any, limits: VideoLimits, before_decode: BeforeDecode | None = None,
                  frame_size: FrameSize | None = None) -> Frames:
     """The sampled frames of a base64 data URL (see sample_frames)."""
-    data = data_url_bytes(url, "video", "video_malformed", limits.max_bytes)
+    _, data = parse_data_url(url, limits.max_bytes, "video")  # the container is read from the bytes
     return sample_frames(data, limits, before_decode, frame_size)
 
 

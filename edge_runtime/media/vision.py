@@ -1,142 +1,32 @@
-"""Images for a Qwen-VL decision model: data URLs in, patches and grids out (numpy and Pillow).
+"""The Qwen2-VL image processor for a Qwen-VL decision model: images in, patches and grids out
+(numpy and Pillow). Images are decoded by edge_runtime.media.image, the one decoder.
 
-Intake (``decode_image``): a base64 data URL (or the raw bytes of an asset) whose format is read
-from the bytes, PNG, JPEG or WebP, never from the declared media type; animated images are
-refused. Limits are checked on the header before any pixel is decoded, so a decompression bomb
-costs the header read: ``image_max_bytes``, ``image_source_max_pixels``, the contract's
-16,000,000 pixels and aspect ratio 200. EXIF orientation is applied and the image converted to
-RGB, as Transformers' ``load_image`` and ``convert_to_rgb`` do.
-
-Processing (``ImageProcessor``): the slow ``Qwen2VLImageProcessor`` semantics, bit for bit:
-``smart_resize`` to multiples of patch x merge within ``[min_pixels, max_pixels]``, Pillow bicubic
-resize of the uint8 image, rescale in float64 then float32, ``(x - mean) / std`` in float32, frames
-repeated to the temporal patch, and the patch layout ``[t, h, w] -> [N, C*T*p*p]`` in merge-block
-order. The fast processor (torch's antialiased bicubic) differs from Pillow by a level on <1 % of
-values, so the slow semantics are the pinned ones (the card says so).
-
-Every refusal is an :class:`ApiError` ``invalid_request`` with a fixed reason and, for a broken
-limit, the limit.
+``ImageProcessor`` has the slow ``Qwen2VLImageProcessor`` semantics, bit for bit: ``smart_resize``
+to multiples of patch x merge within ``[min_pixels, max_pixels]``, Pillow bicubic resize of the
+uint8 image, rescale in float64 then float32, ``(x - mean) / std`` in float32, frames repeated to
+the temporal patch, and the patch layout ``[t, h, w] -> [N, C*T*p*p]`` in merge-block order. The
+fast processor (torch's antialiased bicubic) differs from Pillow by a level on <1 % of values, so
+the slow semantics are the pinned ones (the card says so).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import math
-import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
-from edge_runtime.errors import ApiError
-
-#: The contract's bounds for every image, whatever the model's own limits.
-CONTRACT_MAX_PIXELS = 16_000_000
-MAX_ASPECT_RATIO = 200
-_FORMATS = {"PNG": b"\x89PNG\r\n\x1a\n", "JPEG": b"\xff\xd8\xff"}
-_DATA_URL = re.compile(r"^data:([a-zA-Z0-9.+/-]*)((?:;[a-zA-Z0-9=.+-]+)*?);base64,", re.ASCII)
-
-
-def refused(reason: str, message: str, limit: int | float | None = None) -> ApiError:
-    """The 400 for a rejected image or video: a fixed reason, a message, the broken limit."""
-    return ApiError("invalid_request", message, reason=reason, limit=limit)
-
-
-def data_url_bytes(url: Any, kind: str, reason: str, max_bytes: int) -> bytes:
-    """The decoded bytes of a base64 data URL, refused (``reason``) when malformed; the size is
-    checked from the base64 length before decoding so an oversized one costs nothing."""
-    if not isinstance(url, str):
-        raise refused(reason, f"{kind} must be a base64 data URL string")
-    m = _DATA_URL.match(url)
-    if m is None:
-        raise refused(reason, f"{kind} must be a data URL of the form data:<type>;base64,<data>")
-    payload = url[m.end():]
-    too_large = "image_too_large" if kind == "image" else "video_too_large"
-    if len(payload) // 4 * 3 > max_bytes + 3:
-        raise refused(too_large, f"the {kind} is larger than {max_bytes} bytes", max_bytes)
-    try:
-        data = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise refused(reason, f"the {kind} data URL is not valid base64") from None
-    if len(data) > max_bytes:
-        raise refused(too_large, f"the {kind} has {len(data)} bytes, more than {max_bytes}", max_bytes)
-    if not data:
-        raise refused(reason, f"the {kind} is empty")
-    return data
-
-
-def sniff_image_format(data: bytes) -> str | None:
-    """PNG, JPEG or WEBP read from the magic bytes, else None."""
-    for name, magic in _FORMATS.items():
-        if data.startswith(magic):
-            return name
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WEBP"
-    return None
-
-
-@dataclass(frozen=True)
-class ImageLimits:
-    """The card's image limits (bytes of one image, pixels of the source image)."""
-
-    max_bytes: int
-    source_max_pixels: int
-
-
-def decode_image_bytes(data: bytes, limits: ImageLimits) -> Image.Image:
-    """An RGB Pillow image from PNG, JPEG or WebP bytes, within the limits (see the module doc)."""
-    if len(data) > limits.max_bytes:
-        raise refused("image_too_large", f"the image has {len(data)} bytes, more than {limits.max_bytes}",
-                      limits.max_bytes)
-    fmt = sniff_image_format(data)
-    if fmt is None:
-        raise refused("image_format_unsupported", "the image is not PNG, JPEG or WebP")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limits follow
-            img = Image.open(io.BytesIO(data), formats=[fmt])
-    except Image.DecompressionBombError:  # over Pillow's hard cap, far above ours
-        cap = min(limits.source_max_pixels, CONTRACT_MAX_PIXELS)
-        raise refused("image_too_large", f"the image has more than {cap} pixels", cap) from None
-    except Exception:  # noqa: BLE001 - Pillow raises many types for broken headers
-        raise refused("image_malformed", f"the image's {fmt} header cannot be read") from None
-    width, height = img.size
-    pixels = width * height
-    cap = min(limits.source_max_pixels, CONTRACT_MAX_PIXELS)
-    if pixels > cap:
-        raise refused("image_too_large", f"the image has {pixels} pixels ({width}x{height}), more than {cap}", cap)
-    if min(width, height) < 1 or max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
-        raise refused("image_too_large", f"the image's aspect ratio ({width}x{height}) is over {MAX_ASPECT_RATIO}",
-                      MAX_ASPECT_RATIO)
-    if getattr(img, "is_animated", False) or getattr(img, "n_frames", 1) > 1:
-        raise refused("image_animated", "animated images are not read; send one frame")
-    try:
-        img.load()
-        upright: Image.Image = ImageOps.exif_transpose(img) or img
-        return upright if upright.mode == "RGB" else upright.convert("RGB")
-    except ApiError:
-        raise
-    except Exception:  # noqa: BLE001 - truncated or corrupt pixel data
-        raise refused("image_malformed", f"the image's {fmt} data cannot be decoded") from None
-
-
-def decode_image(url: Any, limits: ImageLimits) -> Image.Image:
-    """An RGB image from a base64 data URL (see decode_image_bytes)."""
-    return decode_image_bytes(data_url_bytes(url, "image", "image_malformed", limits.max_bytes), limits)
-
-
-# ---- the Qwen2-VL processor ----------------------------------------------------------------
+from edge_runtime.media.errors import MediaError
+from edge_runtime.media.image import MAX_ASPECT_RATIO
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """Transformers' ``smart_resize``: multiples of ``factor``, pixels within [min, max], aspect kept."""
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise refused("image_too_large", f"aspect ratio over {MAX_ASPECT_RATIO}", MAX_ASPECT_RATIO)
+        raise MediaError("image_too_large", f"aspect ratio over {MAX_ASPECT_RATIO}", MAX_ASPECT_RATIO)
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
@@ -239,6 +129,4 @@ class ImageProcessor:
         return (h // self.s.factor) * (w // self.s.factor)
 
 
-__all__ = ["CONTRACT_MAX_PIXELS", "ImageLimits", "ImageProcessor", "MAX_ASPECT_RATIO", "Patches",
-           "ProcessorSettings", "data_url_bytes", "decode_image", "decode_image_bytes", "refused",
-           "smart_resize", "sniff_image_format"]
+__all__ = ["ImageProcessor", "Patches", "ProcessorSettings", "smart_resize"]

@@ -1,0 +1,431 @@
+"""decision-vision over HTTP: every fixed reason the contract lists for images, videos, assets and
+Box, each provoked by a request to the real server, and hostile media refused while it keeps serving.
+
+One server serves the converted fixture three times: ``vision`` as converted; ``tight``, a copy
+whose card has small byte, pixel and length limits (so the limits are provoked by small bodies)
+and no Box or track in its question_types; ``blind``, a copy whose card lists the text modality
+only. The hostile media are made in process: a PNG and a WebP whose
+headers claim huge canvases in a few dozen bytes, an MP4 whose header claims ten hours, truncated
+and garbage videos, animated PNG, WebP and GIF, a 1 x 20,000 image.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+import shutil
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from converters.decision_vision import build_decision_vision_fixture_result
+from edge_runtime.api.schema import validate_response
+from tests.server_harness import Server, write_models_file
+from tests.test_decision_vision import BODY_QUESTIONS, _b64, png_url, test_image
+from tests.test_media_video import _Pipe, _write, encode_video
+
+#: The tight copy's limits: small enough that small bodies break them.
+TIGHT_LIMITS = {"image_max_bytes": 3000, "image_source_max_pixels": 100 * 100, "video_max_bytes": 20_000,
+                "video_max_seconds": 1.5, "video_source_max_pixels": 48 * 48}
+NOUL = {"n": BODY_QUESTIONS["busy"]}
+
+
+@pytest.fixture(scope="module")
+def card(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The converted fixture's card, its package path under ``path``."""
+    result = build_decision_vision_fixture_result(tmp_path_factory.mktemp("decision-vision") / "pkg")
+    return {**result.card, "path": result.path}
+
+
+def _copy_with_card(package: Path, out: Path, **changes: Any) -> Path:
+    """A copy of ``package`` whose card has ``changes`` (limits merged), with its manifest rebuilt."""
+    from edge_runtime.packages.card import CARD_FILE
+    from edge_runtime.packages.manifest import build_manifest
+
+    shutil.copytree(package, out)
+    card = json.loads((out / CARD_FILE).read_text())
+    card["limits"].update(changes.pop("limits", {}))
+    card.update(changes)
+    (out / CARD_FILE).write_text(json.dumps(card))
+    (out / "MANIFEST.json").write_text(json.dumps(build_manifest(out)))  # a consistent package
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(card: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``vision`` as converted; ``tight`` with TIGHT_LIMITS and no Box or track; ``blind`` reads text only."""
+    root = tmp_path_factory.mktemp("reasons")
+    tight = _copy_with_card(card["path"], root / "tight", name="tight", limits=TIGHT_LIMITS,
+                            question_types=["choice", "noul", "score"])
+    blind = _copy_with_card(card["path"], root / "blind", name="blind", modalities=["text"])
+    models = write_models_file(root / "models.yaml", [
+        {"name": name, "package": str(path), "device": "cpu", "threads": 1}
+        for name, path in (("vision", card["path"]), ("tight", tight), ("blind", blind))])
+    srv = Server(models)
+    try:
+        srv.wait()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def post(server: Server, body: dict[str, Any], model: str = "vision") -> Any:
+    return server.client.post("/v1/decisions", json={"model": model, **body})
+
+
+def refused(server: Server, body: dict[str, Any], reason: str, limit: float | None = None,
+            model: str = "vision") -> dict[str, Any]:
+    """Post ``body``: a 400 invalid_request with ``reason`` (and ``limit``), in the contract's shape."""
+    r = post(server, body, model)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["reason"]) == ("invalid_request", reason), r.text
+    assert error.get("limit") == limit, r.text
+    validate_response("/v1/decisions", "post", 400, r.json())
+    return error
+
+
+def answered(server: Server, body: dict[str, Any], model: str = "vision") -> dict[str, Any]:
+    """Post ``body``: a 200 in the contract's shape; its answers."""
+    r = post(server, body, model)
+    assert r.status_code == 200, r.text
+    validate_response("/v1/decisions", "post", 200, r.json())
+    return r.json()["answers"]  # type: ignore[no-any-return]
+
+
+def still_serving(server: Server) -> None:
+    """A good image request right after a refusal is answered: the refusal cost the server nothing."""
+    got = answered(server, {"state": "s", "images": [png_url(test_image(40, 56, 30))], "questions": NOUL})
+    assert got["n"]["type"] == "noul"
+
+
+def data_url(mime: str, data: bytes) -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def encoded(image: Image.Image, fmt: str = "PNG") -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def image_url(image: Image.Image, fmt: str = "PNG") -> str:
+    return data_url(f"image/{fmt.lower()}", encoded(image, fmt))
+
+
+def video_url(data: bytes, mime: str = "video/mp4") -> str:
+    return data_url(mime, data)
+
+
+# ---- hostile media made in process ---------------------------------------------------------
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A valid PNG header claiming ``width x height`` grey pixels, and a few bytes of pixel data."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", zlib.compress(b"\0" * 64))
+            + _png_chunk(b"IEND", b""))
+
+
+def webp_claiming(width: int, height: int) -> bytes:
+    """A lossless WebP whose VP8L header claims ``width x height`` (14 bits each), then a few bytes."""
+    payload = b"\x2f" + struct.pack("<I", (width - 1) | ((height - 1) << 14)) + bytes(16)
+    riff = b"WEBP" + b"VP8L" + struct.pack("<I", len(payload)) + payload
+    return b"RIFF" + struct.pack("<I", len(riff)) + riff
+
+
+def mp4_claiming_hours(hours: float) -> bytes:
+    """A one-second MP4 whose header (movie, track and media durations, sample table) claims ``hours``.
+
+    The edit list that would clip the track back to its real second is renamed to a free box.
+    """
+    out = bytearray(encode_video("mp4", 1.0, 10, (64, 48)))
+    seconds = hours * 3600
+
+    def scale_of(box: bytes) -> int:
+        i = out.find(box)
+        return int(struct.unpack(">I", out[i + 16:i + 20])[0])
+
+    movie, media = scale_of(b"mvhd"), scale_of(b"mdhd")
+    for box, scale in ((b"mvhd", movie), (b"mdhd", media)):  # version 0: duration after the time scale
+        i = out.find(box)
+        assert out[i + 4] == 0
+        out[i + 20:i + 24] = struct.pack(">I", int(seconds * scale))
+    i = out.find(b"tkhd")
+    out[i + 24:i + 28] = struct.pack(">I", int(seconds * movie))
+    i = out.find(b"stts")  # every sample lasts seconds / samples
+    entries = struct.unpack(">I", out[i + 8:i + 12])[0]
+    samples = sum(struct.unpack(">I", out[i + 12 + 8 * k:i + 16 + 8 * k])[0] for k in range(entries))
+    for k in range(entries):
+        out[i + 16 + 8 * k:i + 20 + 8 * k] = struct.pack(">I", int(seconds / samples * media))
+    i = out.find(b"edts")
+    if i >= 0:
+        out[i:i + 4] = b"free"
+    return bytes(out)
+
+
+def animated(fmt: str) -> bytes:
+    frames = [test_image(24, 24, s) for s in (31, 32, 33)]
+    buf = io.BytesIO()
+    frames[0].save(buf, format=fmt, save_all=True, append_images=frames[1:], duration=100)
+    return buf.getvalue()
+
+
+def test_the_hostile_media_are_what_they_claim() -> None:
+    """The hostile inputs below are hostile: huge claims in tiny files, hours in a header, several frames."""
+    import av
+
+    assert len(png_claiming(100_000, 100_000)) < 100 and len(webp_claiming(16_383, 16_383)) < 100
+    assert Image.open(io.BytesIO(png_claiming(5000, 4000))).size == (5000, 4000)
+    with av.open(io.BytesIO(mp4_claiming_hours(10)), format="mp4") as container:
+        assert container.duration is not None and container.duration / 1e6 >= 10 * 3600 - 1
+    for fmt in ("PNG", "WEBP", "GIF"):
+        assert getattr(Image.open(io.BytesIO(animated(fmt))), "n_frames", 1) == 3, fmt
+
+
+#: Bytes of no container (seeded, so a run is repeatable).
+GARBAGE = random.Random(0).randbytes(4096)
+
+HOSTILE = {
+    # decompression bombs: tiny files whose headers claim 10^10 and 2.7 * 10^8 pixels, and 20 M
+    "png_bomb": (lambda: data_url("image/png", png_claiming(100_000, 100_000)), "images", "image_too_large",
+                 16_000_000),
+    "png_over_16m": (lambda: data_url("image/png", png_claiming(5000, 4000)), "images", "image_too_large",
+                     16_000_000),
+    "webp_bomb": (lambda: data_url("image/webp", webp_claiming(16_383, 16_383)), "images", "image_too_large",
+                  16_000_000),
+    "one_by_20000": (lambda: image_url(Image.new("L", (1, 20_000))), "images", "image_too_large", 200),
+    "animated_png": (lambda: data_url("image/png", animated("PNG")), "images", "image_animated", None),
+    "animated_webp": (lambda: data_url("image/webp", animated("WEBP")), "images", "image_animated", None),
+    # GIF is not served at all, animated or not: named unsupported without a frame read
+    "animated_gif": (lambda: data_url("image/gif", animated("GIF")), "images", "image_format_unsupported", None),
+    "truncated_png": (lambda: data_url("image/png", encoded(test_image(64, 64, 34))[:300]), "images",
+                      "image_malformed", None),
+    "video_claiming_hours": (lambda: video_url(mp4_claiming_hours(10)), "videos", "video_too_long", 300),
+    "truncated_video": (lambda: video_url(encode_video("mp4", 2.0, 10, (64, 48))[:700]),
+                        "videos", "video_malformed", None),
+    # frames 250 times wider than high: each frame is read as an image, within the aspect ratio 200
+    "video_aspect_250": (lambda: video_url(encode_video("mp4", 1.0, 10, (4000, 16))), "videos", "video_too_large",
+                         200),
+    "garbage_video": (lambda: video_url(GARBAGE), "videos", "video_format_unsupported", None),
+    # garbage after a real MP4 signature: the container is tried and refused
+    "garbage_after_ftyp": (lambda: video_url(encode_video("mp4", 1.0, 10, (64, 48))[:32] + GARBAGE),
+                           "videos", "video_malformed", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_media_are_refused_and_the_server_keeps_serving(server: Server, case: str) -> None:
+    make, member, reason, limit = HOSTILE[case]
+    refused(server, {"state": "s", member: [make()], "questions": NOUL}, reason, limit)
+    still_serving(server)
+
+
+# ---- images ---------------------------------------------------------------------------------
+
+
+def test_image_limits_of_the_card(server: Server) -> None:
+    noisy = image_url(test_image(60, 60, 35))  # noisy pixels: PNG keeps them, > 3,000 bytes
+    refused(server, {"state": "s", "images": [noisy], "questions": NOUL}, "image_too_large",
+            TIGHT_LIMITS["image_max_bytes"], model="tight")
+    flat = image_url(Image.new("RGB", (120, 100), (9, 99, 199)))  # a few hundred bytes, 12,000 pixels
+    refused(server, {"state": "s", "images": [flat], "questions": NOUL}, "image_too_large",
+            TIGHT_LIMITS["image_source_max_pixels"], model="tight")
+    small = image_url(Image.new("RGB", (90, 90), (9, 99, 199)))  # within both: answered
+    assert answered(server, {"state": "s", "images": [small], "questions": NOUL}, "tight")["n"]["type"] == "noul"
+
+
+def test_image_intake_reasons(server: Server) -> None:
+    gif = image_url(Image.new("RGB", (8, 8)), "GIF")
+    refused(server, {"state": "s", "images": [gif], "questions": NOUL}, "image_format_unsupported")
+    bmp = image_url(Image.new("RGB", (8, 8)), "BMP")
+    refused(server, {"state": "s", "images": [bmp], "questions": NOUL}, "image_format_unsupported")
+    for bad in ("data:image/png;base64,!!!!", "data:image/png;base64,", "data:image/png," + "x" * 8,
+                data_url("image/png", b"not an image at all")):
+        refused(server, {"state": "s", "images": [bad], "questions": NOUL}, "image_malformed")
+    refused(server, {"state": "s", "images": ["https://example.com/cat.png"], "questions": NOUL},
+            "image_url_unsupported")
+    # the format comes from the bytes: JPEG and WebP bytes under a PNG label are read as what they are
+    for fmt in ("JPEG", "WEBP"):
+        url = image_url(test_image(40, 40, 36), fmt).replace(f"image/{fmt.lower()}", "image/png")
+        assert answered(server, {"state": "s", "images": [url], "questions": NOUL})["n"]["type"] == "noul"
+
+
+# ---- videos ---------------------------------------------------------------------------------
+
+
+def test_video_limits_of_the_card(server: Server) -> None:
+    refused(server, {"state": "s", "videos": [video_url(encode_video("mp4", 2.0, 10, (40, 40)))],
+                     "questions": NOUL}, "video_too_long", TIGHT_LIMITS["video_max_seconds"], model="tight")
+    refused(server, {"state": "s", "videos": [video_url(encode_video("mp4", 1.0, 10, (64, 48)))],
+                     "questions": NOUL}, "video_too_large", TIGHT_LIMITS["video_source_max_pixels"], model="tight")
+    big = encode_video("mp4", 1.0, 10, (40, 40)) + bytes(TIGHT_LIMITS["video_max_bytes"])  # padded past the cap
+    refused(server, {"state": "s", "videos": [video_url(big)], "questions": NOUL}, "video_too_large",
+            TIGHT_LIMITS["video_max_bytes"], model="tight")
+    ok = video_url(encode_video("mp4", 1.0, 10, (40, 40)))
+    assert answered(server, {"state": "s", "videos": [ok], "questions": NOUL}, "tight")["n"]["type"] == "noul"
+
+
+def test_video_intake_reasons(server: Server, card: dict[str, Any]) -> None:
+    refused(server, {"state": "s", "videos": ["https://example.com/clip.mp4"], "questions": NOUL},
+            "video_url_unsupported")
+    refused(server, {"state": "s", "videos": ["data:video/mp4;base64,@@@@"], "questions": NOUL}, "video_malformed")
+    # 20 s at 2 frames a second: more than the card's video_max_tokens for the request's videos
+    long_clip = video_url(encode_video("mp4", 20.0, 2, (64, 48)))
+    refused(server, {"state": "s", "videos": [long_clip], "questions": NOUL}, "video_tokens",
+            card["limits"]["video_max_tokens"])
+
+
+# ---- assets -----------------------------------------------------------------------------------
+
+
+def test_asset_reasons(server: Server) -> None:
+    img = {"type": "image", "data_base64": _b64(test_image(32, 32, 37))}
+    refused(server, {"state": "no reference here", "assets": {"<a>": img}, "questions": NOUL}, "asset_unreferenced")
+    refused(server, {"state": "x" * 1025, "assets": {"x" * 1025: img}, "questions": NOUL},
+            "asset_reference_too_long", 1024)
+    refused(server, {"state": "s", "assets": {"": img}, "questions": NOUL}, "asset_reference_empty", 1)
+    many = {f"{k:04d}" + "r" * 1020: img for k in range(65)}  # 65 x 1,024 bytes: over 65,536 together
+    refused(server, {"state": " ".join(many), "assets": many, "questions": NOUL}, "asset_references_too_long", 65_536)
+    refused(server, {"state": "<a>", "assets": {"<a>": {"type": "video", "data_base64": "AAAA"}}, "questions": NOUL},
+            "asset_malformed")
+    refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": "!!"}}, "questions": NOUL},
+            "image_malformed")
+    gif = base64.b64encode(encoded(Image.new("RGB", (8, 8)), "GIF")).decode()
+    refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": gif}}, "questions": NOUL},
+            "image_format_unsupported")
+    refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": base64.b64encode(
+        animated("PNG")).decode()}}, "questions": NOUL}, "image_animated")
+    noisy = {"type": "image", "data_base64": _b64(test_image(60, 60, 38))}  # over the tight 3,000 bytes
+    refused(server, {"state": "<a>", "assets": {"<a>": noisy}, "questions": NOUL}, "image_too_large",
+            TIGHT_LIMITS["image_max_bytes"], model="tight")
+    assert answered(server, {"state": "<a>", "assets": {"<a>": img}, "questions": NOUL})["n"]["type"] == "noul"
+
+
+def test_multipart_asset_reasons(server: Server) -> None:
+    png = encoded(test_image(32, 32, 39))
+
+    def multipart(request: dict[str, Any], parts: dict[str, bytes]) -> Any:
+        files = [("request", (None, json.dumps({"model": "vision", **request}).encode(), "application/json")),
+                 *((name, (f"{name}.png", data, "image/png")) for name, data in parts.items())]
+        return server.client.post("/v1/decisions", files=files)
+
+    part = {"type": "image", "part": "p1"}
+    r = multipart({"state": "<a>", "assets": {"<a>": {"type": "image", "part": "p2"}}, "questions": NOUL},
+                  {"p1": png})
+    assert r.status_code == 400 and r.json()["error"]["reason"] == "asset_part_missing", r.text
+    r = multipart({"state": "<a> <b>", "assets": {"<a>": part, "<b>": part}, "questions": NOUL}, {"p1": png})
+    assert r.status_code == 400 and r.json()["error"]["reason"] == "asset_part_reused", r.text
+    r = multipart({"state": "<a>", "assets": {"<a>": part}, "questions": NOUL}, {"p1": png[:100]})
+    assert r.status_code == 400 and r.json()["error"]["reason"] == "image_malformed", r.text
+    r = multipart({"state": "<a>", "assets": {"<a>": part}, "questions": NOUL}, {"p1": png})
+    assert r.status_code == 200 and r.json()["answers"]["n"]["type"] == "noul", r.text
+
+
+# ---- image placements: the card reads images in the state only ---------------------------------
+
+
+def test_image_placements_refuse_images_in_questions_and_options(server: Server) -> None:
+    listed = {m["id"]: m for m in server.client.get("/v1/models").json()["data"]}
+    assert listed["vision"]["image_placements"] == ["state"]
+    img = {"type": "image", "data_base64": _b64(test_image(32, 48, 40))}
+    got = answered(server, {"state": "A shop. <shared>", "assets": {"<shared>": img, "<own>": img, "<opt>": img},
+                            "questions": {
+        "n": BODY_QUESTIONS["busy"],
+        "in_instructions": {"type": "noul", "instructions": "Does <own> show a receipt?"},
+        "in_options": {"type": "choice", "instructions": "Which picture is the receipt?",
+                       "criteria": {"this": "<opt>", "none": "neither"}},
+        "about_state": {"type": "noul", "instructions": "Does <shared> show a receipt?"}}})
+    assert got["in_instructions"]["reason"] == "question_images_unsupported"
+    assert got["in_options"]["reason"] == "question_images_unsupported"
+    assert got["about_state"]["reason"] == "question_images_unsupported"  # a use in a question is that question's
+    assert got["n"]["type"] == "noul"  # the others are answered, as if the refused ones were not asked
+    alone = answered(server, {"state": "A shop. <shared>", "assets": {"<shared>": img}, "questions": NOUL})
+    assert alone["n"] == got["n"]
+
+
+# ---- Box and track -------------------------------------------------------------------------------
+
+
+def test_box_reasons(server: Server) -> None:
+    url = png_url(test_image(40, 40, 41))
+    box = {"type": "box", "instructions": "the receipt"}
+    got = answered(server, {"state": "s", "questions": {"b": box, "t": {"type": "track", "instructions": "it"},
+                                                        **NOUL}})
+    assert got["b"]["reason"] == got["t"]["reason"] == "box_needs_image" and got["n"]["type"] == "noul"
+    got = answered(server, {"state": "s", "images": [url, url], "questions": {"b": box, **NOUL}})
+    assert got["b"]["reason"] == "box_target_ambiguous"
+    img = {"type": "image", "data_base64": _b64(test_image(40, 40, 42))}
+    got = answered(server, {"state": {"a": "<a>", "b": "<b>"}, "assets": {"<a>": img, "<b>": img, "<c>": img},
+                            "questions": {"both": {"type": "box", "instructions": "<a> or <b>"},
+                                          "outside": {"type": "box", "instructions": "in <c>"},
+                                          "one": {"type": "box", "instructions": "the corner of <b>"}}})
+    assert got["both"]["reason"] == "box_target_ambiguous"
+    assert got["outside"]["reason"] == "question_images_unsupported"  # its image is not in the state
+    assert got["one"]["type"] == "box"
+    # box_video_too_long: past box_video_max_seconds (3 s), or a clip whose container states no length
+    longer = video_url(encode_video("mp4", 4.0, 10, (64, 48)))
+    pipe = _Pipe()
+    _write(pipe, "webm", "libvpx", list(range(20)))
+    live = video_url(bytes(pipe.data), "video/webm")
+    for clip in (longer, live):
+        got = answered(server, {"state": "s", "videos": [clip], "questions": {
+            "t": {"type": "track", "instructions": "it"}, "b": {**box, "at": 0.5}, **NOUL}})
+        assert got["t"]["reason"] == got["b"]["reason"] == "box_video_too_long" and got["n"]["type"] == "noul"
+    # a card whose question_types do not list them (a small image: the tight card's byte limit)
+    small = image_url(Image.new("RGB", (40, 40), (200, 20, 20)))
+    got = answered(server, {"state": "s", "images": [small], "questions": {
+        "b": box, "t": {"type": "track", "instructions": "it"}, **NOUL}}, "tight")
+    assert (got["b"]["reason"], got["t"]["reason"]) == ("box_unsupported", "track_unsupported")
+
+
+def test_request_tokens_and_batch_entries(server: Server, card: dict[str, Any]) -> None:
+    many = {f"q{i}": {"type": "noul", "instructions": f"Is {i} so?"} for i in range(60)}
+    refused(server, {"state": "s", "questions": many}, "request_tokens",
+            card["limits"]["max_request_tokens"])
+    r = server.client.post("/v1/decisions", json={"model": "vision", "states": {
+        "bad": {"state": "s", "images": [image_url(Image.new("L", (1, 20_000)))], "questions": NOUL},
+        "good": {"state": "s", "images": [png_url(test_image(40, 40, 43))], "questions": NOUL}}})
+    assert r.status_code == 200, r.text
+    states = r.json()["states"]
+    assert (states["bad"]["answers"]["n"]["error"], states["bad"]["answers"]["n"]["reason"]) == (
+        "invalid_input", "input_malformed")
+    assert states["good"]["answers"]["n"]["type"] == "noul"
+    # a batch every entry of which is refused is answered with the first refusal
+    r = server.client.post("/v1/decisions", json={"model": "vision", "states": {
+        "a": {"state": "s", "videos": [video_url(random.Random(1).randbytes(64))], "questions": NOUL},
+        "b": {"state": "s", "images": [image_url(Image.new("L", (1, 20_000)))], "questions": NOUL}}})
+    assert r.status_code == 400 and r.json()["error"]["reason"] == "video_format_unsupported", r.text
+
+
+def test_media_sent_to_a_model_without_the_modality(server: Server) -> None:
+    url = png_url(test_image(40, 40, 44))
+    refused(server, {"state": "s", "images": [url], "questions": NOUL}, "image_unsupported", model="blind")
+    img = {"type": "image", "data_base64": _b64(test_image(40, 40, 45))}
+    refused(server, {"state": "<a>", "assets": {"<a>": img}, "questions": NOUL}, "image_unsupported", model="blind")
+    clip = video_url(encode_video("mp4", 1.0, 10, (40, 40)))
+    refused(server, {"state": "s", "videos": [clip], "questions": NOUL}, "video_unsupported", model="blind")
+    assert answered(server, {"state": "s", "questions": NOUL}, "blind")["n"]["type"] == "noul"
+
+
+def test_a_card_placing_images_in_questions_is_not_served(card: dict[str, Any], tmp_path: Path) -> None:
+    """The family reads images in the state only: a card that promises more fails to load, rather than
+    answering the questions it promised to read with question_images_unsupported."""
+    from edge_runtime.families.decision_vision import DecisionVisionFamily
+    from edge_runtime.packages import read_package
+
+    promised = _copy_with_card(card["path"], tmp_path / "promised", image_placements=["state", "instructions"])
+    with pytest.raises(ValueError, match="image_placements"):
+        DecisionVisionFamily(read_package(promised))
+    assert DecisionVisionFamily(read_package(card["path"])).describe()["image_placements"] == ["state"]
