@@ -85,8 +85,13 @@ def load_backbone(source: Vela2Source, backbone: dict[str, Any]) -> Any:
     return model
 
 
-def torch_readout(model: Any, head: dict[str, np.ndarray], readout: str) -> Readout:
-    """The PyTorch reference: each sequence alone through ModernBertModel, then the §2.7 head in torch."""
+def torch_readout(model: Any, head: dict[str, np.ndarray], readout: str, threads: int = 1) -> Readout:
+    """The PyTorch reference: each sequence alone through ModernBertModel, then the §2.7 head in torch.
+
+    ``threads``: torch's intra-op threads while a batch is read. One suits the tiny fixtures the
+    parity check runs (their matrices are too small to split); a benchmark of a real-sized
+    backbone passes the thread count every contestant gets.
+    """
     import torch
     import torch.nn.functional as F
 
@@ -103,13 +108,13 @@ def torch_readout(model: Any, head: dict[str, np.ndarray], readout: str) -> Read
         ids, mask = feeds["input_ids"], feeds["attention_mask"]
         b, width = ids.shape
         h = torch.zeros((b, width, hidden_size), dtype=torch.float32)
-        threads = torch.get_num_threads()
-        # one thread: these matrices are tiny, and on a shared CPU more threads are 10-40x slower
-        torch.set_num_threads(1)
+        before = torch.get_num_threads()
+        # one thread by default: fixture matrices are tiny, and on a shared CPU more threads are 10-40x slower
+        torch.set_num_threads(threads)
         try:
             return _head(h, ids, mask, idx)
         finally:
-            torch.set_num_threads(threads)
+            torch.set_num_threads(before)
 
     def _head(h: Any, ids: np.ndarray, mask: np.ndarray, idx: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         b = ids.shape[0]
