@@ -5,8 +5,8 @@ ModernBERT-base shape: hidden 768, 22 layers, 12 heads, intermediate 1152, globa
 3rd layer, local window 128, random weights, the fixture's small byte-level BPE (the embedding is a
 table lookup: its size barely changes the cost). ``max_length`` is 2048, not the 0.3B's 8192, so
 that the long state (~3,000 tokens) is read in windows as upstream reads a part longer than one
-model input. The source is written and converted once into the packages directory, in
-subprocesses (``python -m bench.vela2 source``, then ``python -m converters export --kind vela2``).
+model input. The source is written and converted (``export_vela2``, its parity check within 1e-4,
+see TOLERANCE) once into the packages directory, in a subprocess (``python -m bench.vela2 build``).
 
 Contestants, each in its own process with the same intra-op thread count:
 
@@ -21,7 +21,7 @@ Measured, in interleaved rounds: the contract's two examples (a Choice, a Noul a
 and a Span) and a Noul and a Span over a ~3,000-token state; and agreement of every answer's
 probabilities between the two.
 
-This module is also the entry point of its subprocesses (``source`` and ``torch`` import torch; the
+This module is also the entry point of its subprocesses (``build`` and ``torch`` import torch; the
 harness imports neither torch nor onnxruntime).
 """
 
@@ -55,7 +55,12 @@ MAX_LENGTH = 2048   # tokens of one model input; the long state needs two window
 #: rounding past the converter's 1e-5 parity tolerance (seen: 1.2e-5 on a span probability).
 WEIGHT_STD = 0.02
 SEED = 0
-CHECK_REQUESTS = 2  # the converter's parity check: the golden request and two generated ones (short)
+#: The converter's parity check, loosened from its 1e-5 for this subject: at the 0.3B's depth
+#: (22 layers of 768) float32 rounding alone differs by more between ONNX Runtime and torch (seen on
+#: the golden request: option logits 3.8e-5 apart; a Score's expected score 1.1e-5). A wrong graph
+#: misses by orders of magnitude more; the card records the bound.
+TOLERANCE = 1e-4
+CHECK_REQUESTS = 2  # generated requests besides the golden one (short ones: the conversion stays short)
 SOURCE_DIR = "bench-vela2-0.3b-shape-source"
 PACKAGE_DIR = "bench-vela2-0.3b-shape"
 MODEL = "Vela-2.0-0.3B"  # served under the contract examples' own name
@@ -74,45 +79,45 @@ OURS, TORCH = "ours", "torch"
 # ---- build ---------------------------------------------------------------------------------------
 
 
-def write_source(out: Path) -> Path:
-    """The upstream-format fixture at the 0.3B's shape (imports torch: run it in a subprocess)."""
-    from converters.vela2_source import write_source_fixture
-
-    return write_source_fixture(out, seed=SEED, max_length=MAX_LENGTH, weight_std=WEIGHT_STD, **SHAPE)
-
-
 def _complete_source(path: Path) -> bool:
     # SHA256SUMS is the writer's last file: without it the source is half-written.
     return (path / "SHA256SUMS").is_file()
 
 
-def prepare(packages: Path, log_dir: Path) -> tuple[Path, Path, dict[str, float]]:
-    """(source, package, seconds each build step took this run), written once into ``packages``."""
-    source, package = packages / SOURCE_DIR, packages / PACKAGE_DIR
-    steps: list[tuple[str, list[str]]] = []
+def build(source: Path, package: Path) -> None:
+    """Write the upstream-format source at the 0.3B's shape when missing, then convert it into ``package``
+    (imports torch: ``python -m bench.vela2 build`` runs it in a subprocess)."""
+    from converters.vela2 import FIXTURE_RELEASE_DATE, Vela2Options, export_vela2
+    from converters.vela2_source import write_source_fixture
+
     if not _complete_source(source):
         shutil.rmtree(source, ignore_errors=True)  # the writer refuses an existing directory
-        steps.append(("source", ["bench.vela2", "source", "--out", str(source)]))
-    if steps or not (package / "card.json").is_file():
-        steps.append(("conversion", [
-            "converters", "export", str(source), "--kind", "vela2", "--out", str(package), "--name", MODEL,
-            "--check-requests", str(CHECK_REQUESTS), "--license", "Apache-2.0", "--version", "0.0.1",
-            "--release-date", "2025-01-01", "--source-name", f"edge-runtime bench vela2 0.3B shape (seed {SEED})",
-            "--description", "Random-weight Vela 2.0 encoder of the 0.3B's shape; a benchmark subject, not a model"]))
+        write_source_fixture(source, seed=SEED, max_length=MAX_LENGTH, weight_std=WEIGHT_STD, **SHAPE)
+    opts = Vela2Options(
+        name=MODEL, version="0.0.1", release_date=FIXTURE_RELEASE_DATE, license="Apache-2.0",
+        description="Random-weight Vela 2.0 encoder of the 0.3B's shape; a benchmark subject, not a model",
+        source_name=f"edge-runtime bench vela2 0.3B shape (seed {SEED})", check_requests=CHECK_REQUESTS,
+        seed=SEED, tolerance=TOLERANCE)
+    export_vela2(source, package, opts)
+
+
+def prepare(packages: Path, log_dir: Path) -> tuple[Path, Path, float | None]:
+    """(source, package, seconds the build took this run or None when reused), built once into ``packages``."""
+    source, package = packages / SOURCE_DIR, packages / PACKAGE_DIR
+    if _complete_source(source) and (package / "card.json").is_file():
+        return source, package, None
+    command = [sys.executable, "-m", "bench.vela2", "build", "--source", str(source), "--out", str(package)]
+    print(f"building the vela2 package: {' '.join(command[1:])}", flush=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    seconds: dict[str, float] = {}
-    for step, command in steps:
-        log_path = log_dir / f"vela2-{step}.log"
-        print(f"vela2 {step}: python -m {' '.join(command)}", flush=True)
-        started = time.perf_counter()
-        with open(log_path, "wb") as log:
-            done = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
-        seconds[step] = time.perf_counter() - started
-        if done.returncode != 0:
-            tail = log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"vela2 {step} failed ({done.returncode}):\n{tail}")
-    return source, package, seconds
+    log_path = log_dir / "vela2-build.log"
+    started = time.perf_counter()
+    with open(log_path, "wb") as log:
+        done = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=BUILD_TIMEOUT_S)
+    if done.returncode != 0 or not (package / "card.json").is_file():
+        raise RuntimeError(f"the vela2 build failed ({done.returncode}):\n"
+                           f"{log_path.read_text(errors='replace')[-3000:]}")
+    return source, package, time.perf_counter() - started
 
 
 # ---- requests ------------------------------------------------------------------------------------
@@ -238,8 +243,8 @@ def run(lab: Lab) -> list[Table]:
             agreement_table(answers)]
 
 
-def subject_table(built_s: Mapping[str, float], load_s: float, threads: int) -> Table:
-    built = ", ".join(f"{k} {v:.0f} s" for k, v in built_s.items()) or "reused from an earlier run"
+def subject_table(built_s: float | None, load_s: float, threads: int) -> Table:
+    built = "reused from an earlier run" if built_s is None else f"{built_s:.0f} s this run"
     rows = [
         ["backbone", f"random-weight ModernBERT, the Vela 2.0 0.3B's shape: hidden {SHAPE['hidden_size']}, "
                      f"{SHAPE['num_hidden_layers']} layers, {SHAPE['num_attention_heads']} heads, intermediate "
@@ -248,7 +253,9 @@ def subject_table(built_s: Mapping[str, float], load_s: float, threads: int) -> 
                      "fixture's ~400-token vocabulary"],
         ["model input", f"max_length {MAX_LENGTH} (the 0.3B's is 8192): a longer part is read in windows"],
         ["head", "the upstream fixture's marker head (readout both: cosine + MLP), random weights"],
-        ["build (once, into the packages directory)", built + f"; parity checked on {CHECK_REQUESTS} + 1 requests"],
+        ["build (once, into the packages directory)",
+         f"{built}; the converter's parity check on the golden request and {CHECK_REQUESTS} generated ones, "
+         f"within {TOLERANCE:g} (its default 1e-5 is below float32's reach at this depth)"],
         ["threads", f"{threads} intra-op, 1 inter-op for both contestants"],
         ["start-up", f"{load_s:.0f} s until the server was ready and torch had loaded (in parallel)"],
     ]
@@ -299,8 +306,9 @@ def agreement_table(answers: Mapping[str, Mapping[str, dict[str, Any]]]) -> Tabl
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.vela2")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("source", help="write the upstream-format fixture at the 0.3B's shape (imports torch)")
-    s.add_argument("--out", type=Path, required=True)
+    b = sub.add_parser("build", help="write the upstream-format source when missing and convert it (imports torch)")
+    b.add_argument("--source", type=Path, required=True)
+    b.add_argument("--out", type=Path, required=True, help="the package directory")
     t = sub.add_parser("torch", help="the PyTorch contestant (imports torch)")
     t.add_argument("--threads", type=int, required=True)
     t.add_argument("--source", type=Path, required=True, help="the upstream-format source (its weights)")
@@ -309,8 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.command == "source":
-        print(write_source(args.out))
+    if args.command == "build":
+        build(args.source, args.out)
         return 0
     return serve_worker(lambda: load_torch_pipeline(args.source, args.package, args.threads))
 
