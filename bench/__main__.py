@@ -1,5 +1,8 @@
-"""`python -m bench all | embeddings | overhead | longinput | decisions | decision-codes | memory [--threads 2]
-[--rounds 7] [--record]`."""
+"""`python -m bench all | embeddings | overhead | longinput | decisions | vela2 | decision-codes | memory
+[--threads 2] [--rounds 7] [--record]`.
+
+`decisions` runs the sparrow-nano comparison and then `vela2` (the Vela 2.0 package at the 0.3B's
+shape against PyTorch); `vela2` alone needs none of the default packages."""
 
 from __future__ import annotations
 
@@ -12,20 +15,31 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import decision_codes, decisions, embeddings, longinput, memory, overhead
+from bench import decision_codes, decisions, embeddings, longinput, memory, overhead, vela2
 from bench.lab import PACKAGE_NAME, Lab, Settings
 from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
 CONVERT_TIMEOUT_S = 900
 
+
+def decisions_and_vela2(lab: Lab) -> list[Table]:
+    """The decisions comparisons: sparrow-nano against its own server, then vela2 against PyTorch."""
+    return decisions.run(lab) + vela2.run(lab)
+
+
 COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "embeddings": embeddings.run,
     "overhead": overhead.run,
     "longinput": longinput.run,
-    "decisions": decisions.run,
+    "decisions": decisions_and_vela2,
+    "vela2": vela2.run,
     "decision-codes": decision_codes.run,
     "memory": memory.run,
 }
+#: Comparisons another one already runs (so `all` leaves them out).
+INCLUDED = {"vela2"}  # in decisions
+#: Comparisons that build their own packages and need none of the default ones.
+STANDALONE = {"vela2"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --threads and --rounds must be at least 1", file=sys.stderr)
         return 2
     settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages)
-    names = list(COMPARISONS) if args.comparison == "all" else [args.comparison]
+    names = [n for n in COMPARISONS if n not in INCLUDED] if args.comparison == "all" else [args.comparison]
+    needs_minilm = bool(set(names) - STANDALONE)
     needs_sparrow = {"decisions", "memory", "longinput"} & set(names)
-    defaults = [settings.package] + ([settings.packages / decisions.PACKAGE] if needs_sparrow else [])
+    defaults = ([settings.package] if needs_minilm else []) + \
+        ([settings.packages / decisions.PACKAGE] if needs_sparrow else [])
     if not all((p / "card.json").is_file() for p in defaults) and not convert_defaults(args.packages):
         return 2
     conds = conditions(args.threads, args.rounds, {"packages": str(settings.packages.resolve())})

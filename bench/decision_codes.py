@@ -49,7 +49,7 @@ import numpy as np
 from bench.decisions import JsonClient, max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import WorkerProcess
+from bench.runners import WorkerProcess, serve_worker
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 from bench.texts import sentences
@@ -458,34 +458,9 @@ def load_engine(package: Path, threads: int, graph: str = "model.onnx") -> Calla
 
 
 def _worker_main(args: argparse.Namespace) -> int:
-    # The protocol gets a private copy of stdout; fd 1 then points at stderr (as bench.contestant does).
-    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    started = time.perf_counter()
     if args.command == "torch":
-        answer = load_torch_decider(args.source, args.package, args.threads)
-    else:
-        answer = load_engine(args.package, args.threads, args.graph)
-    protocol.write(json.dumps({"ready": True, "load_s": time.perf_counter() - started}) + "\n")
-    protocol.flush()
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd.get("op")
-        if op == "quit":
-            break
-        try:
-            if op == "answer":
-                reply: dict[str, Any] = answer(cmd["body"])
-            elif op == "time":
-                reply = {"seconds": timed(lambda body=cmd["body"]: answer(body), int(cmd["n"]))}
-            else:
-                reply = {"error": f"unknown op {op!r}"}
-        except Exception as e:  # noqa: BLE001 - reported to the harness, which raises
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        protocol.write(json.dumps(reply) + "\n")
-        protocol.flush()
-    return 0
+        return serve_worker(lambda: load_torch_decider(args.source, args.package, args.threads))
+    return serve_worker(lambda: load_engine(args.package, args.threads, args.graph))
 
 
 # ---- the comparison ------------------------------------------------------------------------------

@@ -7,11 +7,14 @@ drives a `python -m bench.contestant` subprocess that times its library in-proce
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import select
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -124,6 +127,42 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         self._log.close()
+
+
+Answer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def serve_worker(load: Callable[[], Answer]) -> int:
+    """The worker's side of WorkerProcess: load, write the ready line, then answer JSON lines until quit.
+
+    ``{"op": "answer", "body": ...}`` returns ``load()``'s answer; ``{"op": "time", "body": ..., "n": N}``
+    returns ``{"seconds": [...]}`` of N timed answers. The protocol keeps a private copy of stdout and fd 1
+    then points at stderr, so that whatever a library prints goes to the log and not into the protocol.
+    """
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    started = time.perf_counter()
+    answer = load()
+    protocol.write(json.dumps({"ready": True, "load_s": time.perf_counter() - started}) + "\n")
+    protocol.flush()
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        if op == "quit":
+            break
+        try:
+            if op == "answer":
+                reply: dict[str, Any] = answer(cmd["body"])
+            elif op == "time":
+                reply = {"seconds": timed(functools.partial(answer, cmd["body"]), int(cmd["n"]))}
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except Exception as e:  # noqa: BLE001 - reported to the harness, which raises
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        protocol.write(json.dumps(reply) + "\n")
+        protocol.flush()
+    return 0
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -248,8 +248,8 @@ def _fixture_tokenizer(root: Path) -> int:
     return tok.get_vocab_size()
 
 
-def _backbone_weights(encoder: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Random backbone: randn * 0.05, norm weights 1 + that; Linear weights rounded to bf16."""
+def _backbone_weights(encoder: dict[str, Any], seed: int, std: float = 0.05) -> dict[str, Any]:
+    """Random backbone: randn * std, norm weights 1 + that; Linear weights rounded to bf16."""
     import torch
     from transformers import ModernBertConfig, ModernBertModel
 
@@ -258,7 +258,7 @@ def _backbone_weights(encoder: dict[str, Any], seed: int) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for name, p in model.named_parameters():
-        value = torch.randn(p.shape, generator=gen) * 0.05
+        value = torch.randn(p.shape, generator=gen) * std
         if name.endswith("norm.weight"):
             value = value + 1.0
         out[f"{ENCODER_PREFIX}{name}"] = value.to(torch.bfloat16) if name in linear else value
@@ -287,8 +287,13 @@ def _head_weights(hidden: int, proj: int, readout: str, seed: int) -> dict[str, 
 
 
 def write_source_fixture(out: Path, seed: int = 0, max_length: int = 2048, window_overlap: int = 64,
-                         readout: str = "both", sums: bool = True, **encoder_overrides: Any) -> Path:
-    """Write a tiny upstream-format Vela 2.0 encoder package at ``out`` (which must not exist)."""
+                         readout: str = "both", sums: bool = True, weight_std: float = 0.05,
+                         **encoder_overrides: Any) -> Path:
+    """Write a tiny upstream-format Vela 2.0 encoder package at ``out`` (which must not exist).
+
+    ``weight_std`` scales the random backbone; a deep, wide backbone (the 0.3B's 22 layers of 768)
+    needs ModernBERT's own 0.02 to keep float32 rounding within the converter's parity tolerance.
+    """
     from safetensors.torch import save_file
 
     root = Path(out)
@@ -296,7 +301,7 @@ def write_source_fixture(out: Path, seed: int = 0, max_length: int = 2048, windo
     vocab = _fixture_tokenizer(root)
     encoder = fixture_encoder_config(vocab, **encoder_overrides)
     marker_ids = {name: vocab - len(MARKERS) + i for i, name in enumerate(MARKERS)}
-    tensors = _backbone_weights(encoder, seed)
+    tensors = _backbone_weights(encoder, seed, weight_std)
     tensors.update(_head_weights(encoder["hidden_size"], PROJECTION, readout, seed + 1))
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(root / "model.safetensors"))
     config = {

@@ -336,7 +336,7 @@ def test_inputs_count_tokens_as_causal_rows_and_as_state_once() -> None:
 
 
 def test_the_decision_benchmarks_keep_torch_and_onnxruntime_out_of_the_harness() -> None:
-    code = ("import sys, bench.__main__, bench.decisions, bench.decision_codes; "
+    code = ("import sys, bench.__main__, bench.decisions, bench.decision_codes, bench.vela2; "
             "sys.exit(1 if 'torch' in sys.modules or 'onnxruntime' in sys.modules else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -358,3 +358,32 @@ def test_every_long_input_shape_has_its_size_and_its_shape() -> None:
     assert texts["whitespace runs"].strip() == texts["whitespace runs"]  # a server's strip() keeps it
     assert "\ufffd" in texts["surrogates replaced"] and "\U0001F600" in texts["emoji"]
     assert len({ord(ch) >> 8 for ch in texts["mixed scripts"]}) >= 8  # many Unicode blocks
+
+
+def test_vela2_requests_are_the_contract_examples_and_a_long_state_of_the_target_tokens() -> None:
+    from bench.vela2 import EXAMPLE_1, EXAMPLE_2, LONG, LONG_TOKENS, bench_requests
+    from edge_runtime.api.schema import request_validator
+    from edge_runtime.examples import DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2
+
+    words = lambda text: len(text.split())  # noqa: E731 - a stand-in tokenizer: one token a word
+    requests = bench_requests(words, model="m")
+    assert requests == bench_requests(words, model="m")  # deterministic
+    assert requests[EXAMPLE_1] == {**DECISIONS_EXAMPLE_1, "model": "m"}
+    assert requests[EXAMPLE_2] == {**DECISIONS_EXAMPLE_2, "model": "m"}
+    long = requests[LONG]
+    assert words(long["state"]) == LONG_TOKENS
+    assert {q["type"] for q in long["questions"].values()} == {"noul", "span"}
+    validator = request_validator("/v1/decisions")
+    for request in requests.values():
+        validator.validate(request)
+
+
+def test_vela2_decisions_of_reads_choices_selections_and_spans() -> None:
+    from bench.vela2 import decisions_of
+
+    body = {"answers": {"d": {"type": "choice", "choice": "code", "probabilities": {"code": 0.9, "math": 0.1}},
+                        "r": {"type": "noul", "noul": 0.4}},
+            "sets": {"p": {"selected": ["billing"], "probabilities": {"billing": 0.8}}},
+            "spans": {"c": [{"label": "EMAIL", "start": 3, "end": 9, "text": "a@b.co", "probability": 0.7}]}}
+    assert decisions_of(body) == {"d": "code", "sets.p": ["billing"], "spans.c": [("EMAIL", 3, 9)]}
+    assert decisions_of({"answers": {"r": {"type": "noul", "noul": 0.4}}}) == {}
