@@ -72,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--source-name", help="name of the upstream model (default: the source directory's name)")
     e.add_argument("--check-requests", type=int, default=None,
                    help="vela2: generated requests the parity check runs besides the golden one (default 50)")
+    e.add_argument("--parity-tolerance", type=float, default=None,
+                   help="vela2: the largest |package - PyTorch| logit accepted (default 1e-5; deep fp32 "
+                        "backbones may need 1e-4, which the card then records)")
     e.add_argument("--base", type=Path, default=None,
                    help="decision2 qwen-adapter: the pinned base model directory (default: SRC-base)")
     add_cli_arguments(e)
@@ -141,7 +144,13 @@ def _detect_kind(src: str) -> str:
 
 def _vela2(args: argparse.Namespace) -> object:
     from converters.decision_codes import reject_cli_arguments
-    from converters.vela2 import DEFAULT_CHECK_REQUESTS, Vela2Options, build_vela2_fixture_result, export_vela2
+    from converters.vela2 import (
+        DEFAULT_CHECK_REQUESTS,
+        LOGIT_TOLERANCE,
+        Vela2Options,
+        build_vela2_fixture_result,
+        export_vela2,
+    )
 
     reject_cli_arguments(args)
     if args.command == "fixture":
@@ -157,13 +166,17 @@ def _vela2(args: argparse.Namespace) -> object:
         return build_vela2_fixture_result(args.out, seed=args.seed)
     if args.quantize or args.layers or args.dimensions or args.pooling or args.normalize is not None \
             or args.thresholds or args.max_input_tokens:
-        raise ConversionError("kind vela2 takes only --out, --name, --check-requests and the identity options")
+        raise ConversionError("kind vela2 takes only --out, --name, --check-requests, --parity-tolerance and the "
+                              "identity options")
     checks = DEFAULT_CHECK_REQUESTS if args.check_requests is None else args.check_requests
     if checks < 0:
         raise ConversionError("--check-requests must be at least 0")
+    tolerance = LOGIT_TOLERANCE if args.parity_tolerance is None else args.parity_tolerance
+    if not 0 < tolerance <= 1e-3:
+        raise ConversionError("--parity-tolerance must be in (0, 1e-3]")
     opts = Vela2Options(name=args.name, description=args.description, version=args.version,
                         release_date=args.release_date, revision=args.revision, license=args.license,
-                        source_name=args.source_name, check_requests=checks)
+                        source_name=args.source_name, check_requests=checks, tolerance=tolerance)
     return export_vela2(args.src, args.out, opts)
 
 
@@ -206,8 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "export" and args.kind is None:
             args.kind = _detect_kind(args.src)
-        if args.command == "export" and args.check_requests is not None and args.kind != "vela2":
-            raise ConversionError("--check-requests applies to kind vela2 only")
+        if args.command == "export" and args.kind != "vela2" and (args.check_requests is not None
+                                                                 or args.parity_tolerance is not None):
+            raise ConversionError("--check-requests and --parity-tolerance apply to kind vela2 only")
         if args.command == "export" and args.base is not None and args.kind != "decision2":
             raise ConversionError("--base applies to kind decision2 only")
         if args.command in ("export", "fixture") and args.kind in ("vela2", "vela2-source"):

@@ -234,9 +234,15 @@ def test_cli_fixture_and_detected_export(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["fixture", "--kind", "vela2-source", "--out", str(src), "--seed", "3"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "vela2-unified"
     assert main(["export", str(src), "--out", str(tmp_path / "pkg"), "--check-requests", "2",
-                 "--license", "Apache-2.0"]) == 0
+                 "--license", "Apache-2.0", "--parity-tolerance", "1e-4"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["max_abs_diff"] <= 1e-5
     card = read_package(tmp_path / "pkg").card.raw
     assert card["family"] == "vela2" and card["verification"]["cases"] == 3
+    assert card["verification"]["tolerance"] == 1e-4
+    for bad in (["--parity-tolerance", "0"], ["--parity-tolerance", "0.5"]):
+        assert main(["export", str(src), "--out", str(tmp_path / "p3"), *bad]) == 2
     assert main(["export", str(src), "--out", str(tmp_path / "p2"), "--base", str(tmp_path)]) == 2
+    # the vela2-only options on another kind
+    assert main(["export", str(src), "--kind", "decision2", "--out", str(tmp_path / "p4"),
+                 "--parity-tolerance", "1e-4"]) == 2
