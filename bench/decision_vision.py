@@ -2,7 +2,7 @@
 
 The subject is the decision-vision fixture source (``converters.decision_vision.build_fixture_source``)
 with its text and vision configs set to Qwen3-VL-2B's shape (SHAPE_TEXT, SHAPE_VISION), random
-weights N(0, 0.02²), and the fixture's small byte-level BPE (~1,150 tokens; the 2B's 151k vocabulary
+weights N(0, 0.02²), and the fixture's small byte-level BPE (1,126 tokens; the 2B's 151k vocabulary
 is a table lookup and a tied LM head whose code rows alone are read: it would only add memory).
 Departures from the 2B, recorded in the tables: TEXT_LAYERS text layers, not 28 (the 28-layer text
 graph is 5.6 GB, past protobuf's 2 GB, and this converter packages a single-file graph; see
@@ -333,7 +333,7 @@ def subject_table(built_s: float | None, verification: Mapping[str, Any], load_s
                          f"{v['spatial_merge_size']}, out hidden {v['out_hidden_size']}, position table "
                          f"{v['num_position_embeddings']}; no deepstack mergers (the fixture's [], the Qwen3.5 "
                          "tower's layout; the 2B taps layers 5, 11, 17)"],
-        ["vocabulary", "the fixture's ~1,150-token byte-level BPE, not the 2B's 151,936 (an embedding lookup and "
+        ["vocabulary", "the fixture's 1,126-token byte-level BPE, not the 2B's 151,936 (an embedding lookup and "
                        "the code rows of a tied LM head: it would add memory, not time)"],
         ["inputs", f"{IMAGE_SIDE}x{IMAGE_SIDE} PNG read at {IMAGE_SIDE}² pixels (28x28 patches, 196 image tokens); "
                    f"a {VIDEO_SECONDS:g} s MP4 of {VIDEO_SIDE}x{VIDEO_SIDE} at {VIDEO_FPS} fps, sampled at the "
