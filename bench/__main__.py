@@ -1,8 +1,9 @@
-"""`python -m bench all | embeddings | overhead | longinput | decisions | vela2 | decision-codes | memory
-[--threads 2] [--rounds 7] [--record]`.
+"""`python -m bench all | embeddings | overhead | longinput | decisions | vela2 | decision-vision |
+decision-codes | memory [--threads 2] [--rounds 7] [--record]`.
 
-`decisions` runs the sparrow-nano comparison and then `vela2` (the Vela 2.0 package at the 0.3B's
-shape against PyTorch); `vela2` alone needs none of the default packages."""
+`decisions` runs the sparrow-nano comparison, then `vela2` (the Vela 2.0 package at the 0.3B's
+shape against PyTorch) and `decision-vision` (image and video requests at Qwen3-VL-2B's shape
+against Transformers); `vela2` and `decision-vision` alone need none of the default packages."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import decision_codes, decisions, embeddings, longinput, memory, overhead, vela2
+from bench import decision_codes, decision_vision, decisions, embeddings, longinput, memory, overhead, vela2
 from bench.lab import PACKAGE_NAME, Lab, Settings
 from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
@@ -23,8 +24,9 @@ CONVERT_TIMEOUT_S = 900
 
 
 def decisions_and_vela2(lab: Lab) -> list[Table]:
-    """The decisions comparisons: sparrow-nano against its own server, then vela2 against PyTorch."""
-    return decisions.run(lab) + vela2.run(lab)
+    """The decisions comparisons: sparrow-nano against its own server, vela2 against PyTorch, then
+    decision-vision (Qwen3-VL-2B's shape) against Transformers."""
+    return decisions.run(lab) + vela2.run(lab) + decision_vision.run(lab)
 
 
 COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
@@ -33,13 +35,14 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "longinput": longinput.run,
     "decisions": decisions_and_vela2,
     "vela2": vela2.run,
+    "decision-vision": decision_vision.run,
     "decision-codes": decision_codes.run,
     "memory": memory.run,
 }
 #: Comparisons another one already runs (so `all` leaves them out).
-INCLUDED = {"vela2"}  # in decisions
+INCLUDED = {"vela2", "decision-vision"}  # in decisions
 #: Comparisons that build their own packages and need none of the default ones.
-STANDALONE = {"vela2"}
+STANDALONE = {"vela2", "decision-vision"}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -33,7 +33,7 @@ import copy
 import json
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,9 @@ class DecisionVisionOptions(PackageIdentity):
     video_max_tokens: int | None = None
     box_video_max_seconds: float | None = None
     temperature: float = 1.0
+    #: The parity check's bound on hidden states (and state-once vs the whole sequence); None is
+    #: HIDDEN_TOLERANCE. A deep random-weight subject needs it loosened (bench/decision_vision.py).
+    parity_tolerance: float | None = None
 
 
 # ---- the two graphs ------------------------------------------------------------------------
@@ -262,7 +265,8 @@ class _Verified:
     cases: list[dict[str, Any]]
 
 
-def _verify(model: Any, hf_processor: Any, family: Any, work: Path) -> _Verified:
+def _verify(model: Any, hf_processor: Any, family: Any, work: Path,
+            tolerance: float = HIDDEN_TOLERANCE) -> _Verified:
     """The server's path against Qwen3VLModel, per case; raises ConversionError above tolerance."""
     import torch
 
@@ -331,9 +335,9 @@ def _verify(model: Any, hf_processor: Any, family: Any, work: Path) -> _Verified
     ref_h, ref_p = reference(ids, pixel_values_videos=torch.from_numpy(pixel_values), video_grid_thw=grid)
     compare(f"video {len(frames)} frames as {len(clip.pairs)} pairs", ids, blocks, ref_h, ref_p)
 
-    for name, value, tol in (("hidden state", worst_h, HIDDEN_TOLERANCE),
+    for name, value, tol in (("hidden state", worst_h, tolerance),
                              ("code probabilities", worst_p, PROBABILITY_TOLERANCE),
-                             ("state-once vs the whole sequence", worst_branch, HIDDEN_TOLERANCE),
+                             ("state-once vs the whole sequence", worst_branch, tolerance),
                              ("processor pixels", worst_pix, 0.0)):
         if not value <= tol:
             raise ConversionError(f"verification failed: {name} differ from Transformers' by {value:.3g}, "
@@ -551,7 +555,8 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
 
             planner = VisionPlanner.from_parts(tok, config, limits, np.load(work / "onnx" / "embeddings.npy",
                                                                           mmap_mode="r"), readout, box_readout)
-            verified = _verify(model, hf_processor, planner, work / "onnx")
+            tolerance = opts.parity_tolerance or HIDDEN_TOLERANCE
+            verified = _verify(model, hf_processor, planner, work / "onnx", tolerance)
             box_diff = _verify_box(model, hf_processor, planner, work / "onnx") if planner.box else None
             if box_diff is not None:
                 verified.cases.append({"case": "box: edges 1 and 2, P(v) over 0..1000 against Transformers "
@@ -584,7 +589,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
             "processor": processor,
             "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
             "verification": {"reference": reference, "max_abs_diff": float(f"{verified.hidden:.3g}"),
-                             "tolerance": HIDDEN_TOLERANCE, "cases": len(verified.cases),
+                             "tolerance": tolerance, "cases": len(verified.cases),
                              "outputs": {"last_hidden_state": float(f"{verified.hidden:.3g}"),
                                          "probabilities": float(f"{verified.probabilities:.3g}"),
                                          "state_once_vs_whole": float(f"{verified.state_once:.3g}"),
@@ -694,8 +699,12 @@ def train_fixture_tokenizer() -> Any:
     return Tokenizer.from_str(json.dumps(spec))
 
 
-def build_fixture_source(d: Path, seed: int = 0, deepstack: Sequence[int] = ()) -> Path:
-    """A tiny random Qwen3VLForConditionalGeneration directory with its tokenizer and processor."""
+def build_fixture_source(d: Path, seed: int = 0, deepstack: Sequence[int] = (),
+                         text: Mapping[str, Any] | None = None, vision: Mapping[str, Any] | None = None) -> Path:
+    """A tiny random Qwen3VLForConditionalGeneration directory with its tokenizer and processor.
+
+    ``text`` and ``vision`` override members of the text and vision configs (a benchmark builds a
+    real model's shape this way, with the fixture's tokenizer and processor)."""
     import torch
     from transformers import (
         PreTrainedTokenizerFast,
@@ -711,11 +720,12 @@ def build_fixture_source(d: Path, seed: int = 0, deepstack: Sequence[int] = ()) 
                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
                      "max_position_embeddings": 2048, "rope_theta": 10000.0,
                      "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
-                     "initializer_range": 0.2, "pad_token_id": tok.token_to_id("<|endoftext|>")},
+                     "initializer_range": 0.2, "pad_token_id": tok.token_to_id("<|endoftext|>"),
+                     **(text or {})},
         vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
                        "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64,
                        "num_position_embeddings": 64, "deepstack_visual_indexes": list(deepstack),
-                       "initializer_range": 0.2},
+                       "initializer_range": 0.2, **(vision or {})},
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=True)

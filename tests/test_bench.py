@@ -336,7 +336,7 @@ def test_inputs_count_tokens_as_causal_rows_and_as_state_once() -> None:
 
 
 def test_the_decision_benchmarks_keep_torch_and_onnxruntime_out_of_the_harness() -> None:
-    code = ("import sys, bench.__main__, bench.decisions, bench.decision_codes, bench.vela2; "
+    code = ("import sys, bench.__main__, bench.decisions, bench.decision_codes, bench.vela2, bench.decision_vision; "
             "sys.exit(1 if 'torch' in sys.modules or 'onnxruntime' in sys.modules else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -387,3 +387,18 @@ def test_vela2_decisions_of_reads_choices_selections_and_spans() -> None:
             "spans": {"c": [{"label": "EMAIL", "start": 3, "end": 9, "text": "a@b.co", "probability": 0.7}]}}
     assert decisions_of(body) == {"d": "code", "sets.p": ["billing"], "spans.c": [("EMAIL", 3, 9)]}
     assert decisions_of({"answers": {"r": {"type": "noul", "noul": 0.4}}}) == {}
+
+
+def test_decision_vision_requests_carry_an_image_and_a_video_and_validate() -> None:
+    from bench.decision_vision import IMAGE, VIDEO, bench_requests
+    from edge_runtime.api.schema import request_validator
+
+    requests = bench_requests(model="m")
+    assert requests == bench_requests(model="m")  # deterministic
+    image, video = requests[IMAGE], requests[VIDEO]
+    assert image["images"][0].startswith("data:image/png;base64,") and "videos" not in image
+    assert video["videos"][0].startswith("data:video/mp4;base64,") and "images" not in video
+    for request in requests.values():
+        assert len(request["questions"]) == 4
+        assert {q["type"] for q in request["questions"].values()} == {"choice", "noul", "score"}
+        request_validator("/v1/decisions").validate(request)
