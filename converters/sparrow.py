@@ -6,7 +6,8 @@ data, the graph is written with ``onnx.helper`` at opset 18, and the tokenizer i
 Hugging Face ``tokenizers`` file. The graph keeps the int8 embedding table (Gather -> Cast -> Mul by
 the row's scale), and dequantises the small MLP once, as the package's own loader does.
 
-Graph (batch axis 1; one question per run):
+Graph (batch axis 1; one question per run; model.question.onnx and model.answer{n}.onnx are it in
+two halves, see build_question_graph and build_answer_graph):
     state_ids int64[1,S], question_ids int64[1,Q], option_ids int64[1,K,L] (0-padded),
     option_mask f32[1,K,L], kind int64[1] (0 noul, 1 choice, 2 score)
     -> logits f32[1,K], probs f32[1,K] = softmax(logits / T[kind])
@@ -33,7 +34,20 @@ from onnx import TensorProto, helper, numpy_helper
 from converters import CONVERTER_VERSION
 from converters.package_writer import write_package
 from converters.progress import log
-from edge_runtime.families.sparrow import INPUTS, KINDS, OUTPUTS, SparrowText, content
+from edge_runtime.engine import GraphSession
+from edge_runtime.engine.probe import bitwise_equal
+from edge_runtime.families.sparrow import (
+    INPUTS,
+    KINDS,
+    OUTPUTS,
+    QUESTION_TENSORS,
+    SparrowForward,
+    SparrowRow,
+    SparrowText,
+    SplitGraphs,
+    content,
+    state_feed,
+)
 from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.questions import Question
 from edge_runtime.requests.decisions import parse_decisions_request
@@ -43,6 +57,13 @@ SOURCE_MODEL = "sparrow-nano-general-v1.1"
 SOURCE_DIST = "sparrow-decider"
 OPSET = 18
 MAX_SEGMENT_TOKENS = 512
+#: model.onnx split in two (build_question_graph, build_answer_graph): the answer graphs take up to
+#: this many questions about one state per run, more run in chunks. A Router request asks a few
+#: questions; each answer graph is a session holding the 2 MB table.
+MAX_QUESTIONS_PER_RUN = 4
+QUESTION_GRAPH = "model.question.onnx"
+#: Random requests checked bit for bit through the split graphs at conversion, with the goldens.
+SPLIT_CHECK_REQUESTS = 96
 #: ORT vs the package's numpy path (which uses an approximate erf, error 1.5e-7): probabilities,
 #: and logits, whose scale is a few units.
 TOLERANCE = {"probs": 2e-6, "logits": 1e-5}
@@ -145,99 +166,199 @@ def _const(name: str, value: Any, dtype: Any = np.float32) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
 
 
-def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """The static tier as an ONNX graph (see the module docstring for its signature)."""
-    temps = cfg["temperature_by_kind"]
-    t_by_kind = [0.0] * len(KINDS)
-    for kind, index in KINDS.items():
-        t_by_kind[index] = float(temps.get(kind, 1.0))
-    init = [
-        numpy_helper.from_array(np.ascontiguousarray(weights["emb.weight.q8"]), "emb_q8"),
-        _const("emb_scale", weights["emb.weight.scale"][:, None]),
-        _const("kind_emb", _dequant(weights, "kind.weight")),
-        _const("w0", _dequant(weights, "mlp.0.weight").T.copy()),
-        _const("b0", weights["mlp.0.bias"]),
-        _const("w1", _dequant(weights, "mlp.2.weight").T.copy()),
-        _const("b1", weights["mlp.2.bias"]),
-        _const("w2", _dequant(weights, "mlp.4.weight").T.copy()),
-        _const("b2", weights["mlp.4.bias"]),
-        _const("temperature", t_by_kind),
-        _const("eps", 1e-12),
-        _const("half", 0.5),
-        _const("one", 1.0),
-        _const("sqrt2", math.sqrt(2.0)),
-        _const("ax1", [1], np.int64),
-        _const("ax2", [2], np.int64),
-        _const("ax_last", [-1], np.int64),
-    ]
-    nodes: list[onnx.NodeProto] = []
+class _Graph:
+    """One graph of the static tier being written: its nodes, the weights they use, its building blocks."""
 
-    def node(op: str, inputs: list[str], output: str, **attrs: Any) -> str:
-        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+    def __init__(self, cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> None:
+        temps = cfg["temperature_by_kind"]
+        t_by_kind = [0.0] * len(KINDS)
+        for kind, index in KINDS.items():
+            t_by_kind[index] = float(temps.get(kind, 1.0))
+        self.init = [
+            numpy_helper.from_array(np.ascontiguousarray(weights["emb.weight.q8"]), "emb_q8"),
+            _const("emb_scale", weights["emb.weight.scale"][:, None]),
+            _const("kind_emb", _dequant(weights, "kind.weight")),
+            _const("w0", _dequant(weights, "mlp.0.weight").T.copy()),
+            _const("b0", weights["mlp.0.bias"]),
+            _const("w1", _dequant(weights, "mlp.2.weight").T.copy()),
+            _const("b1", weights["mlp.2.bias"]),
+            _const("w2", _dequant(weights, "mlp.4.weight").T.copy()),
+            _const("b2", weights["mlp.4.bias"]),
+            _const("temperature", t_by_kind),
+            _const("eps", 1e-12),
+            _const("half", 0.5),
+            _const("one", 1.0),
+            _const("sqrt2", math.sqrt(2.0)),
+            _const("ax1", [1], np.int64),
+            _const("ax2", [2], np.int64),
+            _const("ax_last", [-1], np.int64),
+        ]
+        self.nodes: list[onnx.NodeProto] = []
+
+    def node(self, op: str, inputs: list[str], output: str, **attrs: Any) -> str:
+        self.nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
         return output
 
-    def lookup(ids: str, prefix: str) -> str:
+    def lookup(self, ids: str, prefix: str) -> str:
         # int8 rows dequantised on lookup: Gather -> Cast -> Mul by the gathered row scale.
-        q = node("Gather", ["emb_q8", ids], f"{prefix}_q8")
-        f = node("Cast", [q], f"{prefix}_f", to=TensorProto.FLOAT)
-        s = node("Gather", ["emb_scale", ids], f"{prefix}_scale")
-        return node("Mul", [f, s], f"{prefix}_emb")
+        q = self.node("Gather", ["emb_q8", ids], f"{prefix}_q8")
+        f = self.node("Cast", [q], f"{prefix}_f", to=TensorProto.FLOAT)
+        s = self.node("Gather", ["emb_scale", ids], f"{prefix}_scale")
+        return self.node("Mul", [f, s], f"{prefix}_emb")
 
-    def l2norm(x: str, prefix: str) -> str:
-        n = node("ReduceL2", [x, "ax_last"], f"{prefix}_norm", keepdims=1)
-        n = node("Max", [n, "eps"], f"{prefix}_norm_eps")
-        return node("Div", [x, n], f"{prefix}_unit")
+    def l2norm(self, x: str, prefix: str) -> str:
+        n = self.node("ReduceL2", [x, "ax_last"], f"{prefix}_norm", keepdims=1)
+        n = self.node("Max", [n, "eps"], f"{prefix}_norm_eps")
+        return self.node("Div", [x, n], f"{prefix}_unit")
 
-    def gelu(x: str, prefix: str) -> str:
+    def gelu(self, x: str, prefix: str) -> str:
         # exact GELU: 0.5 * x * (1 + erf(x / sqrt 2))
-        e = node("Erf", [node("Div", [x, "sqrt2"], f"{prefix}_scaled")], f"{prefix}_erf")
-        return node("Mul", [node("Mul", [x, "half"], f"{prefix}_half"),
-                            node("Add", [e, "one"], f"{prefix}_erf1")], f"{prefix}_gelu")
+        e = self.node("Erf", [self.node("Div", [x, "sqrt2"], f"{prefix}_scaled")], f"{prefix}_erf")
+        return self.node("Mul", [self.node("Mul", [x, "half"], f"{prefix}_half"),
+                                 self.node("Add", [e, "one"], f"{prefix}_erf1")], f"{prefix}_gelu")
 
-    s = node("ReduceMean", [lookup("state_ids", "state"), "ax1"], "state_mean", keepdims=0)       # [1,D]
-    q = node("ReduceMean", [lookup("question_ids", "question"), "ax1"], "question_mean", keepdims=0)
-    q = node("Add", [q, node("Gather", ["kind_emb", "kind"], "kind_vec")], "question_vec")      # [1,D]
-    mask = node("Unsqueeze", ["option_mask", "ax_last"], "option_mask_3")                          # [1,K,L,1]
-    o_sum = node("ReduceSum", [node("Mul", [lookup("option_ids", "option"), mask], "option_masked"), "ax2"],
-                 "option_sum", keepdims=0)                                                         # [1,K,D]
-    o_cnt = node("ReduceSum", ["option_mask", "ax_last"], "option_count", keepdims=1)             # [1,K,1]
-    o = node("Div", [o_sum, o_cnt], "option_mean")
-    s = node("Unsqueeze", [l2norm(s, "s"), "ax1"], "s3")                                          # [1,1,D]
-    q = node("Unsqueeze", [l2norm(q, "q"), "ax1"], "q3")
-    o = l2norm(o, "o")                                                                             # [1,K,D]
-    om = node("ReduceMean", [o, "ax1"], "om", keepdims=1)                                         # [1,1,D]
-    sq = node("Mul", [s, q], "sq")
-    feats = node("Concat", [
-        o,
-        node("Mul", [s, o], "f_so"),
-        node("Mul", [q, o], "f_qo"),
-        node("Mul", [sq, o], "f_sqo"),
-        node("Sub", [o, om], "f_o_om"),
-        node("Mul", [node("Sub", [s, om], "s_om"), o], "f_s_om_o"),
-    ], "features", axis=-1)                                                                         # [1,K,6D]
-    h = gelu(node("Add", [node("MatMul", [feats, "w0"], "mm0"), "b0"], "h0"), "g0")
-    h = gelu(node("Add", [node("MatMul", [h, "w1"], "mm1"), "b1"], "h1"), "g1")
-    z = node("Add", [node("MatMul", [h, "w2"], "mm2"), "b2"], "logit3")                           # [1,K,1]
-    node("Squeeze", [z, "ax_last"], "logits")                                                      # [1,K]
-    t = node("Gather", ["temperature", "kind"], "kind_temperature")                               # [1]
-    node("Softmax", [node("Div", ["logits", t], "scaled_logits")], "probs", axis=-1)
+    def state_mean(self) -> str:
+        return self.node("ReduceMean", [self.lookup("state_ids", "state"), "ax1"], "state_mean", keepdims=0)  # [1,D]
 
-    i64, f32 = TensorProto.INT64, TensorProto.FLOAT
-    inputs = [
-        helper.make_tensor_value_info("state_ids", i64, [1, "S"]),
-        helper.make_tensor_value_info("question_ids", i64, [1, "Q"]),
-        helper.make_tensor_value_info("option_ids", i64, [1, "K", "L"]),
-        helper.make_tensor_value_info("option_mask", f32, [1, "K", "L"]),
-        helper.make_tensor_value_info("kind", i64, [1]),
+    def state_unit(self, mean: str) -> str:
+        return self.node("Unsqueeze", [self.l2norm(mean, "s"), "ax1"], "s3")                              # [1,1,D]
+
+    def question_pools(self, x: str = "") -> tuple[str, str]:
+        """A question's pooled vector (with its kind) [1,D] and its options' means [1,K,D]."""
+        q = self.node("ReduceMean", [self.lookup(f"question_ids{x}", f"question{x}"), "ax1"], f"question_mean{x}",
+                      keepdims=0)
+        q = self.node("Add", [q, self.node("Gather", ["kind_emb", f"kind{x}"], f"kind_vec{x}")], f"question_vec{x}")
+        mask = self.node("Unsqueeze", [f"option_mask{x}", "ax_last"], f"option_mask_3{x}")                 # [1,K,L,1]
+        masked = self.node("Mul", [self.lookup(f"option_ids{x}", f"option{x}"), mask], f"option_masked{x}")
+        o_sum = self.node("ReduceSum", [masked, "ax2"], f"option_sum{x}", keepdims=0)                      # [1,K,D]
+        o_cnt = self.node("ReduceSum", [f"option_mask{x}", "ax_last"], f"option_count{x}", keepdims=1)    # [1,K,1]
+        return q, self.node("Div", [o_sum, o_cnt], f"option_mean{x}")
+
+    def question_units(self, q: str, o: str, x: str = "") -> tuple[str, str, str]:
+        """The question's unit vector [1,1,D], its options' unit vectors [1,K,D] and their mean [1,1,D]."""
+        q3 = self.node("Unsqueeze", [self.l2norm(q, f"q{x}"), "ax1"], f"q3{x}")
+        o = self.l2norm(o, f"o{x}")
+        return q3, o, self.node("ReduceMean", [o, "ax1"], f"om{x}", keepdims=1)
+
+    def scores(self, rows: str) -> str:
+        """The MLP over option feature rows [1,R,6D]: logits [1,R,1]."""
+        h = self.gelu(self.node("Add", [self.node("MatMul", [rows, "w0"], "mm0"), "b0"], "h0"), "g0")
+        h = self.gelu(self.node("Add", [self.node("MatMul", [h, "w1"], "mm1"), "b1"], "h1"), "g1")
+        return self.node("Add", [self.node("MatMul", [h, "w2"], "mm2"), "b2"], "logit3")
+
+    def probs(self, logits: str, temperature: str, x: str = "") -> None:
+        self.node("Softmax", [self.node("Div", [logits, temperature], f"scaled_logits{x}")], f"probs{x}", axis=-1)
+
+    def model(self, name: str, inputs: list[onnx.ValueInfoProto],
+              outputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
+        used = {i for n in self.nodes for i in n.input}
+        graph = helper.make_graph(self.nodes, name, inputs, outputs,
+                                  initializer=[t for t in self.init if t.name in used])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                  producer_name="edge-runtime converters.sparrow", producer_version=CONVERTER_VERSION)
+        model.ir_version = 8  # opset 18's IR; keeps the file readable by older runtimes
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+_I64, _F32 = TensorProto.INT64, TensorProto.FLOAT
+
+
+def _question_inputs(x: str = "") -> list[onnx.ValueInfoProto]:
+    return [
+        helper.make_tensor_value_info(f"question_ids{x}", _I64, [1, f"Q{x}"]),
+        helper.make_tensor_value_info(f"option_ids{x}", _I64, [1, f"K{x}", f"L{x}"]),
+        helper.make_tensor_value_info(f"option_mask{x}", _F32, [1, f"K{x}", f"L{x}"]),
+        helper.make_tensor_value_info(f"kind{x}", _I64, [1]),
     ]
-    outputs = [helper.make_tensor_value_info(name, f32, [1, "K"]) for name in OUTPUTS]
+
+
+def _question_tensors(x: str = "") -> list[onnx.ValueInfoProto]:
+    """The question graph's outputs, which the answer graphs take per question (suffixed)."""
+    k, d = f"K{x}", "D"
+    shapes: dict[str, list[int | str]] = {"q3": [1, 1, d], "o_unit": [1, k, d], "om": [1, 1, d], "f_qo": [1, k, d],
+                                          "f_o_om": [1, k, d], "kind_temperature": [1]}
+    assert tuple(shapes) == QUESTION_TENSORS
+    return [helper.make_tensor_value_info(f"{n}{x}", _F32, shape) for n, shape in shapes.items()]
+
+
+def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """The static tier as an ONNX graph (see the module docstring for its signature)."""
+    g = _Graph(cfg, weights)
+    state = g.state_mean()
+    q, o = g.question_pools()
+    s = g.state_unit(state)
+    q, o, om = g.question_units(q, o)
+    sq = g.node("Mul", [s, q], "sq")
+    feats = g.node("Concat", [
+        o,
+        g.node("Mul", [s, o], "f_so"),
+        g.node("Mul", [q, o], "f_qo"),
+        g.node("Mul", [sq, o], "f_sqo"),
+        g.node("Sub", [o, om], "f_o_om"),
+        g.node("Mul", [g.node("Sub", [s, om], "s_om"), o], "f_s_om_o"),
+    ], "features", axis=-1)                                                                             # [1,K,6D]
+    g.node("Squeeze", [g.scores(feats), "ax_last"], "logits")                                         # [1,K]
+    g.probs("logits", g.node("Gather", ["temperature", "kind"], "kind_temperature"))
+    inputs = [helper.make_tensor_value_info("state_ids", _I64, [1, "S"]), *_question_inputs()]
     assert [i.name for i in inputs] == list(INPUTS)
-    graph = helper.make_graph(nodes, "sparrow_static", inputs, outputs, initializer=init)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="edge-runtime converters.sparrow", producer_version=CONVERTER_VERSION)
-    model.ir_version = 8  # opset 18's IR; keeps the file readable by older runtimes
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return g.model("sparrow_static", inputs, [helper.make_tensor_value_info(n, _F32, [1, "K"]) for n in OUTPUTS])
+
+
+def build_question_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """The half of build_graph that reads only the question: its inputs -> QUESTION_TENSORS.
+
+    Its nodes are build_graph's on the same shapes, so the tensors are the ones model.onnx computes.
+    """
+    g = _Graph(cfg, weights)
+    q, o = g.question_pools()
+    q, o, om = g.question_units(q, o)
+    g.node("Mul", [q, o], "f_qo")
+    g.node("Sub", [o, om], "f_o_om")
+    g.node("Gather", ["temperature", "kind"], "kind_temperature")
+    return g.model("sparrow_static_question", _question_inputs(), _question_tensors())
+
+
+def build_answer_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray], questions: int) -> onnx.ModelProto:
+    """The rest of build_graph for ``questions`` questions about one state: state_ids and, per question
+    i, its QUESTION_TENSORS suffixed _i -> logits_i, probs_i.
+
+    The state is pooled once and the MLP runs once over every question's option rows (its matmuls
+    treat rows alone); the softmax runs per question on its own shape. So each question's outputs are
+    model.onnx's bit for bit (ORT's reductions depend on the reduced length, which is why questions
+    are never padded to one shape); the conversion checks it (_verify_split_graphs).
+    """
+    if questions < 1:
+        raise ValueError(f"questions must be >= 1, not {questions}")
+    g = _Graph(cfg, weights)
+    s = g.state_unit(g.state_mean())
+    xs = [f"_{i}" for i in range(questions)]
+    feats = []
+    for x in xs:
+        o = f"o_unit{x}"
+        sq = g.node("Mul", [s, f"q3{x}"], f"sq{x}")
+        feats.append(g.node("Concat", [
+            o,
+            g.node("Mul", [s, o], f"f_so{x}"),
+            f"f_qo{x}",
+            g.node("Mul", [sq, o], f"f_sqo{x}"),
+            f"f_o_om{x}",
+            g.node("Mul", [g.node("Sub", [s, f"om{x}"], f"s_om{x}"), o], f"f_s_om_o{x}"),
+        ], f"features{x}", axis=-1))                                                                    # [1,K,6D]
+    rows = feats[0] if questions == 1 else g.node("Concat", feats, "features", axis=1)             # [1,sum K,6D]
+    logits = g.node("Squeeze", [g.scores(rows), "ax_last"], "logits_0" if questions == 1 else "logits_rows")
+    if questions > 1:  # back to one [1,K] per question
+        counts = [g.node("Slice", [g.node("Shape", [f"o_unit{x}"], f"o_shape{x}"), "ax1", "ax2"], f"rows{x}")
+                  for x in xs]                                                                           # K each
+        g.nodes.append(helper.make_node("Split", [logits, g.node("Concat", counts, "rows", axis=0)],
+                                        [f"logits{x}" for x in xs], name="logits_split", axis=1))
+    for x in xs:
+        g.probs(f"logits{x}", f"kind_temperature{x}", x)
+    inputs = [helper.make_tensor_value_info("state_ids", _I64, [1, "S"])]
+    for x in xs:
+        inputs += _question_tensors(x)
+    outputs = [helper.make_tensor_value_info(f"{n}{x}", _F32, [1, f"K{x}"]) for x in xs for n in OUTPUTS]
+    return g.model(f"sparrow_static_answer_{questions}q", inputs, outputs)
 
 
 # ---- reference and goldens ---------------------------------------------------------------
@@ -259,14 +380,18 @@ def _reference(decider: Any, state: Any, raw: dict[str, Any]) -> dict[str, np.nd
     return {"logits": np.asarray(logits, np.float32)[None], "probs": np.asarray(probs, np.float32)[None]}
 
 
-def _verify(model_bytes: bytes, cases: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> float:
+def _session(model_bytes: bytes) -> Any:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+def _verify(model_bytes: bytes, cases: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> float:
+    sess = _session(model_bytes)
     worst = 0.0
     for i, (feeds, want) in enumerate(cases):
         got = dict(zip(OUTPUTS, sess.run(list(OUTPUTS), feeds)))
@@ -278,6 +403,59 @@ def _verify(model_bytes: bytes, cases: list[tuple[dict[str, np.ndarray], dict[st
         if int(np.argmax(got["probs"])) != int(np.argmax(want["probs"])):
             raise ValueError(f"golden case {i}: the graph's argmax differs from the reference")
     return worst
+
+
+def _split_check_requests(text: SparrowText, vocab_size: int) -> list[list[SparrowRow]]:
+    """Questions about one state each: the goldens' questions about every golden state, then
+    seeded random ids of every shape the family makes (empty segments, up to 512 tokens, 40 options)."""
+    questions = [_question(state, raw) for state, raw in _GOLDEN]
+    requests = []
+    for state_value in dict.fromkeys(json.dumps(s) for s, _ in _GOLDEN):
+        golden_ids = text.ids(content(json.loads(state_value)), text.max_tokens)
+        shared = state_feed(golden_ids)
+        requests.append([text.row(golden_ids, q, shared) for q in questions])
+    rng = np.random.default_rng(20261204)
+
+    def random_ids(longest: int) -> list[int]:
+        size = int(rng.choice([0, 1, int(rng.integers(1, 13)), longest]))
+        return rng.integers(1, vocab_size, size=size).tolist()
+
+    for _ in range(SPLIT_CHECK_REQUESTS):
+        state_ids = random_ids(int(rng.integers(1, MAX_SEGMENT_TOKENS + 1)))
+        shared = state_feed(state_ids)
+        rows = []
+        for _ in range(int(rng.integers(2, 2 * MAX_QUESTIONS_PER_RUN + 2))):
+            count = int(rng.choice([2, 3, 5, int(rng.integers(2, 41))]))
+            options = [random_ids(int(rng.integers(1, 200))) for _ in range(count)]
+            row = text.feeds(state_ids, random_ids(int(rng.integers(1, MAX_SEGMENT_TOKENS + 1))), options,
+                             int(rng.integers(0, len(KINDS))))
+            rows.append(SparrowRow({**row.feeds, "state_ids": shared}, row.tokens))
+        requests.append(rows)
+    return requests
+
+
+def _answer_file(questions: int) -> str:
+    return f"model.answer{questions}.onnx"
+
+
+def _verify_split_graphs(model_bytes: bytes, split: dict[str, bytes], text: SparrowText, vocab_size: int) -> int:
+    """Check that the split graphs, as the family runs them (question tensors cached, chunks of
+    questions about one state), answer every question exactly as model.onnx does alone; returns
+    the number of questions checked."""
+    def session(name: str, data: bytes) -> GraphSession:
+        return GraphSession(_session(data), Path(name), "cpu", 1)
+
+    answers = {n: session(_answer_file(n), split[_answer_file(n)]) for n in range(1, MAX_QUESTIONS_PER_RUN + 1)}
+    forward = SparrowForward(session(QUESTION_GRAPH, split[QUESTION_GRAPH]),
+                             SplitGraphs(session(QUESTION_GRAPH, split[QUESTION_GRAPH]), answers))
+    whole = SparrowForward(session("model.onnx", model_bytes))
+    checked = 0
+    for i, rows in enumerate(_split_check_requests(text, vocab_size)):
+        for k, (got, want) in enumerate(zip(forward(rows), whole(rows))):
+            if not bitwise_equal(got, want):
+                raise ValueError(f"split graph case {i}, question {k} of {len(rows)}: differs from model.onnx")
+            checked += 1
+    return checked
 
 
 # ---- package -----------------------------------------------------------------------------
@@ -333,6 +511,13 @@ def build_sparrow_package(out_dir: Path) -> Path:
         row = text.row(text.ids(content(state), text.max_tokens), q)
         cases.append((row.feeds, _reference(decider, state, raw)))
     worst = _verify(model_bytes, cases)
+    split = {QUESTION_GRAPH: build_question_graph(cfg, weights).SerializeToString()}
+    split.update((_answer_file(n), build_answer_graph(cfg, weights, n).SerializeToString())
+                 for n in range(1, MAX_QUESTIONS_PER_RUN + 1))
+    checked = _verify_split_graphs(model_bytes, split, text, len(vocab))
+    log(f"sparrow: the split graphs answer {checked} questions as model.onnx does, bit for bit")
+    config["split_graphs"] = {"question": QUESTION_GRAPH,
+                              "answers": {str(n): _answer_file(n) for n in range(1, MAX_QUESTIONS_PER_RUN + 1)}}
 
     source_stamp = hashlib.sha256(source_bytes).hexdigest()
     card = {
@@ -361,6 +546,7 @@ def build_sparrow_package(out_dir: Path) -> Path:
             "max_abs_diff": worst,
             "tolerance": max(TOLERANCE.values()),
             "cases": len(cases),
+            "split_graphs": {"questions": checked, "equal_to": "model.onnx alone, bit for bit"},
         },
         "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source_stamp},
         "question_types": ["choice", "noul", "score"],
@@ -368,6 +554,7 @@ def build_sparrow_package(out_dir: Path) -> Path:
     }
     files: dict[str, Path | bytes] = {
         "model.onnx": model_bytes,
+        **split,
         "tokenizer.json": tokenizer.to_str().encode("utf-8"),
         "decision_config.json": (
             json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n"

@@ -4,41 +4,35 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from sparrow_decider import Decider
 from sparrow_decider.wordpiece import WordPiece
 
 from converters.sparrow import build_sparrow_package
 from edge_runtime.api.statuses import status_of
+from edge_runtime.engine import GraphSession, create_session, probe_grouping
+from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.sparrow import KINDS, SparrowFamily, SparrowForward, SparrowText, content
+from edge_runtime.families.sparrow import KINDS, SparrowFamily, SparrowForward, SparrowText, SplitGraphs, content
 from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 
 PARITY_TOLERANCE = 2e-6
 
 
-class _Session:
-    """GraphSession's run(feeds) -> {name: array} over a plain InferenceSession."""
+class _Counting:
+    """A session that counts its runs."""
 
-    def __init__(self, path: Path) -> None:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        self.inner = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        self.output_names = [o.name for o in self.inner.get_outputs()]
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
         self.calls = 0
 
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
         self.calls += 1
-        names = outputs or self.output_names
-        return dict(zip(names, self.inner.run(names, feeds)))
+        return self.inner.run(feeds, outputs)
 
 
 @pytest.fixture(scope="session")
@@ -47,13 +41,19 @@ def package(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
-def session(package) -> _Session:
-    return _Session(package.graph("fp32"))
+def session(package) -> GraphSession:
+    return create_session(package.graph("fp32"), "cpu", 1)
 
 
 @pytest.fixture(scope="session")
 def family(package, session) -> SparrowFamily:
     return SparrowFamily(package, session)
+
+
+@pytest.fixture(scope="session")
+def whole(session) -> SparrowForward:
+    """model.onnx per question: the forward the split graphs must equal."""
+    return SparrowForward(session)
 
 
 @pytest.fixture(scope="session")
@@ -270,16 +270,25 @@ def test_published_golden_values(family) -> None:
 # ---- the family's surface behaviour ------------------------------------------------------
 
 
-def test_one_forward_per_question_and_usage(family, session) -> None:
+def test_one_answer_run_per_state_and_usage(family) -> None:
     text = family.text
     state = "Is the parcel late? It was due on Monday."
     body_req = {"state": state, "questions": {
         "late": {"type": "noul", "instructions": "Is the parcel late?"},
         "topic": {"type": "choice", "choices": [{"key": "shipping", "description": "parcels"}, {"key": "other"}]},
     }}
-    before = session.calls
-    body = answer(family, body_req)
-    assert session.calls - before == 2
+    split = family.forward.split
+    assert split is not None
+    whole = _Counting(family.forward.session)
+    question = _Counting(split.question)
+    answers = {n: _Counting(graph) for n, graph in split.answers.items()}
+    counted = SparrowForward(whole, SplitGraphs(question, answers))
+    plan = family.plan_request(parse_decisions_request(body_req))
+    body = family.finish(plan, counted(plan.rows))
+    counted(family.plan_request(parse_decisions_request({**body_req, "state": "another state"})).rows)
+    # both questions in one answer run per state; each question's half once, then from the cache
+    assert answers[2].calls == 2 and question.calls == 2 and whole.calls == 0
+    assert sum(a.calls for a in answers.values()) == 2
     n_state = len(text.ids(state, 512))
     expected = (n_state + len(text.ids("Is the parcel late?", 512))
                 + len(text.ids("false the statement does not hold for this state", 512))
@@ -388,12 +397,59 @@ def test_empty_segments_read_one_pad_id(family) -> None:
     assert row.feeds["option_mask"][0, 0].tolist()[0] == 1.0
 
 
-def test_forward_adapter_and_probe_row(family, session) -> None:
-    fwd = SparrowForward(session)
+def test_forward_adapter_and_probe_row(family, whole) -> None:
     row = family.probe_row(40)
-    (out,) = fwd([row])
-    assert out["probs"].shape == (2,) and fwd.length(row) == row.tokens == 40 + 4 + 3
-    assert family.batchable is False
+    options = int(row.feeds["option_mask"].sum())
+    (out,) = whole([row])
+    assert out["probs"].shape == (3,) and whole.length(row) == row.tokens == 24 + 40 + options
+    assert bitwise_equal(family.forward([row]), [out])
+    assert family.batchable is True
+
+
+# ---- the split graphs --------------------------------------------------------------------
+
+_TEAMS = {"billing": "payments and refunds", "shipping": "parcels", "tech": None}
+
+
+def _questions(rng: random.Random, count: int) -> dict[str, Any]:
+    """``count`` questions of every type, some repeating the same texts (cached halves), some new."""
+    kinds = [
+        {"type": "choice", "instructions": "Which team?", "criteria": _TEAMS},
+        {"type": "noul", "instructions": "Is the customer upset?"},
+        {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high", "now"]},
+        {"type": "choice", "instructions": f"New question {rng.random()}?",
+         "criteria": {f"o{k}": "x " * rng.randint(0, 30) for k in range(rng.randint(2, 9))}},
+        {"type": "noul", "instructions": "w " * rng.randint(0, 600)},
+    ]
+    return {f"q{i}": rng.choice(kinds) for i in range(count)}
+
+
+def test_split_graphs_answer_as_model_onnx_bit_for_bit(family, whole) -> None:
+    """Requests of 1 to 9 questions (answer graphs of every size, chunks past 4), repeated and new
+    question texts, long segments, a batch: every question as model.onnx answers it alone."""
+    rng = random.Random(7)
+    for n in [1, 2, 3, 4, 5, 9] * 3:
+        words = ["parcel", "refund", "crash", "late", "angry"]
+        states = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 90))) for _ in range(rng.randint(1, 3))]
+        body = {"states": {f"s{k}": {"state": st, "questions": _questions(rng, n)} for k, st in enumerate(states)}}
+        rows = family.plan_request(parse_decisions_request(body)).rows
+        assert bitwise_equal(family.forward(rows), whole(rows))
+
+
+def test_probe_proves_rows_batch_exactly(family) -> None:
+    assert probe_grouping(family.forward, family.probe_row) == "padded"
+
+
+def test_question_cache_is_bounded(family, whole) -> None:
+    split = family.forward.split
+    assert split is not None
+    small = SparrowForward(family.forward.session, split, cache_bytes=64 * 1024)
+    rng = random.Random(3)
+    for _ in range(40):
+        rows = family.plan_request(parse_decisions_request(
+            {"state": "a parcel", "questions": _questions(rng, 4)})).rows
+        assert bitwise_equal(small(rows), whole(rows))
+    assert 0 < small._cached <= 64 * 1024 and len(small._cache) > 1
 
 
 def test_structured_state_reads_as_indented_json(family, decider) -> None:

@@ -1,10 +1,17 @@
 """Sparrow family: the sparrow-decider static tier (bag-of-words pooling + MLP) served on /v1/decisions.
 
-Each Choice, Noul or Score question is one row and one forward: the state, the question's
-instructions and each option (``"{name} {description}"``) are tokenized separately with the
-package's WordPiece, every segment cut at the model's 512 tokens as the model was trained, and the
-graph pools, scores and applies the per-kind temperature. Rows are never batched (their shapes
-differ), so numerics are exact. A Noul is a two-option choice, false then true, whose descriptions
+Each Choice, Noul or Score question is one row: the state, the question's instructions and each
+option (``"{name} {description}"``) are tokenized separately with the package's WordPiece, every
+segment cut at the model's 512 tokens as the model was trained, and the graph pools, scores and
+applies the per-kind temperature. Rows are never padded to one shape (ORT's reductions depend on
+the reduced length), so numerics are exact.
+
+Questions repeat across requests (a Router asks the same ones), so packages that carry model.onnx
+split in two (decision_config ``split_graphs``) run it in halves: the question half once per
+distinct question (its tensors cached), and the answer half once per state for up to n of its
+questions (the state pooled once, the MLP run once). Each question's outputs are model.onnx's bit
+for bit (checked at conversion and by the load-time probe); packages without the split run
+model.onnx per question. A Noul is a two-option choice, false then true, whose descriptions
 default to the package's ``noul_defaults`` (an absent or null description takes the default). An
 object or array state is read as its indented JSON, whatever its roles: the model has no parts.
 Set, Span, Box and track questions, and images or videos, are refused: the card lists only
@@ -15,7 +22,8 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +32,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from edge_runtime.engine import create_session
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
@@ -44,6 +53,11 @@ from edge_runtime.text.tokenizer import analyze
 SURFACE = "decisions"
 KINDS: dict[str, int] = {"noul": 0, "choice": 1, "score": 2}
 INPUTS: tuple[str, ...] = ("state_ids", "question_ids", "option_ids", "option_mask", "kind")
+QUESTION_INPUTS: tuple[str, ...] = INPUTS[1:]  # the question half's inputs
+#: The question half's outputs, which the answer half takes per question (suffixed _0 .. _{n-1}).
+QUESTION_TENSORS: tuple[str, ...] = ("q3", "o_unit", "om", "f_qo", "f_o_om", "kind_temperature")
+#: Bytes of question tensors kept for questions that repeat (~6 KB for a 4-option question).
+QUESTION_CACHE_BYTES = 16 * 1024 * 1024
 OUTPUTS: tuple[str, ...] = ("logits", "probs")
 EMPTY_ID = 0  # an empty segment is read as this one id, as the model was trained
 
@@ -81,10 +95,16 @@ def content(value: Any) -> str:
 
 @dataclass(frozen=True)
 class SparrowRow:
-    """One question's graph feeds (batch axis 1) and the tokens it reads."""
+    """One question's graph feeds (batch axis 1) and the tokens it reads.
+
+    The questions of one state share its ``state_ids`` array: that is how the forward finds the
+    rows it may answer in one run. ``question`` keys the question's texts and type when they may
+    repeat across requests (its half of the graph is then cached), else None.
+    """
 
     feeds: dict[str, np.ndarray]
     tokens: int
+    question: Hashable | None = None
 
 
 class SparrowText:
@@ -136,8 +156,7 @@ class SparrowText:
         word, CJK. Capital sigmas are resolved on a growing prefix with context to spare.
         """
         if _CAPITAL_SIGMA not in text:
-            read = self.reader.read(text, budget)
-            return read.ids[:budget].tolist(), not read.complete or len(read) > budget
+            return self.reader.ids(text, budget)
         reach = budget * _FIRST_CUT_CHARS_PER_TOKEN + _SIGMA_CONTEXT
         while reach < len(text):
             # the prefix's last _SIGMA_CONTEXT characters only give context to the sigmas before them
@@ -155,18 +174,25 @@ class SparrowText:
                     for o in question.options]
         return [f"{o.key} {content(o.description)}" for o in question.options]
 
-    def row(self, state_ids: Sequence[int], question: Question) -> SparrowRow:
-        """The feeds of one question about a state already tokenized."""
+    def row(self, state_ids: Sequence[int], question: Question, state: np.ndarray | None = None) -> SparrowRow:
+        """The feeds of one question about a state already tokenized.
+
+        ``state`` is the state's feed (state_feed(state_ids)); the questions of one state pass the
+        same array so that they can run together.
+        """
+        if state is None:
+            state = state_feed(state_ids)
         instructions = content(question.instructions)
         options = tuple(self.options(question))
         if len(instructions) > 256 or any(len(o) > 256 for o in options):
             # long texts are read within the budget each time, as segment_ids does
             q_ids = self.segment_ids(instructions)
             opt_ids = [self.segment_ids(text) for text in options]
-            return self.feeds(state_ids, q_ids, opt_ids, KINDS[question.type])
-        shared, tokens = self._question_feeds(instructions, options, KINDS[question.type])
-        state = np.asarray([list(state_ids) or [EMPTY_ID]], dtype=np.int64)
-        return SparrowRow({"state_ids": state, **shared}, tokens + len(state_ids))
+            alone = self.feeds(state_ids, q_ids, opt_ids, KINDS[question.type])
+            return SparrowRow({**alone.feeds, "state_ids": state}, alone.tokens)
+        key = (instructions, options, KINDS[question.type])
+        shared, tokens = self._question_feeds(*key)
+        return SparrowRow({"state_ids": state, **shared}, tokens + len(state_ids), key)
 
     def _build_question_feeds(self, instructions: str, options: tuple[str, ...],
                               kind: int) -> tuple[dict[str, np.ndarray], int]:
@@ -190,7 +216,7 @@ class SparrowText:
             ids[0, k, : len(o)] = o
             mask[0, k, :n] = 1.0
         feeds: dict[str, np.ndarray] = {
-            "state_ids": np.asarray([list(state_ids) or [EMPTY_ID]], dtype=np.int64),
+            "state_ids": state_feed(state_ids),
             "question_ids": np.asarray([list(question_ids) or [EMPTY_ID]], dtype=np.int64),
             "option_ids": ids,
             "option_mask": mask,
@@ -199,18 +225,83 @@ class SparrowText:
         return SparrowRow(feeds, tokens)
 
 
-class SparrowForward:
-    """The engine's Forward: every row alone, one graph run each; results are ``{output: [K]}``."""
+def state_feed(state_ids: Sequence[int]) -> np.ndarray:
+    """The ``state_ids`` feed [1,S]; an empty state is one EMPTY_ID, as in training."""
+    return np.asarray([list(state_ids) or [EMPTY_ID]], dtype=np.int64)
 
-    def __init__(self, session: Any) -> None:
+
+@dataclass(frozen=True)
+class SplitGraphs:
+    """model.onnx in two halves: the question half, and the answer half for 1 .. n questions."""
+
+    question: Any
+    answers: dict[int, Any]
+
+
+class SparrowForward:
+    """The engine's Forward; results are ``{output: [K]}`` per row.
+
+    With split graphs, rows about one state (they share its state_ids array) run through the
+    answer half in chunks of up to its largest question count, each question's tensors coming
+    from the question half (cached by the row's question key). Without them every row runs alone
+    through model.onnx. Forwards never run concurrently (the executor runs one at a time), so the
+    cache needs no lock.
+    """
+
+    def __init__(self, session: Any, split: SplitGraphs | None = None,
+                 cache_bytes: int = QUESTION_CACHE_BYTES) -> None:
         self.session = session
+        self.split = split
+        if split is not None and sorted(split.answers) != list(range(1, len(split.answers) + 1)):
+            raise ValueError(f"answer graphs for 1 .. n questions expected, not for {sorted(split.answers)}")
+        self.max_questions = len(split.answers) if split is not None else 1
+        self._cache: OrderedDict[Hashable, dict[str, np.ndarray]] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._cached = 0
 
     def __call__(self, rows: Sequence[SparrowRow]) -> list[dict[str, np.ndarray]]:
-        out = []
-        for row in rows:
-            result = self.session.run(row.feeds)
-            out.append({name: np.asarray(result[name])[0] for name in OUTPUTS})
+        if self.split is None:
+            return [self._alone(row) for row in rows]
+        by_state: dict[int, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_state.setdefault(id(row.feeds["state_ids"]), []).append(i)
+        out: list[dict[str, np.ndarray]] = [{} for _ in rows]
+        for members in by_state.values():
+            for start in range(0, len(members), self.max_questions):
+                chunk = members[start:start + self.max_questions]
+                for i, result in zip(chunk, self._answer([rows[i] for i in chunk])):
+                    out[i] = result
         return out
+
+    def _alone(self, row: SparrowRow) -> dict[str, np.ndarray]:
+        result = self.session.run(row.feeds)
+        return {name: np.asarray(result[name])[0] for name in OUTPUTS}
+
+    def _answer(self, rows: list[SparrowRow]) -> list[dict[str, np.ndarray]]:
+        assert self.split is not None
+        feeds = {"state_ids": rows[0].feeds["state_ids"]}
+        for i, row in enumerate(rows):
+            feeds.update((f"{name}_{i}", value) for name, value in self._question(row).items())
+        result = self.split.answers[len(rows)].run(feeds)
+        return [{name: np.asarray(result[f"{name}_{i}"])[0] for name in OUTPUTS} for i in range(len(rows))]
+
+    def _question(self, row: SparrowRow) -> dict[str, np.ndarray]:
+        """The question half's tensors for a row: from the cache when its question was seen."""
+        assert self.split is not None
+        key = row.question
+        if key is not None and key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        tensors = self.split.question.run({name: row.feeds[name] for name in QUESTION_INPUTS})
+        if key is not None:
+            for value in tensors.values():
+                value.flags.writeable = False  # shared by every later row that asks this question
+            self._cache[key] = tensors
+            self._cached += sum(v.nbytes for v in tensors.values())
+            while self._cached > self._cache_bytes and len(self._cache) > 1:
+                _, dropped = self._cache.popitem(last=False)
+                self._cached -= sum(v.nbytes for v in dropped.values())
+        return tensors
 
     def length(self, row: SparrowRow) -> int:
         return row.tokens
@@ -219,7 +310,6 @@ class SparrowForward:
 class SparrowFamily:
     """A loaded sparrow package: plans decisions requests into rows and answers from their outputs."""
 
-    batchable = False  # every question has its own shapes; rows always run alone
     surfaces = frozenset({SURFACE})
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None) -> None:
@@ -232,8 +322,20 @@ class SparrowFamily:
         self.question_types = answered_types(card, tuple(KINDS))
         self.text = SparrowText.from_files(package.file("tokenizer.json"), config)
         self.modalities = frozenset(card.modalities)
-        self._forward = SparrowForward(session) if session is not None else None
+        split = config.get("split_graphs")
+        # Rows share forwards only through the split graphs; without them every row runs alone.
+        self.batchable = split is not None
+        self._forward: SparrowForward | None = None
+        if session is not None:
+            def load(rel: str) -> Any:
+                return create_session(package.file(rel), session.device, session.threads)
+
+            self._forward = SparrowForward(session, None if split is None else SplitGraphs(
+                load(split["question"]), {int(n): load(rel) for n, rel in split["answers"].items()}))
         self._vocab_size = self.text.tokenizer.get_vocab_size()
+        # The probe's rows share one state, so that batched probes run the n-question graphs.
+        self._probe_rng = np.random.default_rng(0)
+        self._probe_state = state_feed(self._probe_rng.integers(5, self._vocab_size, size=24).tolist())
 
     # -- engine hooks -----------------------------------------------------------------------
 
@@ -245,11 +347,13 @@ class SparrowFamily:
         return self._forward
 
     def probe_row(self, length: int) -> SparrowRow:
-        """A question about ``length`` random state tokens (seeded by the length)."""
-        rng = np.random.default_rng(length)
-        state = rng.integers(5, self._vocab_size, size=length).tolist()
-        return self.text.feeds(state, rng.integers(5, self._vocab_size, size=4).tolist(),
-                               [[7, 8], [9]], KINDS["choice"])
+        """A new random question of ``length`` tokens about the probe's state (24 tokens); no
+        question key, so the probe runs the question half every time."""
+        rng = self._probe_rng
+        question = rng.integers(5, self._vocab_size, size=max(1, length)).tolist()
+        options = [rng.integers(5, self._vocab_size, size=int(n)).tolist() for n in rng.integers(1, 9, size=3)]
+        row = self.text.feeds((), question, options, int(rng.integers(0, len(KINDS))))
+        return SparrowRow({**row.feeds, "state_ids": self._probe_state}, row.tokens + 24)
 
     def warm(self) -> None:
         """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
@@ -303,6 +407,7 @@ class SparrowFamily:
     def _plan_entry(self, name: str | None, entry: DecisionState, budget: int, rows: list[SparrowRow]) -> Entry:
         planned = Entry(name, [])
         state_ids: list[int] | None = None  # tokenized once per entry, only if a question needs it
+        state: np.ndarray | None = None  # its feed, shared by its questions' rows
         for q in entry.questions:
             if isinstance(q, InvalidQuestion):
                 planned.slots.append(Slot(q))
@@ -313,7 +418,8 @@ class SparrowFamily:
                 continue
             if state_ids is None:
                 state_ids, planned.tokens_lower_bound = self.text.read(content(entry.state), budget)
-            row = self.text.row(state_ids, q)
+                state = state_feed(state_ids)
+            row = self.text.row(state_ids, q, state)
             planned.slots.append(Slot(q, row=len(rows)))
             planned.tokens += row.tokens
             rows.append(row)
@@ -330,4 +436,4 @@ class SparrowFamily:
         return assemble(plan, outputs, self.name, lambda q, slot, entry, output: answer(q, output["probs"]))
 
 
-__all__ = ["SparrowFamily", "SparrowForward", "SparrowRow", "SparrowText", "content"]
+__all__ = ["SparrowFamily", "SparrowForward", "SparrowRow", "SparrowText", "SplitGraphs", "content", "state_feed"]
