@@ -1,7 +1,7 @@
-"""`python -m bench all | embeddings | overhead | longinput | decisions | vela2 | decision-vision |
+"""`python -m bench all | embeddings | overhead | longinput | decisions | sparrow | vela2 | decision-vision |
 decision-codes | memory [--threads 2] [--rounds 7] [--record]`.
 
-`decisions` runs the sparrow-nano comparison, then `vela2` (the Vela 2.0 package at the 0.3B's
+`decisions` runs the sparrow-nano comparison (`sparrow` alone), then `vela2` (the Vela 2.0 package at the 0.3B's
 shape against PyTorch) and `decision-vision` (image and video requests at Qwen3-VL-2B's shape
 against Transformers); `vela2` and `decision-vision` alone need none of the default packages."""
 
@@ -34,13 +34,14 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "overhead": overhead.run,
     "longinput": longinput.run,
     "decisions": decisions_and_vela2,
+    "sparrow": decisions.run,
     "vela2": vela2.run,
     "decision-vision": decision_vision.run,
     "decision-codes": decision_codes.run,
     "memory": memory.run,
 }
 #: Comparisons another one already runs (so `all` leaves them out).
-INCLUDED = {"vela2", "decision-vision"}  # in decisions
+INCLUDED = {"sparrow", "vela2", "decision-vision"}  # in decisions
 #: Comparisons that build their own packages and need none of the default ones.
 STANDALONE = {"vela2", "decision-vision"}
 

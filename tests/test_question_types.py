@@ -73,3 +73,24 @@ def test_vector_answers_and_invalid_outputs() -> None:
     assert isinstance(span, Question)
     with pytest.raises(ValueError):
         answer(span, [0.5, 0.5])  # a span is not read from one vector over options
+
+
+def test_repeated_questions_are_parsed_once_and_owned_by_the_cache() -> None:
+    raw = {"type": "choice", "instructions": {"ask": ["Which team?"]}, "criteria": {"a": None, "b": "bugs"}}
+    first = parse_question("q", raw)
+    assert parse_question("q", dict(raw)) is first  # equal JSON: the cached parse
+    raw["instructions"]["ask"].append("mutated after parsing")  # the request's own objects
+    assert isinstance(first, Question) and first.instructions == {"ask": ["Which team?"]}
+    again = parse_question("q", raw)
+    assert again is not first and isinstance(again, Question) and again.instructions == raw["instructions"]
+    assert parse_question("other id", {"type": "choice", "criteria": {"a": None, "b": None}}).id == "other id"
+    reordered = parse_question("q", {"type": "choice", "criteria": {"b": "bugs", "a": None},
+                                     "instructions": {"ask": ["Which team?"]}})
+    assert isinstance(reordered, Question) and [o.key for o in reordered.options] == ["b", "a"]
+
+
+def test_questions_that_are_not_plain_json_are_parsed_and_refused_uncached() -> None:
+    q = parse_question("q", {"type": "noul", "instructions": "broken \ud800"})
+    assert isinstance(q, InvalidQuestion) and "surrogate" in q.message
+    long = parse_question("q", {"type": "noul", "instructions": "x " * 4096})
+    assert isinstance(long, Question) and parse_question("q", {"type": "noul", "instructions": "x " * 4096}) is not long

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import orjson
 
 from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT, InvalidModelOutput
 from edge_runtime.questions import box, choice, noul, score, sets, span, track
@@ -37,8 +39,34 @@ REGISTRY: dict[str, QuestionType] = {
 QUESTION_TYPES: tuple[str, ...] = tuple(REGISTRY)
 
 
+#: Questions repeat across requests (a Router asks the same ones): parses of questions whose JSON is
+#: at most this long are kept, keyed by their ID and JSON, up to PARSED_QUESTIONS of them.
+PARSED_QUESTION_BYTES = 2048
+PARSED_QUESTIONS = 4096
+
+
 def parse_question(qid: str, raw: Any) -> Question | InvalidQuestion:
-    """One question of a request; a malformed one (whatever its shape) becomes an InvalidQuestion."""
+    """One question of a request; a malformed one (whatever its shape) becomes an InvalidQuestion.
+
+    Parses are deterministic, so a question seen before is answered from a bounded cache; the
+    cached question is parsed from its own copy of the JSON, and questions are immutable.
+    """
+    if isinstance(raw, dict):
+        try:
+            data = orjson.dumps(raw)
+        except TypeError:  # not plain JSON (e.g. unpaired surrogates): parsed, and refused, below
+            data = b""
+        if 0 < len(data) <= PARSED_QUESTION_BYTES:
+            return _parse_known(qid, data)
+    return _parse_or_invalid(qid, raw)
+
+
+@lru_cache(maxsize=PARSED_QUESTIONS)
+def _parse_known(qid: str, data: bytes) -> Question | InvalidQuestion:
+    return _parse_or_invalid(qid, orjson.loads(data))
+
+
+def _parse_or_invalid(qid: str, raw: Any) -> Question | InvalidQuestion:
     qtype = raw.get("type") if isinstance(raw, dict) else None
     given_type = qtype if isinstance(qtype, str) else None
     try:
