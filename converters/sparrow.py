@@ -240,6 +240,18 @@ class _Graph:
         o = self.l2norm(o, f"o{x}")
         return q3, o, self.node("ReduceMean", [o, "ax1"], f"om{x}", keepdims=1)
 
+    def features(self, s: str, q: str, o: str, om: str, x: str = "",
+                 given: tuple[str, str] | None = None) -> str:
+        """A question's option feature rows [1,K,6D]; ``given`` are its f_qo and f_o_om when the
+        question graph computed them."""
+        sq = self.node("Mul", [s, q], f"sq{x}")
+        f_so = self.node("Mul", [s, o], f"f_so{x}")
+        f_qo = given[0] if given else self.node("Mul", [q, o], f"f_qo{x}")
+        f_sqo = self.node("Mul", [sq, o], f"f_sqo{x}")
+        f_o_om = given[1] if given else self.node("Sub", [o, om], f"f_o_om{x}")
+        f_s_om_o = self.node("Mul", [self.node("Sub", [s, om], f"s_om{x}"), o], f"f_s_om_o{x}")
+        return self.node("Concat", [o, f_so, f_qo, f_sqo, f_o_om, f_s_om_o], f"features{x}", axis=-1)
+
     def scores(self, rows: str) -> str:
         """The MLP over option feature rows [1,R,6D]: logits [1,R,1]."""
         h = self.gelu(self.node("Add", [self.node("MatMul", [rows, "w0"], "mm0"), "b0"], "h0"), "g0")
@@ -289,15 +301,7 @@ def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.Mod
     q, o = g.question_pools()
     s = g.state_unit(state)
     q, o, om = g.question_units(q, o)
-    sq = g.node("Mul", [s, q], "sq")
-    feats = g.node("Concat", [
-        o,
-        g.node("Mul", [s, o], "f_so"),
-        g.node("Mul", [q, o], "f_qo"),
-        g.node("Mul", [sq, o], "f_sqo"),
-        g.node("Sub", [o, om], "f_o_om"),
-        g.node("Mul", [g.node("Sub", [s, om], "s_om"), o], "f_s_om_o"),
-    ], "features", axis=-1)                                                                             # [1,K,6D]
+    feats = g.features(s, q, o, om)
     g.node("Squeeze", [g.scores(feats), "ax_last"], "logits")                                         # [1,K]
     g.probs("logits", g.node("Gather", ["temperature", "kind"], "kind_temperature"))
     inputs = [helper.make_tensor_value_info("state_ids", _I64, [1, "S"]), *_question_inputs()]
@@ -333,18 +337,7 @@ def build_answer_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray], ques
     g = _Graph(cfg, weights)
     s = g.state_unit(g.state_mean())
     xs = [f"_{i}" for i in range(questions)]
-    feats = []
-    for x in xs:
-        o = f"o_unit{x}"
-        sq = g.node("Mul", [s, f"q3{x}"], f"sq{x}")
-        feats.append(g.node("Concat", [
-            o,
-            g.node("Mul", [s, o], f"f_so{x}"),
-            f"f_qo{x}",
-            g.node("Mul", [sq, o], f"f_sqo{x}"),
-            f"f_o_om{x}",
-            g.node("Mul", [g.node("Sub", [s, f"om{x}"], f"s_om{x}"), o], f"f_s_om_o{x}"),
-        ], f"features{x}", axis=-1))                                                                    # [1,K,6D]
+    feats = [g.features(s, f"q3{x}", f"o_unit{x}", f"om{x}", x, given=(f"f_qo{x}", f"f_o_om{x}")) for x in xs]
     rows = feats[0] if questions == 1 else g.node("Concat", feats, "features", axis=1)             # [1,sum K,6D]
     logits = g.node("Squeeze", [g.scores(rows), "ax_last"], "logits_0" if questions == 1 else "logits_rows")
     if questions > 1:  # back to one [1,K] per question

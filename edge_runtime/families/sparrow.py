@@ -353,7 +353,7 @@ class SparrowFamily:
         question = rng.integers(5, self._vocab_size, size=max(1, length)).tolist()
         options = [rng.integers(5, self._vocab_size, size=int(n)).tolist() for n in rng.integers(1, 9, size=3)]
         row = self.text.feeds((), question, options, int(rng.integers(0, len(KINDS))))
-        return SparrowRow({**row.feeds, "state_ids": self._probe_state}, row.tokens + 24)
+        return SparrowRow({**row.feeds, "state_ids": self._probe_state}, row.tokens + self._probe_state.shape[1])
 
     def warm(self) -> None:
         """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
