@@ -300,10 +300,23 @@ def _server_times(target: Target, bodies: list[bytes]) -> list[float]:
     return out
 
 
+def shipped_threads() -> int:
+    """sparrow-nano's intra-op threads as models.yaml ships it (1): the bench serves what a user runs.
+
+    On this graph a pool costs more than it parallelises (ad hoc, interleaved, 2026-12-04: 1 thread
+    answered p50 1.09x faster than 2, answers identical); the package's server is numpy, whose
+    BLAS runs these sizes on one thread whatever its cap.
+    """
+    import yaml
+
+    models = yaml.safe_load((ROOT / "models.yaml").read_text())["models"]
+    return int(next(m for m in models if m["name"] == PACKAGE).get("threads", 1))
+
+
 def run(lab: Lab) -> list[Table]:
     """Start both servers, check they agree, time them in interleaved rounds; three tables."""
     settings = lab.settings
-    ours_server = ServerProcess(settings.packages / PACKAGE, "fp32", settings.threads, name=PACKAGE,
+    ours_server = ServerProcess(settings.packages / PACKAGE, "fp32", shipped_threads(), name=PACKAGE,
                                 log_dir=lab.log_dir)
     theirs_server = DeciderServer(settings.threads, lab.log_dir)
     try:
@@ -391,7 +404,9 @@ def latency_table(results: Mapping[str, Result], rounds: int) -> Table:
         ["Client wall time from the request to the decoded JSON body, one client. The server's own ms: our "
          "Server-Timing total; its `latency_ms` (Decider.ask alone, no HTTP).",
          "The package's server speaks HTTP/1.0 and closes every connection, so each of its requests "
-         "includes a TCP connect; ours keeps the connection alive."],
+         "includes a TCP connect; ours keeps the connection alive.",
+         f"Ours is served as models.yaml ships sparrow-nano: {shipped_threads()} intra-op thread(s) "
+         "(a pool costs more than it parallelises on this graph); the package's BLAS is capped at --threads."],
     )
 
 
