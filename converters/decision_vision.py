@@ -53,6 +53,7 @@ from converters.decision_codes import (
 )
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.graph_files import EXTERNAL_DATA_BYTES, gather_graph
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
@@ -100,6 +101,9 @@ class DecisionVisionOptions(PackageIdentity):
     #: The parity check's bound on hidden states (and state-once vs the whole sequence); None is
     #: HIDDEN_TOLERANCE. A deep random-weight subject needs it loosened (bench/decision_vision.py).
     parity_tolerance: float | None = None
+    #: Graphs over this many bytes keep their weights in one ``<graph>.onnx.data`` file beside them
+    #: (a 2B's text core is ~6 GB, past protobuf's 2 GB).
+    external_data_above: int = EXTERNAL_DATA_BYTES
 
 
 # ---- the two graphs ------------------------------------------------------------------------
@@ -540,13 +544,15 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
         work = Path(tmp)
         with Step(f"exporting the vision core and the text core (TorchScript, opset {OPSET})") as s:
             vision_path, text_path, shapes = export_graphs(model, work / "onnx")
+            graph_files = [*gather_graph(vision_path, opts.external_data_above),
+                           *gather_graph(text_path, opts.external_data_above)]
         timings["export"] = s.seconds
         np.save(work / "onnx" / "embeddings.npy", np.ascontiguousarray(embeddings))
         head = {READOUT: readout}
         if box_readout is not None:
             head[BOX_READOUT] = box_readout
         files: dict[str, Path | bytes] = {
-            "model.onnx": text_path, "vision.onnx": vision_path, "embeddings.npy": work / "onnx" / "embeddings.npy",
+            **{f.name: f for f in graph_files}, "embeddings.npy": work / "onnx" / "embeddings.npy",
             "tokenizer.json": tok.to_str().encode("utf-8"), "head.npz": _npz_bytes(head),
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
@@ -743,16 +749,21 @@ def build_fixture_source(d: Path, seed: int = 0, deepstack: Sequence[int] = (),
     return d
 
 
-def build_decision_vision_fixture_result(out: Path, seed: int = 0, deepstack: Sequence[int] = (),
-                                         source_dir: Path | None = None, **options: Any) -> ExportResult:
-    """Build the fixture package at ``out``; ``source_dir`` keeps the Hugging Face source there."""
+def fixture_options(seed: int = 0, deepstack: Sequence[int] = (), **options: Any) -> DecisionVisionOptions:
+    """The fixture package's options; ``options`` override them."""
     fields = {"name": f"fixture-{KIND}" + ("-deepstack" if deepstack else ""),
               "description": f"Tiny random-weight Qwen3-VL {KIND} fixture (seed {seed}); for tests, not a real model",
               "version": "0.0.1", "release_date": "2025-01-01", "license": "Apache-2.0",
               "source_name": f"edge-runtime fixture qwen3-vl-tiny (seed {seed})",
               "max_input_tokens": 1024, "video_max_pixels": 64 * 64, "video_max_tokens": 256,
               "box_video_max_seconds": 3.0, **options}
-    opts = DecisionVisionOptions(**fields)
+    return DecisionVisionOptions(**fields)
+
+
+def build_decision_vision_fixture_result(out: Path, seed: int = 0, deepstack: Sequence[int] = (),
+                                         source_dir: Path | None = None, **options: Any) -> ExportResult:
+    """Build the fixture package at ``out``; ``source_dir`` keeps the Hugging Face source there."""
+    opts = fixture_options(seed, deepstack, **options)
     if source_dir is not None:
         return export_decision_vision(build_fixture_source(Path(source_dir), seed, deepstack), Path(out), opts)
     with tempfile.TemporaryDirectory(prefix="er-fixture-") as tmp:

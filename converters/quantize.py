@@ -33,6 +33,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from converters.graph_files import save_graph
 from converters.readout import cosine, pool, sigmoid, softmax
 from converters.verify import Row
 
@@ -43,8 +44,6 @@ ACTIVATION_EPS = 1e-8
 #: uint8 activations with zero point 128 take ONNX Runtime's fast U8S8 (VNNI) kernel; signed int8
 #: activations gave the same answers 2.7x slower (feasibility note).
 ACTIVATION_ZERO_POINT = 128
-#: Graphs above this are saved with their weights in an external data file (protobuf's 2 GB cap).
-_EXTERNAL_DATA_BYTES = 1_800_000_000
 
 
 def variant_file(variant: str) -> str:
@@ -235,13 +234,7 @@ def quantize_int8_exact(src: Path, dst: Path) -> Path:
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
     dst = Path(dst)
-    for stale in (dst, dst.with_name(dst.name + ".data")):
-        stale.unlink(missing_ok=True)
-    if model.ByteSize() > _EXTERNAL_DATA_BYTES:
-        onnx.save(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=dst.name + ".data", size_threshold=1024)
-    else:
-        onnx.save(model, str(dst))
+    save_graph(model, dst)
     return dst
 
 
