@@ -26,12 +26,17 @@ def save_graph(model: onnx.ModelProto, dst: Path, external_above: int = EXTERNAL
     dst = Path(dst)
     for stale in (dst, data_file(dst)):
         stale.unlink(missing_ok=True)
-    if model.ByteSize() > external_above:
+    if _weight_bytes(model) > external_above:
         onnx.save(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
                   location=data_file(dst).name, size_threshold=1024)
         return [dst, data_file(dst)]
     onnx.save(model, str(dst))
     return [dst]
+
+
+def _weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of a graph's weights (ModelProto.ByteSize() itself fails past 2 GB)."""
+    return sum(len(t.raw_data) or t.ByteSize() for t in model.graph.initializer)
 
 
 def gather_graph(path: Path, external_above: int = EXTERNAL_DATA_BYTES) -> list[Path]:
