@@ -429,3 +429,57 @@ def test_a_card_placing_images_in_questions_is_not_served(card: dict[str, Any], 
     with pytest.raises(ValueError, match="image_placements"):
         DecisionVisionFamily(read_package(promised))
     assert DecisionVisionFamily(read_package(card["path"])).describe()["image_placements"] == ["state"]
+
+
+# ---- hostile media in bounded memory ---------------------------------------------------------
+
+
+def _memory_kib(pid: int) -> dict[str, int]:
+    """The process's resident set now (VmRSS) and its peak since the last reset (VmHWM), in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return {key: int(fields[key].split()[0]) for key in ("VmRSS", "VmHWM")}
+
+
+def _reset_peak(pid: int) -> None:
+    """Make VmHWM start again from the current VmRSS (Linux: ``5`` in clear_refs)."""
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as refs:
+        refs.write("5")
+
+
+def test_hostile_media_are_refused_in_bounded_memory(server: Server) -> None:
+    """Every hostile input, twice over, moves the server's peak resident memory by a few MiB.
+
+    Measured (2026-12-04, the fixture package): peak +2.0 MiB over the baseline, +0.1 MiB from the
+    first round to the second; the slowest refusal (the WebP bomb) 33 ms. The bound, 16 MiB, is 8x
+    that and still below every claim: the bombs claim 2 * 10^7, 2.7 * 10^8 and 10^10 pixels (19 MiB,
+    256 MiB and 9.3 GiB as 8-bit grey, three times that in RGB) and the MP4 ten hours (360,000 frames
+    of 64 x 48, 3.1 GiB in RGB), so decoding any claim would break it, most by orders of magnitude.
+    Normal image and video requests go first, so that the decoders' own code and buffers are in the
+    baseline; refusal times are printed, not asserted (they depend on the machine's load).
+    """
+    import time
+
+    pid = server.proc.pid
+    still_serving(server)
+    answered(server, {"state": "s", "videos": [video_url(encode_video("mp4", 1.0, 10, (64, 48)))], "questions": NOUL})
+    bodies = {case: {"state": "s", member: [make()], "questions": NOUL}
+              for case, (make, member, _, _) in HOSTILE.items()}
+    baseline = _memory_kib(pid)["VmRSS"]
+    _reset_peak(pid)
+    seconds: dict[str, float] = {}
+    after_round = []
+    for _ in range(2):
+        for case, body in bodies.items():
+            started = time.perf_counter()
+            assert post(server, body).status_code == 400, case
+            seconds[case] = max(seconds.get(case, 0.0), time.perf_counter() - started)
+        after_round.append(_memory_kib(pid)["VmRSS"])
+    still_serving(server)
+    peak = _memory_kib(pid)["VmHWM"]
+    print(f"\nbaseline {baseline} KiB, peak +{peak - baseline} KiB, after each round "
+          f"{[rss - baseline for rss in after_round]} KiB; slowest refusals (s): "
+          + ", ".join(f"{case} {s:.3f}" for case, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:4]))
+    assert peak - baseline < 16 * 1024, (baseline, peak)
+    assert after_round[1] - after_round[0] < 8 * 1024, after_round  # a second round leaks nothing of note
+
