@@ -16,8 +16,10 @@ readout is the LM-head rows of the code tokens in head.npz, as decision-codes ex
 
 Qwen3-VL with ``deepstack_visual_indexes: []`` is the Qwen3.5 vision tower (same tensors, same
 outputs); Qwen3.5's gated-delta-net text layers need transformers 5 and do not export at opset 18,
-so a Qwen3.5 checkpoint is refused here. Qwen2.5-VL does not fit these graphs (window attention
-and a learned-position-free tower with absolute-time M-RoPE) and is refused with that reason.
+so a Qwen3.5 checkpoint is refused here. Qwen2.5-VL is refused too: it needs a third vision-core
+variant (window permutation and block-diagonal bias, no position table), sectioned M-RoPE without
+q/k norms in the text core, and time-scaled video positions without timestamp text; measured, each
+fits the two-graph design, but none is written yet (docs/packages.md, "Qwen2.5-VL").
 
 Verification, recorded in the card, refused above tolerance: the last-position hidden state of
 the server's own path (numpy processor, vision core per block, text core, state once with the
@@ -465,7 +467,10 @@ def _load(src_dir: Path) -> Any:
     except Exception as e:  # noqa: BLE001
         raise ConversionError(f"{src_dir}: cannot read config.json: {str(e).strip().splitlines()[0]}") from None
     if config.model_type != "qwen3_vl":
-        why = {"qwen2_5_vl": "its window-attention tower and absolute-time M-RoPE do not fit the grid-free graphs",
+        why = {"qwen2_5_vl": "not exported yet: its window-attention tower needs a window permutation and a"
+                             " block-diagonal bias fed to the vision graph, its text layers sectioned M-RoPE"
+                             " without q/k norms, its videos time-scaled positions without timestamp text;"
+                             " docs/packages.md, Qwen2.5-VL",
                "qwen2_vl": "its tower has no position table and reads absolute-time M-RoPE",
                "qwen3_5": "its gated-delta-net text layers need transformers 5 and do not export at opset 18"}
         raise ConversionError(f"{src_dir}: model type {config.model_type!r} is not exported as {KIND}"

@@ -116,11 +116,16 @@ def test_fixture_tokenizer_splits_digits_and_reads_codes_as_one_token(family) ->
 
 
 def test_conversion_refuses_models_that_do_not_fit_the_graphs(tmp_path) -> None:
+    from transformers import Qwen2_5_VLConfig
+
     src = tmp_path / "qwen25"
-    src.mkdir()
-    (src / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
-    with pytest.raises(ConversionError, match="window-attention"):
+    Qwen2_5_VLConfig().save_pretrained(src)  # config.json as a Qwen2.5-VL checkpoint has it
+    with pytest.raises(ConversionError, match="window-attention") as refused:
         export_decision_vision(src, tmp_path / "out", DecisionVisionOptions())
+    # the message names what is missing and where it is written down
+    for what in ("'qwen2_5_vl'", "window permutation", "block-diagonal bias", "sectioned M-RoPE",
+                 "without timestamp text", "docs/packages.md"):
+        assert what in str(refused.value), what
     assert not (tmp_path / "out").exists()
 
 

@@ -429,3 +429,114 @@ def test_a_card_placing_images_in_questions_is_not_served(card: dict[str, Any], 
     with pytest.raises(ValueError, match="image_placements"):
         DecisionVisionFamily(read_package(promised))
     assert DecisionVisionFamily(read_package(card["path"])).describe()["image_placements"] == ["state"]
+
+
+# ---- hostile media in bounded memory ---------------------------------------------------------
+
+
+def _memory_kib(pid: int) -> dict[str, int]:
+    """The process's resident set now (VmRSS) and its peak since the last reset (VmHWM), in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return {key: int(fields[key].split()[0]) for key in ("VmRSS", "VmHWM")}
+
+
+def _reset_peak(pid: int) -> None:
+    """Make VmHWM start again from the current VmRSS (Linux: ``5`` in clear_refs)."""
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as refs:
+        refs.write("5")
+
+
+def test_hostile_media_are_refused_in_bounded_memory(server: Server) -> None:
+    """Every hostile input, twice over, moves the server's peak resident memory by a few MiB.
+
+    Measured (2026-12-04, the fixture package): peak +2.0 MiB over the baseline, +0.1 MiB from the
+    first round to the second; the slowest refusal (the WebP bomb) 33 ms. The bound, 16 MiB, is 8x
+    that and still below every claim: the bombs claim 2 * 10^7, 2.7 * 10^8 and 10^10 pixels (19 MiB,
+    256 MiB and 9.3 GiB as 8-bit grey, three times that in RGB) and the MP4 ten hours (360,000 frames
+    of 64 x 48, 3.1 GiB in RGB), so decoding any claim would break it, most by orders of magnitude.
+    Normal image and video requests go first, so that the decoders' own code and buffers are in the
+    baseline; refusal times are printed, not asserted (they depend on the machine's load).
+    """
+    import time
+
+    pid = server.proc.pid
+    still_serving(server)
+    answered(server, {"state": "s", "videos": [video_url(encode_video("mp4", 1.0, 10, (64, 48)))], "questions": NOUL})
+    bodies = {case: {"state": "s", member: [make()], "questions": NOUL}
+              for case, (make, member, _, _) in HOSTILE.items()}
+    baseline = _memory_kib(pid)["VmRSS"]
+    _reset_peak(pid)
+    seconds: dict[str, float] = {}
+    after_round = []
+    for _ in range(2):
+        for case, body in bodies.items():
+            started = time.perf_counter()
+            assert post(server, body).status_code == 400, case
+            seconds[case] = max(seconds.get(case, 0.0), time.perf_counter() - started)
+        after_round.append(_memory_kib(pid)["VmRSS"])
+    still_serving(server)
+    peak = _memory_kib(pid)["VmHWM"]
+    print(f"\nbaseline {baseline} KiB, peak +{peak - baseline} KiB, after each round "
+          f"{[rss - baseline for rss in after_round]} KiB; slowest refusals (s): "
+          + ", ".join(f"{case} {s:.3f}" for case, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:4]))
+    assert peak - baseline < 16 * 1024, (baseline, peak)
+    assert after_round[1] - after_round[0] < 8 * 1024, after_round  # a second round leaks nothing of note
+
+
+# ---- System One: a question with an image this card does not place there fails the request -------------
+
+
+def test_systemone_question_images_unsupported_fails_the_request(server: Server) -> None:
+    """Under vllm-sr/5.0 (the process's schema here) a question whose instructions or options reference
+    an image, on a card that places images in the state only, fails the whole request: 422
+    question_failed, invalid_question, the first such question named and every one listed in
+    ``detail``; a /v1/systemone/batch request fails alone, as it would alone; in a batch under
+    ``states`` the failing entry is named."""
+    img = {"type": "image", "data_base64": _b64(test_image(32, 48, 46))}
+    body = {"model": "vision", "state": "A shop. <shared>", "assets": {"<shared>": img, "<own>": img, "<opt>": img},
+            "questions": {
+                "n": BODY_QUESTIONS["busy"],
+                "in_instructions": {"type": "noul", "instructions": "Does <own> show a receipt?"},
+                "in_options": {"type": "choice", "instructions": "Which picture is the receipt?",
+                               "criteria": {"this": "<opt>", "none": "neither"}}}}
+    r = server.client.post("/v1/systemone", json=body)
+    assert r.status_code == 422, r.text
+    alone = r.json()
+    validate_response("/v1/systemone", "post", 422, alone)
+    assert {k: alone[k] for k in ("code", "question_error", "reason", "question")} == {
+        "code": "question_failed", "question_error": "invalid_question", "reason": "question_images_unsupported",
+        "question": "in_instructions"}
+    assert [(issue["loc"], issue["type"]) for issue in alone["detail"]] == [
+        (["body", "questions", "in_instructions", "noul"], "question_images_unsupported"),
+        (["body", "questions", "in_options", "choice"], "question_images_unsupported")]
+    assert "image_placements: state" in alone["detail"][0]["msg"]
+    assert "error" not in alone  # the 4.0 form's wrapper is not in the 5.0 answer
+    # an image in an option alone is refused just the same
+    options_only = {**body, "assets": {"<shared>": img, "<opt>": img},
+                    "questions": {k: q for k, q in body["questions"].items() if k != "in_instructions"}}
+    r = server.client.post("/v1/systemone", json=options_only)
+    assert r.status_code == 422 and (r.json()["question"], r.json()["reason"]) == (
+        "in_options", "question_images_unsupported"), r.text
+    # the same request without the image in its questions is answered
+    fine = {**body, "assets": {"<shared>": img}, "questions": {"n": BODY_QUESTIONS["busy"]}}
+    r = server.client.post("/v1/systemone", json=fine)
+    assert r.status_code == 200 and r.json()["answers"]["n"]["type"] == "noul", r.text
+
+    r = server.client.post("/v1/systemone/batch", json={"requests": {"bad": body, "good": fine}})
+    assert r.status_code == 200, r.text
+    validate_response("/v1/systemone/batch", "post", 200, r.json())
+    responses = r.json()["responses"]
+    assert responses["bad"] == {**alone, "status": 422}
+    assert responses["good"]["answers"]["n"]["type"] == "noul"
+
+    batch = {"model": "vision", "assets": {"<own>": img}, "states": {
+        "plain": {"state": "A shop.", "questions": {"n": BODY_QUESTIONS["busy"]}},
+        "asks": {"state": "A shop.", "questions": {
+            "look": {"type": "noul", "instructions": "Does <own> show a receipt?"}}}}}
+    r = server.client.post("/v1/systemone", json=batch)
+    assert r.status_code == 422, r.text
+    validate_response("/v1/systemone", "post", 422, r.json())
+    assert {k: r.json()[k] for k in ("code", "question_error", "reason", "question", "state")} == {
+        "code": "question_failed", "question_error": "invalid_question", "reason": "question_images_unsupported",
+        "question": "look", "state": "asks"}
