@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import tempfile
 import warnings
@@ -578,10 +579,14 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
         timings["parity"] = s.seconds
         log(f"parity: hidden {verified.hidden:.3g}, probabilities {verified.probabilities:.3g}, "
             f"state-once {verified.state_once:.3g}, processor {verified.processor:.3g}")
+        architecture = (getattr(cfg, "architectures", None) or [type(model).__name__])[0]
+        # The torch weights are done with: free them before the golden cases load the graphs into
+        # ONNX Runtime again (at the 2B's shape, 7 GB of torch beside 7 GB of ONNX Runtime).
+        del model
+        gc.collect()
         goldens = {"fp32": _goldens(work / "onnx" / "model.onnx", tcfg)}
         files[VISION_GOLDEN] = _vision_golden(work / "onnx" / "vision.onnx", planner)
         files.update(notice_files(src_dir, opts))
-        architecture = (getattr(cfg, "architectures", None) or [type(model).__name__])[0]
         reference = (f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
                      f"{architecture} last-position hidden state and LM logits at the code tokens, "
                      "slow Qwen2VLImageProcessor")

@@ -7,12 +7,19 @@ ONNX Runtime reads a graph's external data relative to the graph file, so a pack
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
-from onnx.external_data_helper import uses_external_data
+from onnx import TensorProto
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 #: Graphs above this are saved with their weights in one external data file (protobuf's 2 GB cap).
 EXTERNAL_DATA_BYTES = 1_800_000_000
+#: Tensors under this many bytes stay inside the graph file (as onnx.save's size_threshold=1024).
+INLINE_TENSOR_BYTES = 1024
+#: Each tensor starts at a multiple of this in a gathered data file, so it can be mapped page-aligned.
+ALIGNMENT = 4096
+_CHUNK = 1 << 24
 
 
 def data_file(graph: Path) -> Path:
@@ -28,7 +35,7 @@ def save_graph(model: onnx.ModelProto, dst: Path, external_above: int = EXTERNAL
         stale.unlink(missing_ok=True)
     if _weight_bytes(model) > external_above:
         onnx.save(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=data_file(dst).name, size_threshold=1024)
+                  location=data_file(dst).name, size_threshold=INLINE_TENSOR_BYTES)
         return [dst, data_file(dst)]
     onnx.save(model, str(dst))
     return [dst]
@@ -43,18 +50,57 @@ def gather_graph(path: Path, external_above: int = EXTERNAL_DATA_BYTES) -> list[
     """Rewrite a graph on disk as save_graph would; returns its files (the graph first).
 
     torch.onnx writes a graph over 2 GB with one external file per weight; a package wants one. A
-    graph already in one file under ``external_above`` bytes is left as it is.
+    graph already in one file under ``external_above`` bytes is left as it is. The weights are
+    streamed from file to file, never loaded: a 2B's text core is 5.6 GB, and the converter still
+    holds the torch model (7 GB at that shape) for its parity checks.
     """
     path = Path(path)
-    head = onnx.load(str(path), load_external_data=False)
-    spread = sorted({e.value for t in head.graph.initializer if uses_external_data(t)
-                     for e in t.external_data if e.key == "location"})
+    model = onnx.load(str(path), load_external_data=False)  # inline tensors only: under 2 GB
+    spread = any(uses_external_data(t) for t in model.graph.initializer)
     if not spread and path.stat().st_size <= external_above:
         return [path]
-    del head
-    model = onnx.load(str(path))  # with its weights: the graph's size, once
-    written = save_graph(model, path, external_above)
-    for name in spread:
-        if path.parent / name not in written:
-            (path.parent / name).unlink(missing_ok=True)
-    return written
+    target = data_file(path)
+    partial = target.with_name(target.name + ".partial")
+    sources: set[Path] = set()
+    with open(partial, "wb") as out:
+        for tensor in model.graph.initializer:
+            external = uses_external_data(tensor)
+            if not external and len(tensor.raw_data) < INLINE_TENSOR_BYTES:
+                continue  # small, or held in typed fields rather than raw bytes: stays in the graph
+            out.write(b"\0" * (-out.tell() % ALIGNMENT))
+            offset = out.tell()
+            if external:
+                info = ExternalDataInfo(tensor)
+                source = path.parent / info.location
+                if source.resolve().parent != path.parent.resolve():
+                    raise ValueError(f"{path}: tensor {tensor.name!r} has its data outside the graph's directory")
+                sources.add(source)
+                with open(source, "rb") as f:
+                    f.seek(info.offset or 0)
+                    length = _copy(f, out, info.length)
+            else:
+                length = out.write(tensor.raw_data)
+                tensor.ClearField("raw_data")
+            del tensor.external_data[:]
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", target.name), ("offset", offset), ("length", length)):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+    onnx.save(model, str(path))
+    partial.replace(target)
+    for source in sources - {target}:
+        source.unlink()
+    return [path, target]
+
+
+def _copy(src: BinaryIO, dst: BinaryIO, length: int | None) -> int:
+    """Copy ``length`` bytes (None: to the end of ``src``) in chunks; returns how many were copied."""
+    copied = 0
+    while length is None or copied < length:
+        chunk = src.read(_CHUNK if length is None else min(_CHUNK, length - copied))
+        if not chunk:
+            if length is not None:
+                raise ValueError(f"external data ended {length - copied} bytes early")
+            break
+        copied += dst.write(chunk)
+    return copied
