@@ -438,10 +438,10 @@ def _verify_split_graphs(model_bytes: bytes, split: dict[str, bytes], text: Spar
     def session(name: str, data: bytes) -> GraphSession:
         return GraphSession(_session(data), Path(name), "cpu", 1)
 
+    single = session("model.onnx", model_bytes)
     answers = {n: session(_answer_file(n), split[_answer_file(n)]) for n in range(1, MAX_QUESTIONS_PER_RUN + 1)}
-    forward = SparrowForward(session(QUESTION_GRAPH, split[QUESTION_GRAPH]),
-                             SplitGraphs(session(QUESTION_GRAPH, split[QUESTION_GRAPH]), answers))
-    whole = SparrowForward(session("model.onnx", model_bytes))
+    forward = SparrowForward(single, SplitGraphs(session(QUESTION_GRAPH, split[QUESTION_GRAPH]), answers))
+    whole = SparrowForward(single)
     checked = 0
     for i, rows in enumerate(_split_check_requests(text, vocab_size)):
         for k, (got, want) in enumerate(zip(forward(rows), whole(rows))):
