@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -49,7 +48,7 @@ import numpy as np
 from bench.decisions import JsonClient, max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import WorkerProcess, serve_worker
+from bench.runners import WorkerProcess, offline_env, serve_worker, stay_offline
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 from bench.texts import sentences
@@ -276,7 +275,7 @@ def ensure_build(cache: Path, log_dir: Path) -> dict[str, Any]:
                            f"({mem_available() / 1024**3:.1f} GiB available)")
     command = [sys.executable, "-m", "bench.decision_codes", "build", "--out", str(cache), "--layers", str(fit)]
     print(f"building the decision-codes packages ({fit} layers) into {cache}: {' '.join(command[1:])}", flush=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = offline_env()
     with open(log_dir / "decision-codes-build.log", "wb") as log:
         done = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
     built = read_build(cache)
@@ -732,9 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--package", type=Path, required=True, help="the state-once package (its graph runs both rows)")
     e.add_argument("--graph", default="model.onnx", help=f"the package's graph file (model.onnx, {INT8_FILE})")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    stay_offline()
     if args.command == "build":
         return _build_main(args)
     return _worker_main(args)

