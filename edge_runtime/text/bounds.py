@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from edge_runtime.text.ascii_words import AsciiWords
 from edge_runtime.text.cuts import Cutter, lookback_for
 from edge_runtime.text.longwords import MIN_SPACE_RUN, LongWords
 from edge_runtime.text.probe import ProbeReport, probe_cuts
@@ -76,6 +77,8 @@ class BudgetReader:
         # A word with no boundary in it is handed to the tokenizer whole; for WordPiece a long
         # ASCII one is read at the cost of its ends (edge_runtime.text.longwords), None otherwise.
         self._long_words = LongWords.for_tokenizer(tokenizer)
+        # Short ASCII texts of BERT WordPiece tokenizers: ids a cached word at a time, None otherwise.
+        self._ascii_words = AsciiWords.for_tokenizer(tokenizer)
 
     def report(self) -> ProbeReport:
         """The probe's findings, probing on the first call (once per distinct tokenizer)."""
@@ -115,6 +118,9 @@ class BudgetReader:
         tokenized without them (a third of the cost of a few-hundred-character text).
         """
         if max(need, 1) * PREFIX_CHARS_PER_TOKEN + PREFIX_EXTRA_CHARS >= len(text):
+            fast = self._ascii_words.ids(text) if self._ascii_words is not None else None
+            if fast is not None:
+                return fast[:need], len(fast) > need
             if self._long_words is not None and len(text) >= MIN_SPACE_RUN:
                 text = self._long_words.shorten(text).text  # same ids, long runs cut short
             # encode_batch_fast: no offsets tracked, and the GIL is released while it works

@@ -1,0 +1,107 @@
+"""The ids of short ASCII texts for BERT WordPiece tokenizers, a word at a time from a cache.
+
+On printable ASCII (and tab, newline, carriage return) a BERT tokenizer's pipeline is simple
+enough to write down exactly:
+
+- ``BertNormalizer``: ``clean_text`` turns the three white-space controls into spaces and removes
+  no printable character; ``lowercase`` is ``str.lower``; accents and CJK spacing leave ASCII as it
+  is.
+- ``BertPreTokenizer``: words are the maximal runs of letters and digits, every ASCII punctuation
+  character is a word of its own, and white space only separates.
+- ``WordPiece`` reads each word alone, so a word's ids never depend on its neighbours.
+
+So the ids of such a text are the concatenated ids of its words, and a word's ids come from the
+tokenizer's own model (``tokenizer.model.tokenize``), cached: the Router's states repeat their
+vocabulary, and a hit costs a dictionary lookup where the whole pipeline costs ~2 us a token
+(normalizing with alignments). Texts that hold anything else (other characters, an added token's
+text) are left to the tokenizer. :meth:`AsciiWords.for_tokenizer` accepts only the exact pipeline
+above, then checks itself against the tokenizer on a sample before it is used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from tokenizers import Tokenizer
+
+# Texts longer than this go to the tokenizer, which releases the GIL on them (text.bounds).
+MAX_CHARS = 4096
+MAX_CACHED_WORDS = 32768  # the cache is emptied when full: hot words come back at once
+MAX_CACHED_WORD_CHARS = 48  # longer words are rare and would only crowd the cache
+
+# Anything but printable ASCII and the white space clean_text maps to a space.
+_OTHER = re.compile(r"[^\t\n\r\x20-\x7e]")
+_WORDS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9\s]")
+
+# Texts the pipeline is checked on at construction: every printable character, long and unknown
+# words, white space of each kind, digits against letters.
+_SAMPLE = (
+    "".join(chr(c) for c in range(0x20, 0x7F)),
+    "Hello, World! It's 3:45pm -- e-mail me at a.b@c.com (or don't).\tTabs\nand\r\nnewlines.",
+    "UNAFFABLE unaffable Unaffable x" + "y" * 120 + " z " + "q" * 101 + " " + "w" * 99,
+    "   leading and trailing   ",
+    "a1b2c3 123456789 3.14159 $100,000 #hashtag @user [brackets] {braces} <angle> ~tilde `tick`",
+    "",
+)
+
+
+def _is_bert_wordpiece(spec: dict[str, Any]) -> bool:
+    normalizer = spec.get("normalizer") or {}
+    return (
+        normalizer.get("type") == "BertNormalizer"
+        and normalizer.get("clean_text") is True
+        and (spec.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer"
+        and (spec.get("model") or {}).get("type") == "WordPiece"
+        and spec.get("truncation") is None
+        and spec.get("padding") is None
+    )
+
+
+class AsciiWords:
+    """Exact ``encode(text, add_special_tokens=False).ids`` for short ASCII texts, a word at a time."""
+
+    def __init__(self, tokenizer: Tokenizer, lowercase: bool) -> None:
+        self._tokenizer = tokenizer
+        self._lowercase = lowercase
+        # An added token's text anywhere in a text sends it to the tokenizer (it matches added
+        # tokens before normalizing, and some after): compared both as written and lowercased.
+        self._added = tuple({form for token in tokenizer.get_added_tokens_decoder().values()
+                             for form in (token.content, token.content.lower())})
+        self._words: dict[str, tuple[int, ...]] = {}
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Tokenizer) -> AsciiWords | None:
+        """The fast path for a BERT WordPiece tokenizer that agrees with it on the sample; else None."""
+        spec = json.loads(tokenizer.to_str())
+        if not _is_bert_wordpiece(spec):
+            return None
+        words = cls(tokenizer, bool(spec["normalizer"].get("lowercase")))
+        for text in _SAMPLE:
+            if words.ids(text) != tokenizer.encode(text, add_special_tokens=False).ids:
+                return None
+        words._words.clear()
+        return words
+
+    def ids(self, text: str) -> list[int] | None:
+        """The text's ids (no specials), or None when the text is not one this path reads."""
+        if len(text) > MAX_CHARS or not text.isascii() or _OTHER.search(text):
+            return None
+        lowered = text.lower()
+        if self._added and any(form in text or form in lowered for form in self._added):
+            return None
+        if self._lowercase:
+            text = lowered
+        cache = self._words
+        out: list[int] = []
+        for word in _WORDS.findall(text):
+            ids = cache.get(word)
+            if ids is None:
+                ids = tuple(token.id for token in self._tokenizer.model.tokenize(word))
+                if len(word) <= MAX_CACHED_WORD_CHARS:
+                    if len(cache) >= MAX_CACHED_WORDS:
+                        cache.clear()
+                    cache[word] = ids
+            out += ids
+        return out
