@@ -74,10 +74,11 @@ def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool, m
         if not access_log.enabled():
             return
         body = getattr(response, "body", None)
+        timing = getattr(request.ctx, "timing", None)
         access_log.write(access_log.access_record(
             rid, request.method, request.path, getattr(request.ctx, "model", None), response.status,
             int(getattr(request.ctx, "bytes_in", 0)), len(body) if body else 0,
-            response.headers.get("server-timing"),
+            timing.milliseconds() if timing is not None else {},
         ))
 
     app.register_middleware(identify_and_authorize, "request", priority=100)

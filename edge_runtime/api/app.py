@@ -104,6 +104,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
 
         async def route(request: Request) -> HTTPResponse:
             timing = Timing()
+            request.ctx.timing = timing  # the access line's phases
             started = time.perf_counter()
             status = 500
             try:
