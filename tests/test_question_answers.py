@@ -128,3 +128,38 @@ def test_span_answer_and_body_order() -> None:
     assert [s["start"] for s in body["spans"]["contacts"]] == [71, 95]
     assert body["thresholds"] == {"contacts": 0.65}
     assert DecisionAnswers().body() == {"answers": {}}
+
+
+def _float32_distributions(n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Softmax outputs as a graph returns them (float32), with ties, zeros and one-hot cases."""
+    x = rng.normal(size=n).astype(np.float32)
+    e = np.exp(x - x.max())
+    tied = np.ones(n, dtype=np.float32) / n
+    one_hot = np.zeros(n, dtype=np.float32)
+    one_hot[n // 2] = 1.0
+    peaked = np.full(n, 1e-7, dtype=np.float32)
+    peaked[[0, n - 1]] = 0.5
+    return [(e / e.sum()).astype(np.float32), tied, one_hot, peaked]
+
+
+def test_choice_and_score_readouts_are_the_numpy_formulas_bit_for_bit() -> None:
+    """The readouts read plain floats where that is exact (max, first argmax, the values); every
+    answer must still equal the formulas computed in numpy throughout, to the last bit."""
+    rng = np.random.default_rng(13)
+    for n in [*range(2, 12), 37, 128, 255]:
+        keys = [f"k{i}" for i in range(n)]
+        for probs in _float32_distributions(n, rng):
+            p = probs.astype(np.float64) / probs.astype(np.float64).sum()
+            got = choice_answer(keys, probs)
+            assert got["choice"] == keys[int(np.argmax(p))]
+            assert got["confidence"] == min(1.0, max(0.0, (float(p.max()) - 1.0 / n) / (1.0 - 1.0 / n)))
+            assert got["probabilities"] == {k: float(x) for k, x in zip(keys, p)}
+            if n > 10:
+                continue
+            levels = np.arange(n, dtype=np.float64)
+            mad_unif = float(np.abs(levels - (n - 1) / 2.0).sum() / n)
+            spread = float((p * np.abs(levels - int(np.argmax(p)))).sum())
+            scored = score_answer([f"level {i}" for i in range(n)], probs)
+            assert scored["score"] == float((levels * p).sum())
+            assert scored["confidence"] == min(1.0, max(0.0, 1.0 - spread / mad_unif))
+            assert scored["probabilities"] == {str(i): float(x) for i, x in enumerate(p)}

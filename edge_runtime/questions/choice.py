@@ -26,24 +26,26 @@ def parse(qid: str, raw: dict[str, Any], instructions: Json | None, preset: str 
     return Question(qid, "choice", instructions, options, preset=preset)
 
 
-def confidence(p: np.ndarray) -> float:
+def confidence(p: np.ndarray | Sequence[float]) -> float:
     """(p_max - 1/n) / (1 - 1/n), clipped to [0, 1] against rounding; 1 for a single option."""
-    n = p.shape[0]
+    n = len(p)
     if n == 1:
         return 1.0
-    c = (float(p.max()) - 1.0 / n) / (1.0 - 1.0 / n)
+    c = (float(max(p)) - 1.0 / n) / (1.0 - 1.0 / n)
     return min(1.0, max(0.0, c))
 
 
 def choice_answer(keys: Sequence[str], probs: np.ndarray | Sequence[float],
                   abstain_probability: float | None = None) -> dict[str, Any]:
     """A Choice answer: the most likely key (the first on ties), its confidence, probabilities."""
-    p = distribution(probs, len(keys))
+    # One distribution in numpy, then plain floats: max and index are exact, and a handful of
+    # options cost less as a list than as numpy calls.
+    p = distribution(probs, len(keys)).tolist()
     answer: dict[str, Any] = {
         "type": "choice",
-        "choice": keys[int(np.argmax(p))],  # argmax returns the first of equal maxima
+        "choice": keys[p.index(max(p))],  # the first of equal maxima
         "confidence": confidence(p),
-        "probabilities": {k: float(x) for k, x in zip(keys, p)},
+        "probabilities": dict(zip(keys, p)),
     }
     if abstain_probability is not None:
         answer["abstain_probability"] = float(abstain_probability)

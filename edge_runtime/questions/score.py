@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -40,16 +41,31 @@ def parse(qid: str, raw: dict[str, Any], instructions: Json | None, preset: str 
     return Question(qid, "score", instructions, tuple(options), preset=preset)
 
 
+@lru_cache(maxsize=MAX_LEVELS)
+def _levels(n: int) -> tuple[np.ndarray, float, tuple[str, ...]]:
+    """Levels 0..n-1 as float64, MAD_unif for n levels, and the levels' keys "0".."n-1"."""
+    levels = np.arange(n, dtype=np.float64)
+    levels.flags.writeable = False
+    return levels, float(np.abs(levels - (n - 1) / 2.0).sum() / n), tuple(str(i) for i in range(n))
+
+
+@lru_cache(maxsize=MAX_LEVELS * MAX_LEVELS)
+def _distances(n: int, mode: int) -> np.ndarray:
+    """|i - mode| over levels 0..n-1, float64."""
+    out = np.abs(_levels(n)[0] - mode)
+    out.flags.writeable = False
+    return out
+
+
 def confidence(p: np.ndarray) -> float:
     """max(0, 1 - sum_i p_i |i - m| / MAD_unif), m the most likely level; 1 for a single level."""
     n = p.shape[0]
     if n == 1:
         return 1.0
-    levels = np.arange(n, dtype=np.float64)
-    mode = int(np.argmax(p))
-    mad_unif = float(np.abs(levels - (n - 1) / 2.0).sum() / n)
-    spread = float((p * np.abs(levels - mode)).sum())
-    return min(1.0, max(0.0, 1.0 - spread / mad_unif))
+    values = p.tolist()
+    mode = values.index(max(values))  # argmax: the first of equal maxima
+    spread = float((p * _distances(n, mode)).sum())
+    return min(1.0, max(0.0, 1.0 - spread / _levels(n)[1]))
 
 
 def legend_text(value: Any) -> str:
@@ -62,13 +78,13 @@ def legend_text(value: Any) -> str:
 def score_answer(legend: Sequence[str], probs: np.ndarray | Sequence[float]) -> dict[str, Any]:
     """A Score answer over levels 0..n-1: expected level, confidence, legend, probabilities."""
     p = distribution(probs, len(legend))
-    keys = [str(i) for i in range(p.shape[0])]
+    levels, _, keys = _levels(p.shape[0])
     return {
         "type": "score",
-        "score": float((np.arange(p.shape[0], dtype=np.float64) * p).sum()),
+        "score": float((levels * p).sum()),
         "confidence": confidence(p),
         "legend": dict(zip(keys, legend)),
-        "probabilities": {k: float(x) for k, x in zip(keys, p)},
+        "probabilities": dict(zip(keys, p.tolist())),
     }
 
 
