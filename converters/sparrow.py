@@ -41,6 +41,8 @@ from edge_runtime.families.sparrow import (
     KINDS,
     OUTPUTS,
     QUESTION_TENSORS,
+    ROW_TENSORS,
+    SPLIT_LAYOUT,
     SparrowForward,
     SparrowRow,
     SparrowText,
@@ -223,34 +225,32 @@ class _Graph:
     def state_unit(self, mean: str) -> str:
         return self.node("Unsqueeze", [self.l2norm(mean, "s"), "ax1"], "s3")                              # [1,1,D]
 
-    def question_pools(self, x: str = "") -> tuple[str, str]:
+    def question_pools(self) -> tuple[str, str]:
         """A question's pooled vector (with its kind) [1,D] and its options' means [1,K,D]."""
-        q = self.node("ReduceMean", [self.lookup(f"question_ids{x}", f"question{x}"), "ax1"], f"question_mean{x}",
-                      keepdims=0)
-        q = self.node("Add", [q, self.node("Gather", ["kind_emb", f"kind{x}"], f"kind_vec{x}")], f"question_vec{x}")
-        mask = self.node("Unsqueeze", [f"option_mask{x}", "ax_last"], f"option_mask_3{x}")                 # [1,K,L,1]
-        masked = self.node("Mul", [self.lookup(f"option_ids{x}", f"option{x}"), mask], f"option_masked{x}")
-        o_sum = self.node("ReduceSum", [masked, "ax2"], f"option_sum{x}", keepdims=0)                      # [1,K,D]
-        o_cnt = self.node("ReduceSum", [f"option_mask{x}", "ax_last"], f"option_count{x}", keepdims=1)    # [1,K,1]
-        return q, self.node("Div", [o_sum, o_cnt], f"option_mean{x}")
+        q = self.node("ReduceMean", [self.lookup("question_ids", "question"), "ax1"], "question_mean", keepdims=0)
+        q = self.node("Add", [q, self.node("Gather", ["kind_emb", "kind"], "kind_vec")], "question_vec")
+        mask = self.node("Unsqueeze", ["option_mask", "ax_last"], "option_mask_3")                          # [1,K,L,1]
+        masked = self.node("Mul", [self.lookup("option_ids", "option"), mask], "option_masked")
+        o_sum = self.node("ReduceSum", [masked, "ax2"], "option_sum", keepdims=0)                             # [1,K,D]
+        o_cnt = self.node("ReduceSum", ["option_mask", "ax_last"], "option_count", keepdims=1)               # [1,K,1]
+        return q, self.node("Div", [o_sum, o_cnt], "option_mean")
 
-    def question_units(self, q: str, o: str, x: str = "") -> tuple[str, str, str]:
+    def question_units(self, q: str, o: str) -> tuple[str, str, str]:
         """The question's unit vector [1,1,D], its options' unit vectors [1,K,D] and their mean [1,1,D]."""
-        q3 = self.node("Unsqueeze", [self.l2norm(q, f"q{x}"), "ax1"], f"q3{x}")
-        o = self.l2norm(o, f"o{x}")
-        return q3, o, self.node("ReduceMean", [o, "ax1"], f"om{x}", keepdims=1)
+        q3 = self.node("Unsqueeze", [self.l2norm(q, "q"), "ax1"], "q3")
+        o = self.l2norm(o, "o")
+        return q3, o, self.node("ReduceMean", [o, "ax1"], "om", keepdims=1)
 
-    def features(self, s: str, q: str, o: str, om: str, x: str = "",
-                 given: tuple[str, str] | None = None) -> str:
-        """A question's option feature rows [1,K,6D]; ``given`` are its f_qo and f_o_om when the
-        question graph computed them."""
-        sq = self.node("Mul", [s, q], f"sq{x}")
-        f_so = self.node("Mul", [s, o], f"f_so{x}")
-        f_qo = given[0] if given else self.node("Mul", [q, o], f"f_qo{x}")
-        f_sqo = self.node("Mul", [sq, o], f"f_sqo{x}")
-        f_o_om = given[1] if given else self.node("Sub", [o, om], f"f_o_om{x}")
-        f_s_om_o = self.node("Mul", [self.node("Sub", [s, om], f"s_om{x}"), o], f"f_s_om_o{x}")
-        return self.node("Concat", [o, f_so, f_qo, f_sqo, f_o_om, f_s_om_o], f"features{x}", axis=-1)
+    def features(self, s: str, q: str, o: str, om: str, given: tuple[str, str] | None = None) -> str:
+        """Option feature rows [1,R,6D] (q and om broadcast to o's rows); ``given`` are f_qo and
+        f_o_om when the question graph computed them."""
+        sq = self.node("Mul", [s, q], "sq")
+        f_so = self.node("Mul", [s, o], "f_so")
+        f_qo = given[0] if given else self.node("Mul", [q, o], "f_qo")
+        f_sqo = self.node("Mul", [sq, o], "f_sqo")
+        f_o_om = given[1] if given else self.node("Sub", [o, om], "f_o_om")
+        f_s_om_o = self.node("Mul", [self.node("Sub", [s, om], "s_om"), o], "f_s_om_o")
+        return self.node("Concat", [o, f_so, f_qo, f_sqo, f_o_om, f_s_om_o], "features", axis=-1)
 
     def scores(self, rows: str) -> str:
         """The MLP over option feature rows [1,R,6D]: logits [1,R,1]."""
@@ -276,22 +276,23 @@ class _Graph:
 _I64, _F32 = TensorProto.INT64, TensorProto.FLOAT
 
 
-def _question_inputs(x: str = "") -> list[onnx.ValueInfoProto]:
+def _question_inputs() -> list[onnx.ValueInfoProto]:
     return [
-        helper.make_tensor_value_info(f"question_ids{x}", _I64, [1, f"Q{x}"]),
-        helper.make_tensor_value_info(f"option_ids{x}", _I64, [1, f"K{x}", f"L{x}"]),
-        helper.make_tensor_value_info(f"option_mask{x}", _F32, [1, f"K{x}", f"L{x}"]),
-        helper.make_tensor_value_info(f"kind{x}", _I64, [1]),
+        helper.make_tensor_value_info("question_ids", _I64, [1, "Q"]),
+        helper.make_tensor_value_info("option_ids", _I64, [1, "K", "L"]),
+        helper.make_tensor_value_info("option_mask", _F32, [1, "K", "L"]),
+        helper.make_tensor_value_info("kind", _I64, [1]),
     ]
 
 
-def _question_tensors(x: str = "") -> list[onnx.ValueInfoProto]:
-    """The question graph's outputs, which the answer graphs take per question (suffixed)."""
-    k, d = f"K{x}", "D"
-    shapes: dict[str, list[int | str]] = {"q3": [1, 1, d], "o_unit": [1, k, d], "om": [1, 1, d], "f_qo": [1, k, d],
-                                          "f_o_om": [1, k, d], "kind_temperature": [1]}
+def _question_tensors() -> list[onnx.ValueInfoProto]:
+    """The question graph's outputs: one row per option of every tensor the answer half reads
+    ([1,K,D]; the question's and the options' mean vectors repeated per option), and its kind's
+    temperature [1]."""
+    shapes: dict[str, list[int | str]] = {name: [1, "K", "D"] for name in ROW_TENSORS}
+    shapes["kind_temperature"] = [1]
     assert tuple(shapes) == QUESTION_TENSORS
-    return [helper.make_tensor_value_info(f"{n}{x}", _F32, shape) for n, shape in shapes.items()]
+    return [helper.make_tensor_value_info(n, _F32, shape) for n, shape in shapes.items()]
 
 
 def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -312,44 +313,58 @@ def build_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.Mod
 def build_question_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
     """The half of build_graph that reads only the question: its inputs -> QUESTION_TENSORS.
 
-    Its nodes are build_graph's on the same shapes, so the tensors are the ones model.onnx computes.
+    Its nodes are build_graph's on the same shapes, so the tensors are the ones model.onnx computes;
+    the two [1,1,D] vectors are expanded (copied) to one row per option.
     """
     g = _Graph(cfg, weights)
     q, o = g.question_pools()
     q, o, om = g.question_units(q, o)
     g.node("Mul", [q, o], "f_qo")
     g.node("Sub", [o, om], "f_o_om")
+    rows = g.node("Shape", [o], "o_shape")
+    g.node("Expand", [q, rows], "q_rows")
+    g.node("Expand", [om, rows], "om_rows")
     g.node("Gather", ["temperature", "kind"], "kind_temperature")
     return g.model("sparrow_static_question", _question_inputs(), _question_tensors())
 
 
 def build_answer_graph(cfg: dict[str, Any], weights: dict[str, np.ndarray], questions: int) -> onnx.ModelProto:
-    """The rest of build_graph for ``questions`` questions about one state: state_ids and, per question
-    i, its QUESTION_TENSORS suffixed _i -> logits_i, probs_i.
+    """The rest of build_graph for ``questions`` questions about one state.
 
-    The state is pooled once and the MLP runs once over every question's option rows (its matmuls
-    treat rows alone); the softmax runs per question on its own shape. So each question's outputs are
-    model.onnx's bit for bit (ORT's reductions depend on the reduced length, which is why questions
-    are never padded to one shape); the conversion checks it (_verify_split_graphs).
+    Inputs: state_ids; the questions' ROW_TENSORS concatenated along the option axis ([1,R,D],
+    R options in all); kind_temperature [n], one per question; and, for n > 1, rows [n], each
+    question's option count. Outputs: logits_i and probs_i per question.
+
+    The state is pooled once, the feature rows of every option are one set of element-wise nodes,
+    and the MLP runs once over all rows (its matmuls treat rows alone); the softmax runs per question
+    on its own shape. Element-wise products do not care which tensor broadcast into them, so each
+    question's outputs are model.onnx's bit for bit (ORT's reductions depend on the reduced length,
+    which is why questions are never padded to one shape); the conversion checks it
+    (_verify_split_graphs). Fewer, wider nodes than one set per question: 29 for 3 questions
+    instead of 49, a quarter less time on the CPU.
     """
     if questions < 1:
         raise ValueError(f"questions must be >= 1, not {questions}")
     g = _Graph(cfg, weights)
     s = g.state_unit(g.state_mean())
+    rows = g.features(s, "q_rows", "o_unit", "om_rows", given=("f_qo", "f_o_om"))               # [1,R,6D]
     xs = [f"_{i}" for i in range(questions)]
-    feats = [g.features(s, f"q3{x}", f"o_unit{x}", f"om{x}", x, given=(f"f_qo{x}", f"f_o_om{x}")) for x in xs]
-    rows = feats[0] if questions == 1 else g.node("Concat", feats, "features", axis=1)             # [1,sum K,6D]
     logits = g.node("Squeeze", [g.scores(rows), "ax_last"], "logits_0" if questions == 1 else "logits_rows")
-    if questions > 1:  # back to one [1,K] per question
-        counts = [g.node("Slice", [g.node("Shape", [f"o_unit{x}"], f"o_shape{x}"), "ax1", "ax2"], f"rows{x}")
-                  for x in xs]                                                                           # K each
-        g.nodes.append(helper.make_node("Split", [logits, g.node("Concat", counts, "rows", axis=0)],
-                                        [f"logits{x}" for x in xs], name="logits_split", axis=1))
+    if questions == 1:
+        g.node("Identity", ["kind_temperature"], "kind_temperature_0")
+    else:  # back to one [1,K] per question, and one temperature each
+        g.nodes.append(helper.make_node("Split", [logits, "rows"], [f"logits{x}" for x in xs],
+                                        name="logits_split", axis=1))
+        g.init.append(_const("one_each", [1] * questions, np.int64))
+        g.nodes.append(helper.make_node("Split", ["kind_temperature", "one_each"],
+                                        [f"kind_temperature{x}" for x in xs], name="temperature_split", axis=0))
     for x in xs:
         g.probs(f"logits{x}", f"kind_temperature{x}", x)
     inputs = [helper.make_tensor_value_info("state_ids", _I64, [1, "S"])]
-    for x in xs:
-        inputs += _question_tensors(x)
+    inputs += [helper.make_tensor_value_info(name, _F32, [1, "R", "D"]) for name in ROW_TENSORS]
+    inputs.append(helper.make_tensor_value_info("kind_temperature", _F32, [questions]))
+    if questions > 1:
+        inputs.append(helper.make_tensor_value_info("rows", _I64, [questions]))
     outputs = [helper.make_tensor_value_info(f"{n}{x}", _F32, [1, f"K{x}"]) for x in xs for n in OUTPUTS]
     return g.model(f"sparrow_static_answer_{questions}q", inputs, outputs)
 
@@ -509,7 +524,7 @@ def build_sparrow_package(out_dir: Path) -> Path:
                  for n in range(1, MAX_QUESTIONS_PER_RUN + 1))
     checked = _verify_split_graphs(model_bytes, split, text, len(vocab))
     log(f"sparrow: the split graphs answer {checked} questions as model.onnx does, bit for bit")
-    config["split_graphs"] = {"question": QUESTION_GRAPH,
+    config["split_graphs"] = {"layout": SPLIT_LAYOUT, "question": QUESTION_GRAPH,
                               "answers": {str(n): _answer_file(n) for n in range(1, MAX_QUESTIONS_PER_RUN + 1)}}
 
     source_stamp = hashlib.sha256(source_bytes).hexdigest()

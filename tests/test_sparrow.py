@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -450,6 +452,19 @@ def test_question_cache_is_bounded(family, whole) -> None:
             {"state": "a parcel", "questions": _questions(rng, 4)})).rows
         assert bitwise_equal(small(rows), whole(rows))
     assert 0 < small._cached <= 64 * 1024 and len(small._cache) > 1
+
+
+def test_split_graphs_of_an_earlier_layout_are_left_unused(package, session, family, caplog) -> None:
+    """Split graphs written before the row layout take other inputs: model.onnx answers alone."""
+    config = package.decision_config()
+    earlier = {**config, "split_graphs": {k: v for k, v in config["split_graphs"].items() if k != "layout"}}
+    with mock.patch.object(type(package), "decision_config", lambda self: earlier), \
+            caplog.at_level(logging.WARNING, logger="edge_runtime.families.sparrow"):
+        old = SparrowFamily(package, session)
+    assert old.forward.split is None and old.batchable is False
+    assert "earlier layout" in caplog.text
+    body = {"state": "my parcel is late", "questions": _questions(random.Random(5), 3)}
+    assert answer(old, body) == answer(family, body)
 
 
 def test_structured_state_reads_as_indented_json(family, decider) -> None:

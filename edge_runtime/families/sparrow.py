@@ -9,9 +9,10 @@ the reduced length), so numerics are exact.
 Questions repeat across requests (a Router asks the same ones), so packages that carry model.onnx
 split in two (decision_config ``split_graphs``) run it in halves: the question half once per
 distinct question (its tensors cached), and the answer half once per state for up to n of its
-questions (the state pooled once, the MLP run once). Each question's outputs are model.onnx's bit
-for bit (checked at conversion and by the load-time probe); packages without the split run
-model.onnx per question. A Noul is a two-option choice, false then true, whose descriptions
+questions (the state pooled once, every option's feature rows and the MLP run once over all of
+them). Each question's outputs are model.onnx's bit for bit (checked at conversion and by the
+load-time probe); packages without the split, or with an earlier layout of it, run model.onnx per
+question. A Noul is a two-option choice, false then true, whose descriptions
 default to the package's ``noul_defaults`` (an absent or null description takes the default). An
 object or array state is read as its indented JSON, whatever its roles: the model has no parts.
 Set, Span, Box and track questions, and images or videos, are refused: the card lists only
@@ -21,6 +22,7 @@ choice, noul and score, and text.
 from __future__ import annotations
 
 import json
+import logging
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -50,12 +52,18 @@ from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoV
 from edge_runtime.text.bounds import BudgetReader, encode_plain
 from edge_runtime.text.tokenizer import analyze
 
+log = logging.getLogger(__name__)
+
 SURFACE = "decisions"
 KINDS: dict[str, int] = {"noul": 0, "choice": 1, "score": 2}
 INPUTS: tuple[str, ...] = ("state_ids", "question_ids", "option_ids", "option_mask", "kind")
 QUESTION_INPUTS: tuple[str, ...] = INPUTS[1:]  # the question half's inputs
-#: The question half's outputs, which the answer half takes per question (suffixed _0 .. _{n-1}).
-QUESTION_TENSORS: tuple[str, ...] = ("q3", "o_unit", "om", "f_qo", "f_o_om", "kind_temperature")
+#: The question half's outputs: one row per option of each ROW_TENSORS ([1,K,D]), which the answer
+#: half takes concatenated over its questions, and the kind's temperature [1].
+ROW_TENSORS: tuple[str, ...] = ("q_rows", "o_unit", "om_rows", "f_qo", "f_o_om")
+QUESTION_TENSORS: tuple[str, ...] = (*ROW_TENSORS, "kind_temperature")
+#: decision_config split_graphs' layout this family runs; other split graphs are left unused.
+SPLIT_LAYOUT = "rows"
 #: Bytes of question tensors kept for questions that repeat (~6 KB for a 4-option question).
 QUESTION_CACHE_BYTES = 16 * 1024 * 1024
 OUTPUTS: tuple[str, ...] = ("logits", "probs")
@@ -238,6 +246,18 @@ class SplitGraphs:
     answers: dict[int, Any]
 
 
+@dataclass(frozen=True)
+class QuestionTensors:
+    """The question half's outputs for one question: ROW_TENSORS stacked [5,K,D], temperature [1]."""
+
+    rows: np.ndarray
+    temperature: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.temperature.nbytes)
+
+
 class SparrowForward:
     """The engine's Forward; results are ``{output: [K]}`` per row.
 
@@ -255,7 +275,7 @@ class SparrowForward:
         if split is not None and sorted(split.answers) != list(range(1, len(split.answers) + 1)):
             raise ValueError(f"answer graphs for 1 .. n questions expected, not for {sorted(split.answers)}")
         self.max_questions = len(split.answers) if split is not None else 1
-        self._cache: OrderedDict[Hashable, dict[str, np.ndarray]] = OrderedDict()
+        self._cache: OrderedDict[Hashable, QuestionTensors] = OrderedDict()
         self._cache_bytes = cache_bytes
         self._cached = 0
 
@@ -279,28 +299,35 @@ class SparrowForward:
 
     def _answer(self, rows: list[SparrowRow]) -> list[dict[str, np.ndarray]]:
         assert self.split is not None
+        tensors = [self._question(row) for row in rows]
         feeds = {"state_ids": rows[0].feeds["state_ids"]}
-        for i, row in enumerate(rows):
-            feeds.update((f"{name}_{i}", value) for name, value in self._question(row).items())
+        if len(rows) == 1:
+            stacked, feeds["kind_temperature"] = tensors[0].rows, tensors[0].temperature
+        else:  # every question's option rows in one tensor each, and where each question's rows end
+            stacked = np.concatenate([t.rows for t in tensors], axis=1)
+            feeds["kind_temperature"] = np.concatenate([t.temperature for t in tensors])
+            feeds["rows"] = np.array([t.rows.shape[1] for t in tensors], dtype=np.int64)
+        feeds.update((name, stacked[i:i + 1]) for i, name in enumerate(ROW_TENSORS))  # contiguous views
         result = self.split.answers[len(rows)].run(feeds)
         return [{name: np.asarray(result[f"{name}_{i}"])[0] for name in OUTPUTS} for i in range(len(rows))]
 
-    def _question(self, row: SparrowRow) -> dict[str, np.ndarray]:
+    def _question(self, row: SparrowRow) -> QuestionTensors:
         """The question half's tensors for a row: from the cache when its question was seen."""
         assert self.split is not None
         key = row.question
         if key is not None and key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        tensors = self.split.question.run({name: row.feeds[name] for name in QUESTION_INPUTS})
+        out = self.split.question.run({name: row.feeds[name] for name in QUESTION_INPUTS})
+        # One [5,K,D] array: a chunk of questions joins its rows in one concatenate, not five.
+        tensors = QuestionTensors(np.concatenate([out[name] for name in ROW_TENSORS]), out["kind_temperature"])
         if key is not None:
-            for value in tensors.values():
-                value.flags.writeable = False  # shared by every later row that asks this question
+            tensors.rows.flags.writeable = tensors.temperature.flags.writeable = False  # shared from now on
             self._cache[key] = tensors
-            self._cached += sum(v.nbytes for v in tensors.values())
+            self._cached += tensors.nbytes
             while self._cached > self._cache_bytes and len(self._cache) > 1:
                 _, dropped = self._cache.popitem(last=False)
-                self._cached -= sum(v.nbytes for v in dropped.values())
+                self._cached -= dropped.nbytes
         return tensors
 
     def length(self, row: SparrowRow) -> int:
@@ -323,6 +350,10 @@ class SparrowFamily:
         self.text = SparrowText.from_files(package.file("tokenizer.json"), config)
         self.modalities = frozenset(card.modalities)
         split = config.get("split_graphs")
+        if split is not None and split.get("layout") != SPLIT_LAYOUT:
+            log.warning("%s: its split graphs are of an earlier layout; model.onnx answers every question "
+                        "alone (the same answers, slower): rebuild the package to use them", self.name)
+            split = None
         # Rows share forwards only through the split graphs; without them every row runs alone.
         self.batchable = split is not None
         self._forward: SparrowForward | None = None
