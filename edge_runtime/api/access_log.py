@@ -4,22 +4,28 @@ A line holds the time (UTC, ISO 8601), the request id, method, route, model (as 
 it, when it named one), status, bytes in (the body as sent) and out, and the Server-Timing phases
 in milliseconds. It never holds a header, a body or a key. ``serve --no-access-log`` turns it off.
 
-Lines go to the descriptor in one ``os.write`` each rather than through ``logging``: the logging
-module's record, caller lookup, lock and flush cost about as much as a whole sparrow-nano answer's
-readout, on every request. One write per line (well under PIPE_BUF) keeps lines whole beside the
-other log lines on stderr.
+Lines go to the descriptor with ``os.write`` rather than through ``logging``: the logging module's
+record, caller lookup, lock and flush cost about as much as a whole sparrow-nano readout, on every
+request. On the event loop a line is written just after its response is sent (the next loop
+iteration, with any other lines made meanwhile), so the write is off the request's latency; no
+line waits longer than that. Writes are cut at line ends into pieces of at most PIPE_BUF bytes,
+so lines stay whole beside the other log lines on stderr.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import contextlib
 import os
+import select
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 _fd: int | None = None  # where lines go; None: the access log is off (the default until configured)
+_pending = bytearray()  # lines made on the event loop, written at its next iteration
 
 
 def configure(enabled: bool, fd: int = 2) -> None:
@@ -53,9 +59,34 @@ def access_record(
 
 def write(record: dict[str, Any]) -> None:
     """Write one access line (a no-op when the access log is off)."""
-    fd = _fd
-    if fd is None:
+    if _fd is None:
         return
-    # stderr gone: there is nowhere left to say so, and the request was answered anyway
+    line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on a loop: write it now
+        _write(_fd, line)
+        return
+    if not _pending:
+        loop.call_soon(flush)
+    _pending.extend(line)
+
+
+def flush() -> None:
+    """Write the lines made since the last flush."""
+    if _pending and _fd is not None:
+        data = bytes(_pending)
+        _pending.clear()
+        _write(_fd, data)
+
+
+def _write(fd: int, data: bytes) -> None:
+    # stderr gone: there is nowhere left to say so, and the requests were answered anyway
     with contextlib.suppress(OSError):
-        os.write(fd, orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+        while data:
+            cut = len(data) if len(data) <= select.PIPE_BUF else data.rfind(b"\n", 0, select.PIPE_BUF) + 1
+            written = os.write(fd, data[: cut or select.PIPE_BUF])
+            data = data[written:]
+
+
+atexit.register(flush)

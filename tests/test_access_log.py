@@ -1,0 +1,80 @@
+"""The access log's writer: lines whole and in order, written after the loop's current step."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import orjson
+import pytest
+
+from edge_runtime.api import access_log
+
+
+@pytest.fixture()
+def log_file(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "access.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    access_log.configure(True, fd)
+    try:
+        yield path
+    finally:
+        access_log.flush()
+        access_log.configure(False)
+        os.close(fd)
+
+
+def record(i: int) -> dict[str, object]:
+    return access_log.access_record(f"id-{i}", "POST", "/v1/decisions", "m" * (i % 97), 200, i, 2 * i,
+                                    {"total": 0.5})
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_lines_on_the_loop_are_written_at_its_next_iteration(log_file: Path) -> None:
+    async def requests() -> tuple[int, int]:
+        for i in range(3):
+            access_log.write(record(i))
+        before = len(log_file.read_bytes())
+        await asyncio.sleep(0)  # the loop's next iteration: the flush it scheduled runs
+        return before, len(lines(log_file))
+
+    assert asyncio.run(requests()) == (0, 3)
+    assert [line["id"] for line in lines(log_file)] == ["id-0", "id-1", "id-2"]
+
+
+def test_off_the_loop_a_line_is_written_at_once(log_file: Path) -> None:
+    access_log.write(record(7))
+    assert lines(log_file)[0]["bytes_in"] == 7
+
+
+def test_many_lines_are_written_in_whole_line_pieces(log_file: Path) -> None:
+    pieces: list[bytes] = []
+    real_write = os.write
+
+    def spy(fd: int, data: bytes) -> int:
+        pieces.append(bytes(data))
+        return real_write(fd, data)
+
+    async def burst() -> None:
+        for i in range(200):
+            access_log.write(record(i))
+        await asyncio.sleep(0)
+
+    with mock.patch.object(access_log.os, "write", spy):
+        asyncio.run(burst())
+    assert len(pieces) > 1 and all(len(p) <= select.PIPE_BUF and p.endswith(b"\n") for p in pieces)
+    assert [line["id"] for line in lines(log_file)] == [f"id-{i}" for i in range(200)]
+
+
+def test_nothing_is_written_when_off() -> None:
+    access_log.configure(False)
+    assert not access_log.enabled()
+    access_log.write(record(1))  # no descriptor to write to, and no error
+    access_log.flush()
