@@ -6,10 +6,12 @@ in milliseconds. It never holds a header, a body or a key. ``serve --no-access-l
 
 Lines go to the descriptor with ``os.write`` rather than through ``logging``: the logging module's
 record, caller lookup, lock and flush cost about as much as a whole sparrow-nano readout, on every
-request. On the event loop a line is written just after its response is sent (the next loop
-iteration, with any other lines made meanwhile), so the write is off the request's latency; no
-line waits longer than that. Writes are cut at line ends into pieces of at most PIPE_BUF bytes,
-so lines stay whole beside the other log lines on stderr.
+request. On the event loop lines are buffered, as nginx's ``access_log ... flush=`` does, and
+written together FLUSH_SECONDS after the first of them, or at once when they fill PIPE_BUF bytes,
+or at exit: a write per request would sit in the next request's path (the loop reads a waiting
+request before it runs its callbacks). A hard kill loses at most FLUSH_SECONDS of lines. Each
+write holds whole lines, at most PIPE_BUF bytes, so lines stay whole beside the other log lines on
+stderr.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from typing import Any
 
 import orjson
 
+FLUSH_SECONDS = 0.05
 _fd: int | None = None  # where lines go; None: the access log is off (the default until configured)
-_pending = bytearray()  # lines made on the event loop, written at its next iteration
+_pending = bytearray()  # lines made on the event loop, not yet written
+_timer_loop: asyncio.AbstractEventLoop | None = None  # the loop a timed flush is pending on
 
 
 def configure(enabled: bool, fd: int = 2) -> None:
@@ -67,9 +71,19 @@ def write(record: dict[str, Any]) -> None:
     except RuntimeError:  # not on a loop: write it now
         _write(_fd, line)
         return
-    if not _pending:
-        loop.call_soon(flush)
+    if len(_pending) + len(line) > select.PIPE_BUF:
+        flush()  # a full write's worth: now, in one piece
     _pending.extend(line)
+    global _timer_loop
+    if _timer_loop is not loop:  # no flush pending on this loop (a closed loop's timer never fires)
+        _timer_loop = loop
+        loop.call_later(FLUSH_SECONDS, _timed_flush)
+
+
+def _timed_flush() -> None:
+    global _timer_loop
+    _timer_loop = None
+    flush()
 
 
 def flush() -> None:
