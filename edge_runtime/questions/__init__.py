@@ -99,9 +99,10 @@ def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Ques
     and Set ``p.q`` with label ``r``) is taken: each of those Sets fails.
     """
     ids = {q.id for q in questions}
-    written = Counter(label_id(q.id, o.key) for q in questions if isinstance(q, Question) and q.type == "set"
-                      for o in q.options)
-    ids |= {key for key, n in written.items() if n > 1}
+    sets = [q for q in questions if isinstance(q, Question) and q.type == "set"]
+    if sets:  # most requests have none: no Counter to build
+        written = Counter(label_id(q.id, o.key) for q in sets for o in q.options)
+        ids |= {key for key, n in written.items() if n > 1}
     out: list[Question | InvalidQuestion] = []
     for q in questions:
         problem = None
