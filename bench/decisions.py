@@ -7,7 +7,8 @@ the same weights: ours is the sparrow-nano package (`python -m converters defaul
 request, probabilities rounded to 4 decimals). The request bodies differ only by our `model` member.
 
 Measured, in interleaved rounds: client wall time of sequential requests (keep-alive where the
-server keeps connections), throughput sequentially and with a few concurrent clients (a thread and
+server keeps connections), from http.client and from a lean client that parses no header but the
+length, throughput sequentially and with a few concurrent clients (a thread and
 a connection each), and agreement: our probabilities against the package's numpy `Decider.probs`
 in this process (unrounded) and against its server's rounded answers.
 """
@@ -18,6 +19,7 @@ import http.client
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +43,10 @@ CLIENTS = 4                # concurrent clients
 CONCURRENT_PER_CLIENT = 24  # requests each concurrent client sends per round
 WARMUP = 20
 SETTLE_S = 0.3
+# Untimed requests before each timed sequential phase, on its own client: after the settle the VM's
+# idle vCPU takes ~10 requests to come back to speed (measured on ours, median of 14 rounds: the
+# 1st request 3.0 ms, the 2nd 1.8, the 4th 1.45, the 12th 1.1, unsettled 1.1).
+ROUND_WARMUP = 8
 TARGET_THROUGHPUT_RATIO = 3.0
 TARGET_P50_S = 1.0e-3  # issue 13: a 3-question decision over HTTP, p50
 READY_TIMEOUT_S = 60.0
@@ -161,6 +167,73 @@ class JsonClient:
         self.conn.close()
 
 
+class LeanClient:
+    """A minimal HTTP/1.1 JSON POST client: the request written as bytes, the response framed by its
+    Content-Length (or read to the connection's close), no other header parsed.
+
+    http.client parses every response header with the email package, which costs 0.1-0.3 ms a
+    request on this VM: as much as the server's own work. The Router's Go client costs a few tens of
+    microseconds, so this client measures what the server costs a caller; http.client stays the
+    first measure. Connections are kept alive unless the server answers HTTP/1.0 or closes.
+    """
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock: socket.socket | None = None
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        request = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (path.encode(), HOST.encode(), len(body))) + body
+        for attempt in (0, 1):
+            reused = self.sock is not None
+            if self.sock is None:
+                self.sock = socket.create_connection((HOST, self.port), timeout=HTTP_TIMEOUT_S)
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                self.sock.sendall(request)
+                return self._response()
+            except (ConnectionError, EOFError):
+                self.close()  # a kept-alive connection the server closed meanwhile: retry once
+                if attempt or not reused:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _response(self) -> tuple[int, bytes]:
+        assert self.sock is not None
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += self._recv()
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        version, status = lines[0].split(b" ", 2)[:2]
+        fields = dict(line.split(b":", 1) for line in lines[1:])
+        fields = {k.strip().lower(): v.strip().lower() for k, v in fields.items()}
+        closing = version == b"HTTP/1.0" or fields.get(b"connection") == b"close"
+        if b"content-length" in fields:
+            length = int(fields[b"content-length"])
+            while len(rest) < length:
+                rest += self._recv()
+        else:  # no length: the body ends with the connection
+            while chunk := self.sock.recv(65536):
+                rest += chunk
+            closing = True
+        if closing:
+            self.close()
+        return int(status), rest
+
+    def _recv(self) -> bytes:
+        assert self.sock is not None
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("the server closed the connection mid-response")
+        return chunk
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
 @dataclass
 class Target:
     """One contestant: where to POST and how its bodies look."""
@@ -183,15 +256,26 @@ def call(client: JsonClient, target: Target, body: bytes) -> dict[str, Any]:
     return json.loads(data)
 
 
-def sequential(target: Target, bodies: list[bytes], n: int, offset: int = 0) -> list[float]:
-    """n requests one after the other on one client; client wall time of each, seconds."""
-    client = JsonClient(target.port)
+def sequential(target: Target, bodies: list[bytes], n: int, offset: int = 0, lean: bool = False,
+               warmup: int = 0) -> list[float]:
+    """n requests one after the other on one client (http.client, or LeanClient when ``lean``),
+    after ``warmup`` untimed ones on the same client; client wall time of each, to the decoded JSON
+    body, seconds."""
+    client = LeanClient(target.port) if lean else JsonClient(target.port)
     seconds = []
     try:
-        for i in range(n):
+        for i in range(-warmup, n):
+            body = bodies[(offset + i) % len(bodies)]
             started = time.perf_counter()
-            call(client, target, bodies[(offset + i) % len(bodies)])
-            seconds.append(time.perf_counter() - started)
+            if isinstance(client, LeanClient):
+                status, data = client.post(target.path, body)
+                if status != 200:
+                    raise RuntimeError(f"{target.label}: HTTP {status}: {data[:300]!r}")
+                json.loads(data)
+            else:
+                call(client, target, body)
+            if i >= 0:
+                seconds.append(time.perf_counter() - started)
     finally:
         client.close()
     return seconds
@@ -275,6 +359,7 @@ class DeciderServer:
 class Result:
     target: Target
     latency: Summary
+    lean_latency: Summary  # the same requests from LeanClient
     sequential_rps: list[float]   # per round
     concurrent_rps: list[float]   # per round
     server_ms: list[float]        # the server's own time per request: Server-Timing total / latency_ms
@@ -335,18 +420,21 @@ def run(lab: Lab) -> list[Table]:
             sequential(target, bodies[key], WARMUP)
         keys = list(targets)
         lat: dict[str, list[list[float]]] = {k: [] for k in keys}
+        lean: dict[str, list[list[float]]] = {k: [] for k in keys}
         seq_rps: dict[str, list[float]] = {k: [] for k in keys}
         con_rps: dict[str, list[float]] = {k: [] for k in keys}
         for r in range(settings.rounds):
             for key in keys[r % 2:] + keys[: r % 2]:
                 time.sleep(SETTLE_S)
-                seconds = sequential(targets[key], bodies[key], SEQUENTIAL_PER_ROUND, offset=r)
+                seconds = sequential(targets[key], bodies[key], SEQUENTIAL_PER_ROUND, offset=r, warmup=ROUND_WARMUP)
                 lat[key].append(seconds)
                 seq_rps[key].append(len(seconds) / sum(seconds))
+                lean[key].append(sequential(targets[key], bodies[key], SEQUENTIAL_PER_ROUND, offset=r, lean=True,
+                                            warmup=ROUND_WARMUP))
                 time.sleep(SETTLE_S)
                 wall = concurrent(targets[key], bodies[key], CLIENTS, CONCURRENT_PER_CLIENT)
                 con_rps[key].append(CLIENTS * CONCURRENT_PER_CLIENT / wall)
-        results = {k: Result(targets[k], summarize(lat[k]), seq_rps[k], con_rps[k],
+        results = {k: Result(targets[k], summarize(lat[k]), summarize(lean[k]), seq_rps[k], con_rps[k],
                              _server_times(targets[k], bodies[k])) for k in keys}
     finally:
         ours_server.stop()
@@ -388,21 +476,34 @@ def agreement_table(targets: Mapping[str, Target], requests: list[dict[str, Any]
 
 
 def latency_table(results: Mapping[str, Result], rounds: int) -> Table:
-    ref = results[THEIRS].latency
+    ref = results[THEIRS]
+
+    def verdict(p50: float) -> str:
+        return "met" if p50 <= TARGET_P50_S else "NOT met"
+
     rows = [[r.target.label, fmt_ms(r.latency.median), fmt_ms(r.latency.p90),
              f"{fmt_ms(r.latency.round_low)}–{fmt_ms(r.latency.round_high)}",
-             f"{median(r.server_ms):.3f}", fmt_ratio(ratio(ref.median, r.latency.median)),
-             fmt_ratio(ratio(ref.round_low, r.latency.round_low)),
+             fmt_ms(r.lean_latency.median), f"{median(r.server_ms):.3f}",
+             fmt_ratio(ratio(ref.latency.median, r.latency.median)),
+             fmt_ratio(ratio(ref.latency.round_low, r.latency.round_low)),
+             fmt_ratio(ratio(ref.lean_latency.median, r.lean_latency.median)),
              "" if key == THEIRS else
-             f"p50 ≤ {fmt_ms(TARGET_P50_S, 1)} ms: {'met' if r.latency.median <= TARGET_P50_S else 'NOT met'}"]
+             f"p50 ≤ {fmt_ms(TARGET_P50_S, 1)} ms: http.client {verdict(r.latency.median)}, "
+             f"lean client {verdict(r.lean_latency.median)}"]
             for key, r in results.items()]
     return Table(
         f"sparrow-nano: sequential latency, one request of 3 questions ({rounds} rounds × {SEQUENTIAL_PER_ROUND})",
-        ["server", "median ms", "p90 ms", "round medians ms (best–worst)", "server's own ms (median)",
-         "speed vs package", "speed vs package (best rounds)", "target"],
+        ["server", "median ms", "p90 ms", "round medians ms (best–worst)", "median ms, lean client",
+         "server's own ms (median)", "speed vs package", "speed vs package (best rounds)",
+         "speed vs package, lean client", "target"],
         rows,
-        ["Client wall time from the request to the decoded JSON body, one client. The server's own ms: our "
-         "Server-Timing total; its `latency_ms` (Decider.ask alone, no HTTP).",
+        ["Client wall time from the request to the decoded JSON body, one client: http.client (the first "
+         "columns), then, in the same rounds, LeanClient, which frames responses by Content-Length and "
+         "parses no other header (http.client's header parsing costs 0.1-0.3 ms a request here; the "
+         "Router's Go client far less). The server's own ms: our Server-Timing total; its `latency_ms` "
+         "(Decider.ask alone, no HTTP).",
+         f"Each timed phase follows {SETTLE_S:g} s of settling and {ROUND_WARMUP} untimed requests on its client "
+         "(an idle vCPU of this VM takes ~10 requests to come back to speed).",
          "The package's server speaks HTTP/1.0 and closes every connection, so each of its requests "
          "includes a TCP connect; ours keeps the connection alive.",
          f"Ours is served as models.yaml ships sparrow-nano: {shipped_threads()} intra-op thread(s) "

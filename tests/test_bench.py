@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from bench.decision_codes import (
     token_rows,
 )
 from bench.decisions import (
+    LeanClient,
     Target,
     answer_probabilities,
     decision_requests,
@@ -402,3 +405,36 @@ def test_decision_vision_requests_carry_an_image_and_a_video_and_validate() -> N
         assert len(request["questions"]) == 4
         assert {q["type"] for q in request["questions"].values()} == {"choice", "noul", "score"}
         request_validator("/v1/decisions").validate(request)
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Echoes the JSON body it is sent, as HTTP/1.1 (kept alive) or HTTP/1.0 (closed, no length)."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if self.protocol_version == "HTTP/1.1":
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("protocol", ["HTTP/1.1", "HTTP/1.0"])
+def test_lean_client_frames_responses_kept_alive_or_closed(protocol: str) -> None:
+    handler = type("Handler", (_Echo,), {"protocol_version": protocol})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = LeanClient(server.server_address[1])
+    try:
+        for i in range(3):
+            body = json.dumps({"i": i, "pad": "x" * 70_000}).encode()  # more than one recv
+            assert client.post("/v1/decisions", body) == (200, body)
+            assert (client.sock is None) == (protocol == "HTTP/1.0")
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
