@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 PHASES = ("parse", "tokenize", "queue", "forward", "post", "serialize", "total")
+
+
+class _Phase:
+    """A timed block (a class, not contextlib.contextmanager: a third of the cost, ~0.4 us, and
+    sub-millisecond requests time five of them)."""
+
+    __slots__ = ("_seconds", "_name", "_start")
+
+    def __init__(self, seconds: dict[str, float], name: str) -> None:
+        self._seconds = seconds
+        self._name = name
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self._seconds[self._name] += time.perf_counter() - self._start
 
 
 class Timing:
@@ -16,13 +31,9 @@ class Timing:
         self.started = time.perf_counter()
         self.seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] += time.perf_counter() - start
+    def phase(self, name: str) -> _Phase:
+        """``with timing.phase(name):`` adds the block's seconds to ``name``, also when it raises."""
+        return _Phase(self.seconds, name)
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] += seconds
