@@ -270,6 +270,15 @@ def test_plan_padded_takes_the_oldest_rows_length_bucket() -> None:
     assert plan_batch([100, 10, 110, 130], "padded", limits) == [0, 2]
 
 
+def test_plan_for_a_forward_that_pads_nothing_takes_rows_in_arrival_order() -> None:
+    # no length buckets: 10 and 200 share a batch; the caps count real tokens, not rows x longest
+    assert plan_batch([10, 200, 12, 11], "padded", BatchLimits(), pads=False) == [0, 1, 2, 3]
+    assert plan_batch([60, 30, 20, 5], "padded", BatchLimits(max_tokens=100), pads=False) == [0, 1]
+    assert plan_batch([5] * 9, "padded", BatchLimits(max_rows=4), pads=False) == [0, 1, 2, 3]
+    assert plan_batch([500, 3], "padded", BatchLimits(max_tokens=100), pads=False) == [0]  # too long: alone
+    assert plan_batch([5, 7, 5], "equal_length", BatchLimits(), pads=False) == [0, 2]  # only padded changes
+
+
 def test_plan_respects_token_and_row_caps() -> None:
     assert plan_batch([30] * 5, "padded", BatchLimits(max_tokens=100)) == [0, 1, 2]
     assert plan_batch([5] * 9, "padded", BatchLimits(max_rows=4)) == [0, 1, 2, 3]

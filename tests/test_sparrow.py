@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -15,7 +16,8 @@ from sparrow_decider.wordpiece import WordPiece
 
 from converters.sparrow import build_sparrow_package
 from edge_runtime.api.statuses import status_of
-from edge_runtime.engine import GraphSession, create_session, probe_grouping
+from edge_runtime.engine import GraphSession, ModelExecutor, create_session, probe_grouping
+from edge_runtime.engine.batching import bucket_ceiling
 from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.sparrow import KINDS, SparrowFamily, SparrowForward, SparrowText, SplitGraphs, content
@@ -298,6 +300,27 @@ def test_one_answer_run_per_state_and_usage(family) -> None:
                 + n_state + 0 + len(text.ids("shipping parcels", 512)) + len(text.ids("other ", 512)))
     assert body["usage"] == {"input_tokens": expected, "output_tokens": 0}
     assert list(body["answers"]) == ["late", "topic"]
+
+
+def test_questions_of_any_lengths_share_one_answer_run(family) -> None:
+    """Sparrow pads nothing: the executor gives a request's questions one forward, whatever their
+    lengths (a padding forward's length buckets would split these two)."""
+    split = family.forward.split
+    assert split is not None
+    answers = {n: _Counting(graph) for n, graph in split.answers.items()}
+    counted = SparrowForward(family.forward.session, SplitGraphs(split.question, answers))
+    body = {"state": "a parcel", "questions": {
+        "short": {"type": "noul", "instructions": "Late?"},
+        "long": {"type": "choice", "criteria": {f"team{k}": "parcels and deliveries " * 6 for k in range(12)}}}}
+    rows = family.plan_request(parse_decisions_request(body)).rows
+    assert max(r.tokens for r in rows) > bucket_ceiling(min(r.tokens for r in rows))
+    executor = ModelExecutor("sparrow", counted, "padded", max_queue=4)
+    try:
+        result = asyncio.run(executor.submit(rows))
+    finally:
+        executor.close()
+    assert result.batches == 1 and answers[2].calls == 1
+    assert bitwise_equal(result.outputs, family.forward(rows))
 
 
 def test_answers_do_not_depend_on_neighbours_or_ids(family) -> None:

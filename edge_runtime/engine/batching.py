@@ -34,12 +34,13 @@ def bucket_ceiling(shortest: int) -> int:
     return shortest + max(BUCKET_TOKENS, int(shortest * BUCKET_RATIO))
 
 
-def plan_batch(lengths: Sequence[int], grouping: Grouping, limits: BatchLimits) -> list[int]:
+def plan_batch(lengths: Sequence[int], grouping: Grouping, limits: BatchLimits, pads: bool = True) -> list[int]:
     """Pick the rows of the next forward.
 
     `lengths` are the waiting rows' token counts in arrival order. Row 0, the oldest, is always
     in the batch, so no row waits forever. Returns indices into `lengths`; a single row longer
-    than the token budget still runs (alone).
+    than the token budget still runs (alone). ``pads`` False: the forward runs each row at its own
+    length, so a "padded" batch is any rows, in arrival order, within the limits in real tokens.
     """
     if not lengths:
         return []
@@ -48,7 +49,7 @@ def plan_batch(lengths: Sequence[int], grouping: Grouping, limits: BatchLimits) 
     if grouping == "equal_length":
         return _equal_length(lengths, limits)
     if grouping == "padded":
-        return _padded(lengths, limits)
+        return _padded(lengths, limits) if pads else _unpadded(lengths, limits)
     raise ValueError(f"unknown grouping {grouping!r}")
 
 
@@ -84,3 +85,14 @@ def _padded(lengths: Sequence[int], limits: BatchLimits) -> list[int]:
             shortest = width
         chunk.append(i)
     return chunk
+
+
+def _unpadded(lengths: Sequence[int], limits: BatchLimits) -> list[int]:
+    chosen: list[int] = []
+    tokens = 0
+    for i, n in enumerate(lengths):
+        if chosen and (len(chosen) >= limits.max_rows or tokens + n > limits.max_tokens):
+            break
+        chosen.append(i)
+        tokens += n
+    return chosen

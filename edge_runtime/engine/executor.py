@@ -118,6 +118,7 @@ class ModelExecutor:
         self.grouping: Grouping = grouping
         self.max_queue = max_queue
         self.limits = BatchLimits(max_tokens=max_batch_tokens, max_rows=max_batch_rows)
+        self.pads = bool(getattr(forward, "pads", True))  # see Forward: False drops the length buckets
         self.metrics = metrics
         self.dropped_rows = 0  # rows never run: client gone or deadline passed
         self.forward_started_at: float | None = None  # time.monotonic() of the forward in flight
@@ -225,7 +226,7 @@ class ModelExecutor:
         batches = 0
         try:
             while pending:
-                chosen = plan_batch([lengths[i] for i in pending], self.grouping, self.limits)
+                chosen = plan_batch([lengths[i] for i in pending], self.grouping, self.limits, self.pads)
                 if not chosen:
                     raise ValueError("the batch planner chose no row")
                 picked = [pending[k] for k in chosen]
@@ -327,7 +328,7 @@ class ModelExecutor:
         candidates = [(job, i) for job in self._waiting for i in job.pending]
         if not candidates:
             return [], expired
-        chosen = plan_batch([job.lengths[i] for job, i in candidates], self.grouping, self.limits)
+        chosen = plan_batch([job.lengths[i] for job, i in candidates], self.grouping, self.limits, self.pads)
         batch = [candidates[k] for k in chosen]
         taken: dict[int, set[int]] = {}
         for job, i in batch:

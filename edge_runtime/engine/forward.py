@@ -15,7 +15,12 @@ GROUPINGS: tuple[Grouping, ...] = ("padded", "equal_length", "alone")
 
 @runtime_checkable
 class Forward(Protocol):
-    """Runs one batch of rows through a model; supplied by the family."""
+    """Runs one batch of rows through a model; supplied by the family.
+
+    A forward whose rows each run at their own length (nothing is padded to the longest row) may
+    set ``pads = False``: its "padded" batches then take waiting rows in arrival order up to the
+    limits in real tokens, with no length buckets (which only save padding). Absent, it pads.
+    """
 
     def __call__(self, rows: Sequence[Any]) -> list[Any]:
         """Return one result per row, in the order of `rows`."""

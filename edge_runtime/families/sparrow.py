@@ -259,7 +259,8 @@ class QuestionTensors:
 
 
 class SparrowForward:
-    """The engine's Forward; results are ``{output: [K]}`` per row.
+    """The engine's Forward; results are ``{output: [K]}`` per row. Rows are never padded
+    (``pads = False``): questions of any lengths share an answer run at no extra cost.
 
     With split graphs, rows about one state (they share its state_ids array) run through the
     answer half in chunks of up to its largest question count, each question's tensors coming
@@ -267,6 +268,8 @@ class SparrowForward:
     through model.onnx. Forwards never run concurrently (the executor runs one at a time), so the
     cache needs no lock.
     """
+
+    pads = False
 
     def __init__(self, session: Any, split: SplitGraphs | None = None,
                  cache_bytes: int = QUESTION_CACHE_BYTES) -> None:
