@@ -12,9 +12,9 @@ distinct question (its tensors cached), and the answer half once per state for u
 questions (the state pooled once, every option's feature rows and the MLP run once over all of
 them). Each question's outputs are model.onnx's bit for bit (checked at conversion and by the
 load-time probe); packages without the split, or with an earlier layout of it, run model.onnx per
-question. A Noul is a two-option choice, false then true, whose descriptions
-default to the package's ``noul_defaults`` (an absent or null description takes the default). An
-object or array state is read as its indented JSON, whatever its roles: the model has no parts.
+question. A Noul is a two-option choice, false then true, whose descriptions default to the
+package's ``noul_defaults`` (an absent or null description takes the default). An object or array
+state is read as its indented JSON, whatever its roles: the model has no parts.
 Set, Span, Box and track questions, and images or videos, are refused: the card lists only
 choice, noul and score, and text.
 """
