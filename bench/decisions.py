@@ -8,9 +8,9 @@ request, probabilities rounded to 4 decimals). The request bodies differ only by
 
 Measured, in interleaved rounds: client wall time of sequential requests (keep-alive where the
 server keeps connections), from http.client and from a lean client that parses no header but the
-length, throughput sequentially and with a few concurrent clients (a thread and
-a connection each), and agreement: our probabilities against the package's numpy `Decider.probs`
-in this process (unrounded) and against its server's rounded answers.
+length; throughput sequentially and with a few concurrent clients (a thread and a connection
+each); and agreement: our probabilities against the package's numpy `Decider.probs` in this
+process (unrounded) and against its server's rounded answers.
 """
 
 from __future__ import annotations
