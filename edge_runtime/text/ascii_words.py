@@ -20,11 +20,9 @@ above, then checks itself against the tokenizer on a sample before it is used.
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 # Texts longer than this go to the tokenizer, which releases the GIL on them (text.bounds).
 MAX_CHARS = 4096
@@ -47,15 +45,17 @@ _SAMPLE = (
 )
 
 
-def _is_bert_wordpiece(spec: dict[str, Any]) -> bool:
-    normalizer = spec.get("normalizer") or {}
+def _is_bert_wordpiece(tokenizer: Tokenizer) -> bool:
+    # Read from the pipeline's objects, not its JSON: serializing a large BPE vocabulary to find out
+    # it is not BERT's would cost every such model's loading ~0.1 s.
+    normalizer = tokenizer.normalizer
     return (
-        normalizer.get("type") == "BertNormalizer"
-        and normalizer.get("clean_text") is True
-        and (spec.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer"
-        and (spec.get("model") or {}).get("type") == "WordPiece"
-        and spec.get("truncation") is None
-        and spec.get("padding") is None
+        isinstance(normalizer, normalizers.BertNormalizer)
+        and normalizer.clean_text
+        and isinstance(tokenizer.pre_tokenizer, pre_tokenizers.BertPreTokenizer)
+        and isinstance(tokenizer.model, models.WordPiece)
+        and tokenizer.truncation is None
+        and tokenizer.padding is None
     )
 
 
@@ -74,10 +74,9 @@ class AsciiWords:
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer) -> AsciiWords | None:
         """The fast path for a BERT WordPiece tokenizer that agrees with it on the sample; else None."""
-        spec = json.loads(tokenizer.to_str())
-        if not _is_bert_wordpiece(spec):
+        if not _is_bert_wordpiece(tokenizer):
             return None
-        words = cls(tokenizer, bool(spec["normalizer"].get("lowercase")))
+        words = cls(tokenizer, bool(tokenizer.normalizer.lowercase))
         for text in _SAMPLE:
             if words.ids(text) != tokenizer.encode(text, add_special_tokens=False).ids:
                 return None
