@@ -57,6 +57,11 @@ def encode_plain(tokenizer: Tokenizer, text: str) -> Encoding:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+def _first_prefix(need: int) -> int:
+    """The characters read first for ``need`` tokens; a text no longer than this is read whole."""
+    return max(need, 1) * PREFIX_CHARS_PER_TOKEN + PREFIX_EXTRA_CHARS
+
+
 def _tokens(ids: list[int], offsets: np.ndarray, n: int, complete: bool) -> Tokens:
     return Tokens(np.asarray(ids[:n], dtype=np.int64), offsets[:n], complete)
 
@@ -117,7 +122,7 @@ class BudgetReader:
         read()'s ids for callers that need no offsets: a text that read() would tokenize whole is
         tokenized without them (a third of the cost of a few-hundred-character text).
         """
-        if max(need, 1) * PREFIX_CHARS_PER_TOKEN + PREFIX_EXTRA_CHARS >= len(text):
+        if _first_prefix(need) >= len(text):
             fast = self._ascii_words.ids(text) if self._ascii_words is not None else None
             if fast is not None:
                 return fast[:need], len(fast) > need
@@ -131,7 +136,7 @@ class BudgetReader:
 
     def read(self, text: str, need: int) -> Tokens:
         """At least ``need`` exact first tokens of ``text``, or all of them if it has fewer."""
-        target = max(need, 1) * PREFIX_CHARS_PER_TOKEN + PREFIX_EXTRA_CHARS
+        target = _first_prefix(need)
         if target >= len(text):
             return self.whole(text)
         self.report()
