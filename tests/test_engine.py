@@ -7,6 +7,7 @@ held at a gate, so every interleaving the tests rely on is forced, never timed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -721,3 +722,32 @@ def test_executor_rejects_bad_settings() -> None:
         ModelExecutor("m", FakeForward(), "sideways", max_queue=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         ModelExecutor("m", FakeForward(), "alone", max_queue=0)
+
+
+def test_a_shared_forward_failure_is_logged_once_per_request_with_its_id(caplog: pytest.LogCaptureFixture) -> None:
+    """The worker thread logs a failed forward in each submitting request's context (its request id)."""
+    from edge_runtime.api.request_ids import RequestIdFilter, current
+
+    async def submit_as(ex: ModelExecutor, rid: str, row: Row) -> Any:
+        current.set(rid)  # a task's own context copy: as Sanic's middleware sets it per request
+        return await ex.submit([row])
+
+    async def main() -> None:
+        fake = FakeForward(fail=lambda rows: ValueError("broken") if len(rows) == 2 else None)
+        ex = ModelExecutor("m", fake, "padded", max_queue=4)
+        blocker = await hold(ex, fake)
+        tasks = [asyncio.create_task(submit_as(ex, rid, make_row(4, seed=s)))
+                 for rid, s in (("req-a", 5), ("req-b", 6))]
+        await until(lambda: ex.queue_depth == 2)
+        fake.gate.set()
+        await blocker
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert [type(o) for o in outcomes] == [ForwardError, ForwardError]
+        ex.close()
+
+    caplog.handler.addFilter(RequestIdFilter())
+    with caplog.at_level(logging.ERROR, logger="edge_runtime.engine.executor"):
+        asyncio.run(main())
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert sorted(r.request_id for r in failed) == ["req-a", "req-b"]  # type: ignore[attr-defined]
+    assert all(r.threadName == "engine-m" for r in failed)

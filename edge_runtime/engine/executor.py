@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .batching import BatchLimits, plan_batch
@@ -87,6 +88,13 @@ class _Job:
     batches: int = 0
     first_forward: float | None = None
     done: bool = False
+    # The submitting request's context: a line logged about this job on the worker thread is
+    # logged in it, so the log filter names the request (a forward may serve several requests).
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+
+    def log(self, level: int, message: str, *args: Any, exc_info: BaseException | None = None) -> None:
+        """Log one line about this job in its request's context."""
+        self.context.run(log.log, level, message, *args, exc_info=exc_info)
 
 
 class ModelExecutor:
@@ -305,8 +313,8 @@ class ModelExecutor:
                 try:
                     batch, expired = self._next_batch(time.monotonic())
                 except Exception as exc:  # a planning bug must not kill the worker: fail what waits
-                    log.exception("model %s: batch planning failed", self.name)
                     for job in list(self._waiting):
+                        job.log(logging.ERROR, "model %s: batch planning failed", self.name, exc_info=exc)
                         error = ForwardError(f"model {self.name}: batch planning failed: {exc}")
                         self._retire(job, error)
                     batch, expired = [], 0
@@ -384,11 +392,14 @@ class ModelExecutor:
         """Fail every job of a failed forward (lock held): out of memory maps to RequestTooLarge
         when the forward held one job's rows and to Overloaded when it was shared."""
         oom = is_out_of_memory(exc)
-        if oom:
-            log.warning("model %s: forward of %d rows (%d jobs) ran out of memory: %s", self.name, rows, len(jobs), exc)
-        else:
-            log.error("model %s: forward of %d rows failed", self.name, rows, exc_info=exc)
         for job in jobs:
+            # One line per job, in its request's context, so each request's log names the failure.
+            if oom:
+                job.log(logging.WARNING, "model %s: forward of %d rows (%d jobs) ran out of memory: %s",
+                        self.name, rows, len(jobs), exc)
+            else:
+                job.log(logging.ERROR, "model %s: forward of %d rows (%d jobs) failed", self.name, rows,
+                        len(jobs), exc_info=exc)
             if job.done:
                 continue
             self._retire(job, self._forward_error(exc, rows, len(jobs), logged=True))
