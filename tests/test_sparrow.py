@@ -171,7 +171,7 @@ def _description(rng: random.Random) -> Any:
 def _state(rng: random.Random, i: int) -> Any:
     r = i % 10
     if r == 0:
-        return _text(rng, rng.randint(600, 2500))  # longer than 512 tokens: cut at 512 by both
+        return _text(rng, rng.randint(600, 2500))  # longer than 512 tokens: max_length_exceeded
     if r == 1:
         return {"user": _text(rng, 12), "context": {"order": rng.randint(1, 9999), "items": [_text(rng, 2)]}}
     if r == 2:
@@ -229,6 +229,10 @@ def test_parity_with_the_numpy_decider(family, decider) -> None:
         for qid, (_, theirs) in pairs.items():
             kind, names, _, p_ref = decider.probs(state, theirs)
             got = body["answers"][qid]
+            if i % 10 == 0:  # a state past the 512-token budget is read by no question
+                assert got["error"] == "max_length_exceeded" and got["reason"] == "question_tokens"
+                assert got["type"] == kind and "512 tokens" in got["message"]
+                continue
             assert got["type"] == kind
             p = _probabilities(got, names)
             worst = max(worst, float(np.max(np.abs(p - p_ref))))
@@ -386,12 +390,23 @@ def test_batch_answers_each_entry_as_alone(family) -> None:
     assert body["usage"]["input_tokens"] == sum(a["usage"]["input_tokens"] for a in alone)
 
 
-def test_max_tokens_budget_cuts_the_state(family) -> None:
-    state = " ".join(["refund"] * 50)
-    req = parse_decisions_request({"state": state, "options": {"max_tokens": 10},
-                                   "questions": {"q": {"type": "noul", "instructions": "Refund?"}}})
-    plan = family.plan_request(req)
-    assert plan.rows[0].feeds["state_ids"].shape == (1, 10)
+def test_a_state_past_the_budget_fails_its_questions_in_place(family) -> None:
+    """max_tokens (or the model's 512) bounds the state; one past it fails, the others are answered."""
+    questions = {"q": {"type": "noul", "instructions": "Refund?"}}
+    state = " ".join(["refund"] * 10)
+    n = len(family.text.ids(state, 10_000))
+    fits = family.plan_request(parse_decisions_request(
+        {"state": state, "options": {"max_tokens": n}, "questions": questions}))
+    assert fits.rows[0].feeds["state_ids"].shape == (1, n)
+    batch = parse_decisions_request({"options": {"max_tokens": n}, "states": {
+        "long": {"state": state + " refund", "questions": questions},
+        "short": {"state": "refund", "questions": questions}}})
+    plan = family.plan_request(batch)
+    assert len(plan.rows) == 1
+    body = family.finish(plan, [{"probs": np.array([0.25, 0.75])}])
+    failed = body["states"]["long"]["answers"]["q"]
+    assert (failed["error"], failed["reason"]) == ("max_length_exceeded", "question_tokens")
+    assert body["states"]["short"]["answers"]["q"]["noul"] == pytest.approx(0.75)
     with pytest.raises(ApiError) as e:
         family.plan_request(parse_decisions_request({"state": state, "options": {"max_tokens": 513},
                                                      "questions": {"q": {"type": "noul", "instructions": "x"}}}))

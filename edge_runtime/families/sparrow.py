@@ -1,9 +1,12 @@
 """Sparrow family: the sparrow-decider static tier (bag-of-words pooling + MLP) served on /v1/decisions.
 
 Each Choice, Noul or Score question is one row: the state, the question's instructions and each
-option (``"{name} {description}"``) are tokenized separately with the package's WordPiece, every
-segment cut at the model's 512 tokens as the model was trained, and the graph pools, scores and
-applies the per-kind temperature. Rows are never padded to one shape (ORT's reductions depend on
+option (``"{name} {description}"``) are tokenized separately with the package's WordPiece, and the
+graph pools, scores and
+applies the per-kind temperature. A state longer than the budget (``max_input_tokens``, or
+``options.max_tokens``) fails each of its questions in place with ``max_length_exceeded``, as in
+every decision family; instructions and options are cut at the model's 512-token segments, as the
+model was trained. Rows are never padded to one shape (ORT's reductions depend on
 the reduced length), so numerics are exact.
 
 Questions repeat across requests (a Router asks the same ones), so packages that carry model.onnx
@@ -35,7 +38,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from edge_runtime.engine import create_session
-from edge_runtime.errors import ApiError, ItemError, invalid_request
+from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import (
     DecisionPlan,
@@ -43,14 +46,14 @@ from edge_runtime.families.decision_plan import (
     Slot,
     answered_types,
     assemble,
-    media_refusal,
-    refused_entry,
+    plan_entries,
 )
 from edge_runtime.packages import Package
-from edge_runtime.questions import InvalidQuestion, Question, answer, refusal
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, refusal
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 from edge_runtime.text.bounds import BudgetReader, encode_plain
 from edge_runtime.text.tokenizer import analyze
+from edge_runtime.text.types import MAX_LENGTH_EXCEEDED
 
 log = logging.getLogger(__name__)
 
@@ -410,24 +413,8 @@ class SparrowFamily:
         entries are refused, or a request none of whose questions this model can answer.
         """
         budget = self._budget(request)
-        plan = DecisionPlan(request, rows=[])
-        refusals: list[ApiError] = []
-        for name, entry in request.entries():
-            refusal = media_refusal(self.name, self.modalities, entry, request)
-            if refusal is not None:
-                if not request.is_batch:
-                    raise refusal
-                refusals.append(refusal)
-                plan.entries.append(refused_entry(name, entry, refusal))
-                continue
-            plan.entries.append(self._plan_entry(name, entry, budget, plan.rows))
-        if refusals and len(refusals) == len(plan.entries):
-            raise refusals[0]
-        if not plan.rows:
-            failed = [(e.name, s.question) for e in plan.entries for s in e.slots
-                      if isinstance(s.question, InvalidQuestion)]
-            raise NoValidQuestion(failed)
-        return plan
+        return plan_entries(request, self.name, self.modalities,
+                            lambda name, entry, rows: (self._plan_entry(name, entry, budget, rows), None))
 
     def _budget(self, request: DecisionsRequest) -> int:
         max_tokens = request.options.max_tokens
@@ -451,8 +438,14 @@ class SparrowFamily:
                 planned.slots.append(Slot(refused))
                 continue
             if state_ids is None:
-                state_ids, planned.tokens_lower_bound = self.text.read(content(entry.state), budget)
+                # One token past the budget tells a state that fits from one that does not.
+                state_ids, _ = self.text.read(content(entry.state), budget + 1)
                 state = state_feed(state_ids)
+            if len(state_ids) > budget:
+                planned.slots.append(Slot(q, answer=failed_answer(
+                    q.type, MAX_LENGTH_EXCEEDED, "question_tokens",
+                    f"the state takes more than the {budget} tokens this model reads")))
+                continue
             row = self.text.row(state_ids, q, state)
             planned.slots.append(Slot(q, row=len(rows)))
             planned.tokens += row.tokens
