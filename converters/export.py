@@ -259,7 +259,9 @@ def _labels_and_head(opts: ExportOptions, config: Any, st: SentenceTransformerIn
     if kind == "rerank":
         if n != 1:
             raise ConversionError(f"a rerank model must have exactly one output logit, this one has {n}")
-        return [], {"output": "logits", "activation": "sigmoid"}
+        # the one exit a cross-encoder reads, as rerank cards name it
+        return [], {"output": "logits", "activation": "sigmoid", "layer": int(config.num_hidden_layers),
+                    "dimension": int(config.hidden_size)}
     if kind == "sequence-classification":
         if n < 2:
             raise ConversionError(f"sequence-classification needs at least 2 labels, the model has {n}")

@@ -59,7 +59,8 @@ class ServedModel:
 
     def info(self) -> dict[str, Any]:
         """This model's entry in GET /v1/models."""
-        entry: dict[str, Any] = {"id": self.name, "object": "model", "status": self.status}
+        entry: dict[str, Any] = {"id": self.name, "object": "model", "status": self.status,
+                                 "ready": self.status == "ready"}
         if self.reason:
             entry["reason"] = self.reason
         if self.package is not None:

@@ -55,12 +55,10 @@ class Runtime:
     def health(self) -> tuple[int, dict[str, Any]]:
         status = self.status()
         body: dict[str, Any] = {"api_version": API_VERSION, "status": status}
-        models = []
+        # Keyed by model name, {status, reason?} each: the shape the Router's health poller decodes.
+        models: dict[str, dict[str, str]] = {}
         for m in self.models.values():
-            entry: dict[str, Any] = {"name": m.name, "status": m.status}
-            if m.reason:
-                entry["reason"] = m.reason
-            models.append(entry)
+            models[m.name] = {"status": m.status, "reason": m.reason} if m.reason else {"status": m.status}
         body["models"] = models
         if status != "ready":
             reasons = [f"{m.name}: {m.reason or m.status}" for m in self.models.values() if m.status != "ready"]

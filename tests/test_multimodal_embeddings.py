@@ -207,7 +207,7 @@ def test_bundle_tasks_embed_images(mm_server: Server) -> None:
     validate_response("/v1/bundle", "post", response.status_code, response.json())
     results = {r["id"]: r for r in response.json()["results"]}
     assert results["img"]["status"] == 200 and len(results["img"]["embeddings"]["data"]) == 2
-    assert results["snd"]["status"] == 422 and results["snd"]["error"]["reason"] == "modality_unsupported"
+    assert results["snd"]["status"] == 400 and results["snd"]["error"]["reason"] == "modality_unsupported"
 
 
 def test_card_records_parity_and_the_long_audio_rule(mm_sources: dict[str, tuple[Path, Path]]) -> None:
@@ -365,15 +365,17 @@ def test_batched_media_equal_media_alone(mm_server: Server) -> None:
     for i, part in enumerate(clips):
         assert embed(mm_server, {"model": "whisper", "input": part})["data"][0]["embedding"] == together[i]["embedding"]
     info = {m["id"]: m for m in mm_server.client.get("/v1/models").json()["data"]}
-    assert info["siglip"]["modalities"] == ["image", "text"] and info["whisper"]["modalities"] == ["audio"]
+    assert info["siglip"]["embedding"]["modalities"] == ["image", "text"]
+    assert info["whisper"]["embedding"]["modalities"] == ["audio"]
 
 
-def test_missing_modality_is_422_naming_the_models_modalities(mm_server: Server) -> None:
+def test_missing_modality_is_400_naming_the_models_modalities(mm_server: Server) -> None:
     wav = audio_part(encode_audio(tone(0.3, 16000), 16000))
     for model, part, has in (("whisper", "some text", "audio"), ("siglip", wav, "image, text"),
                              ("emb", image_part(picture(8, 8, 1)), "text")):
-        error = embed(mm_server, {"model": model, "input": ["x", part] if model != "whisper" else [part]}, 422)["error"]
-        assert error["reason"] == "modality_unsupported" and has in error["message"]
+        error = embed(mm_server, {"model": model, "input": ["x", part] if model != "whisper" else [part]}, 400)["error"]
+        assert error["code"] == "invalid_request" and error["reason"] == "modality_unsupported"
+        assert has in error["message"]
 
 
 def test_hostile_media_over_http(mm_server: Server) -> None:

@@ -346,39 +346,50 @@ META = {
     "timings": {"parse": 0.02, "tokenize": 0.15, "queue": 0.0, "forward": 4.8, "post": 0.03,
                 "serialize": 0.02, "total": 5.1},
 }
-ITEM_ERROR = {"code": "max_length_exceeded", "message": "the input has 700 tokens; its budget is 512"}
+ITEM_ERROR = {"code": "max_length_exceeded", "message": "the input has 700 tokens; its budget is 512"}  # the old shape
 BOX = {"top": 0.13, "left": 0.25, "bottom": 0.23, "right": 0.35}
 REPRESENTATION = {"model_sha256": SHA, "layer": 6, "dimension": 3, "normalized": True, "modality": "text"}
 ENGINE_ARGS = {"threads": 1, "inter_op_threads": 1, "graph_optimization_level": "ORT_ENABLE_ALL",
                "providers": ["CPUExecutionProvider"], "max_queue": 256}
 MISSING = {"loc": ["body", "questions", "q", "score", "criteria"], "msg": "Field required", "type": "missing"}
 
+INPUT = {"tokens": 12, "processed_tokens": 12, "truncated": False}
+FAILED_ITEM = {"error": "max_length_exceeded", "message": "the input has 600 tokens, more than the budget of 512"}
 CLASSIFY_RESPONSES = [
-    {"model": "cls", "results": [{"index": 0, "label": "math", "probabilities": {"math": 0.9, "other": 0.1}},
-                                 {"index": 1, "error": ITEM_ERROR}],
+    {"model": "cls", "head": "default", "kind": "sequence", "labels": ["math", "other"],
+     "results": [{"index": 0, "label": "math", "probabilities": [0.9, 0.1], "input": INPUT},
+                 {"index": 1, **FAILED_ITEM}],
      "usage": {"input_tokens": 12}, "meta": META},
-    {"model": "ml", "results": [{"index": 0, "scores": {"toxic": 0.8, "insult": 0.1}, "selected": ["toxic"],
-                                 "thresholds": {"toxic": 0.5, "insult": 0.5}, "windows": 3}],
-     "usage": {"input_tokens": 1500, "tokens_lower_bound": True}},
-    {"model": "vela-pii", "results": [{"index": 0, "spans": [
-        {"label": "EMAIL_ADDRESS", "start": 19, "end": 40, "text": "tom.baker@example.com", "probability": 0.97}],
-        "windows": 1}], "usage": {"input_tokens": 17}},
+    {"model": "ml", "head": "default", "kind": "scores", "labels": ["toxic", "insult"], "thresholds": [0.5, 0.5],
+     "results": [{"index": 0, "scores": [0.8, 0.1], "selected": ["toxic"],
+                  "windows": [{"start": 0, "end": 510, "scores": [0.8, 0.1]},
+                              {"start": 446, "end": 956, "scores": [0.2, 0.05]}],
+                  "input": {"tokens": 958, "processed_tokens": 958, "truncated": False, "windows": 2}}],
+     "usage": {"input_tokens": 958}},
+    {"model": "vela-pii", "head": "default", "kind": "token", "labels": ["O", "B-EMAIL", "I-EMAIL"],
+     "results": [{"index": 0, "spans": [
+         {"label": "EMAIL_ADDRESS", "start": 19, "end": 40, "text": "tom.baker@example.com", "probability": 0.97}],
+         "windows": [{"start": 0, "end": 15}], "input": {**INPUT, "tokens": 17, "processed_tokens": 17, "windows": 1}}],
+     "usage": {"input_tokens": 17}},
 ]
 EMBEDDINGS_RESPONSES = [
     {"object": "list", "model": "emb", "data": [
-        {"object": "embedding", "index": 0, "embedding": [0.1, -0.2, 0.3]},
-        {"object": "embedding", "index": 1, "embedding": None, "error": ITEM_ERROR}],
-     "usage": {"prompt_tokens": 9, "total_tokens": 9},
+        {"object": "embedding", "index": 0, "embedding": [0.1, -0.2, 0.3], "input": INPUT},
+        {"object": "embedding", "index": 1, "embedding": None, **FAILED_ITEM}],
+     "usage": {"prompt_tokens": 12, "total_tokens": 12},
      "meta": {**META, "representation": REPRESENTATION}},
-    {"object": "list", "model": "emb", "data": [{"object": "embedding", "index": 0, "embedding": "zczMPc3MTL4="}],
+    {"object": "list", "model": "emb", "data": [{"object": "embedding", "index": 0, "embedding": "zczMPc3MTL4=",
+                                                 "input": {"tokens": 16, "processed_tokens": 8, "truncated": True,
+                                                           "tokens_lower_bound": True}}],
      "usage": {"prompt_tokens": 16, "total_tokens": 16, "tokens_lower_bound": True}},
 ]
 RERANK_RESPONSE = {
     "model": "rr",
-    "results": [{"index": 0, "relevance_score": 0.93, "document": {"text": "Open Settings, then Security."}},
-                {"index": 1, "relevance_score": 0.02},
-                {"index": 2, "relevance_score": None, "error": ITEM_ERROR}],
-    "usage": {"input_tokens": 40}, "meta": META,
+    "results": [{"index": 0, "relevance_score": 0.93, "logit": 2.59, "document": {"text": "Open Settings, then Security."},
+                 "input": INPUT},
+                {"index": 1, "relevance_score": 0.02, "logit": -3.89, "input": INPUT},
+                {"index": 2, "relevance_score": None, **FAILED_ITEM}],
+    "usage": {"input_tokens": 24}, "meta": META,
 }
 DECISION_RESPONSES = [
     {"model": "d", "answers": {"q": {"type": "noul", "noul": 0.5},
@@ -404,16 +415,22 @@ MODELS_RESPONSE = {
     "data": [
         {"id": "emb", "object": "model", "family": "encoder", "kind": "embedding", "surfaces": ["embeddings"],
          "description": "MiniLM", "version": "1.0.0", "release_date": "2021-08-30", "revision": "r1",
-         "model_sha256": SHA,
-         "dimension": 384, "dimensions": [384, 128], "layers": [3, 6], "pooling": "mean", "normalized": True,
+         "model_sha256": SHA, "ready": True,
+         "embedding": {"dimensions": [384, 128], "layers": [3, 6], "pooling": "mean", "normalized": True,
+                       "modalities": ["text"], "input_types": []},
          "limits": {"max_input_tokens": 256}, "device": "cpu", "variant": "fp32", "dtype": "float32",
          "engine": "onnxruntime", "engine_args": {**ENGINE_ARGS, "grouping": "padded"},
          "numerics": "exact", "status": "ready", "self_check": {"status": "passed", "max_abs_diff": 0.0, "cases": 2}},
         {"id": "ml", "object": "model", "family": "encoder", "kind": "multi-label", "surfaces": ["classify"],
-         "labels": ["toxic"], "thresholds": {"toxic": 0.5}, "limits": {"max_input_tokens": 512, "truncate_tokens": 128},
-         "status": "warming", "engine_args": {**ENGINE_ARGS, "threads": 2, "grouping": None},
+         "heads": [{"name": "default", "kind": "scores", "labels": ["toxic"], "inputs": ["text", "pair"],
+                    "thresholds": [0.5], "overflow": "reject", "window": {"tokens": 512, "overlap": 0}}],
+         "limits": {"max_input_tokens": 512, "truncate_tokens": 128, "max_inputs": 2048},
+         "status": "warming", "ready": False, "engine_args": {**ENGINE_ARGS, "threads": 2, "grouping": None},
          "numerics": None, "self_check": {"status": "unverified"}},
-        {"id": "bad", "object": "model", "status": "failed", "reason": "MANIFEST.json: digest mismatch",
+        {"id": "rr", "object": "model", "family": "encoder", "kind": "rerank", "surfaces": ["rerank"],
+         "rerank": {"default": {"layer": 6, "dimension": 384}, "exits": [{"layer": 6, "dimension": 384}]},
+         "status": "ready", "ready": True, "self_check": {"status": "unverified"}},
+        {"id": "bad", "object": "model", "status": "failed", "ready": False, "reason": "MANIFEST.json: digest mismatch",
          "self_check": {"status": "failed", "reason": "not loaded"}},
     ],
     "models": [{"name": "sparrow", "description": "A decision model", "release_date": "2026-01-15"}],
@@ -489,10 +506,10 @@ def test_bundle_response() -> None:
 
 def test_models_health_and_liveness() -> None:
     validate_response("/v1/models", "get", 200, MODELS_RESPONSE)
-    ready = {"api_version": "5.0.0", "status": "ready", "models": [{"name": "emb", "status": "ready"}]}
+    ready = {"api_version": "5.0.0", "status": "ready", "models": {"emb": {"status": "ready"}}}
     validate_response("/health", "get", 200, ready)
     degraded = {"api_version": "5.0.0", "status": "degraded", "reason": "bad: failed",
-                "models": [{"name": "emb", "status": "ready"}, {"name": "bad", "status": "failed", "reason": "digest"}]}
+                "models": {"emb": {"status": "ready"}, "bad": {"status": "failed", "reason": "digest"}}}
     validate_response("/health", "get", 503, degraded)
     validate_response("/health/live", "get", 200, {"api_version": "5.0.0", "status": "alive"})
     validate_response("/health/live", "get", 503, {"api_version": "5.0.0", "status": "stalled", "reason": "emb: 31 s"})
@@ -537,8 +554,13 @@ def test_body_errors_carry_reason_and_limit() -> None:
 BAD_RESPONSES = [
     ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("usage",), ...)),
     ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("extra",), 1)),
-    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("results", 0, "probabilities", "math"), 1.5)),
-    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("results", 1, "error", "code"), "overloaded")),
+    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("results", 0, "probabilities", 0), 1.5)),
+    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("results", 0, "probabilities"), {"math": 0.9, "other": 0.1})),
+    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("results", 0, "input"), ...)),
+    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("results", 1, "error"), "overloaded")),
+    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("results", 1, "error"), ITEM_ERROR)),  # an object, not a code
+    ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("kind",), "multi-label")),
+    ("/v1/classify", _with(CLASSIFY_RESPONSES[1], ("results", 0, "windows"), 2)),
     ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("meta", "numerics"), "fast")),
     ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("meta", "timings", "forward"), ...)),
     ("/v1/classify", _with(CLASSIFY_RESPONSES[0], ("meta", "representation"), REPRESENTATION)),
@@ -548,6 +570,7 @@ BAD_RESPONSES = [
     ("/v1/embeddings", _with(EMBEDDINGS_RESPONSES[0], ("meta", "representation"), ...)),
     ("/v1/embeddings", _with(EMBEDDINGS_RESPONSES[1], ("usage", "total_tokens"), 1.0)),
     ("/v1/rerank", _with(RERANK_RESPONSE, ("results", 1, "relevance_score"), ...)),
+    ("/v1/rerank", _with(RERANK_RESPONSE, ("results", 1, "logit"), ...)),
     ("/v1/rerank", _with(RERANK_RESPONSE, ("results", 0, "document"), "Open Settings")),
     ("/v1/decisions", _with(DECISION_RESPONSES[0], ("answers", "q", "confidence"), 0.5)),  # a Noul has none
     ("/v1/decisions", _with(DECISION_RESPONSES[0], ("answers", "bad", "reason"), ...)),
@@ -557,6 +580,9 @@ BAD_RESPONSES = [
     ("/v1/decisions", _with(DECISION_RESPONSES[1], ("answers",), {})),
     ("/v1/models", _with(MODELS_RESPONSE, ("api_version",), "4.0.0")),
     ("/v1/models", _with(MODELS_RESPONSE, ("data", 0, "status"), "starting")),
+    ("/v1/models", _with(MODELS_RESPONSE, ("data", 0, "ready"), ...)),
+    ("/v1/models", _with(MODELS_RESPONSE, ("data", 0, "embedding", "dimensions"), 384)),
+    ("/v1/models", _with(MODELS_RESPONSE, ("data", 1, "heads", 0, "kind"), "multi-label")),
     ("/v1/models", _with(MODELS_RESPONSE, ("data", 0, "engine_args", "grouping"), "batched")),
     ("/v1/models", _with(MODELS_RESPONSE, ("data", 0, "model_sha256"), "xyz")),
     ("/v1/models", _with(MODELS_RESPONSE, ("models", 0, "release_date"), "15 Jan 2026")),

@@ -12,7 +12,7 @@ from edge_runtime.runtime import Runtime
 
 def list_models(runtime: Runtime) -> dict[str, Any]:
     """GET /v1/models: each model's card and state, the decision models in the SDK's shape, the limits."""
-    data = [{**m.info(), "aliases": list(m.config.aliases)} for m in runtime.models.values()]
+    data = [_card(m, runtime.config.max_inputs) for m in runtime.models.values()]
     extended = runtime.config.systemone_schema == "vllm-sr/5.0"
     decision = []
     for m in runtime.models.values():
@@ -32,6 +32,15 @@ def list_models(runtime: Runtime) -> dict[str, Any]:
             "max_inputs": runtime.config.max_inputs,
         },
     }
+
+
+def _card(model: ServedModel, max_inputs: int) -> dict[str, Any]:
+    """One model's entry in ``data``: its card and state, its aliases, and in its limits the most
+    inputs one request may carry (the Router sizes the classify calls it fuses by it)."""
+    entry = {**model.info(), "aliases": list(model.config.aliases)}
+    if "limits" in entry:
+        entry["limits"] = {**entry["limits"], "max_inputs": max_inputs}
+    return entry
 
 
 def _decision_model(model: ServedModel, extended: bool) -> dict[str, Any]:

@@ -6,15 +6,16 @@ the finish step reads outputs with the pure heads in edge_runtime.heads.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
-from edge_runtime.errors import ApiError, ItemError, invalid_request
+from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Plan
+from edge_runtime.families.embeddings import Embedded, embeddings_body
+from edge_runtime.families.items import InputUsage, failed_item, request_usage
 from edge_runtime.heads.activations import sigmoid, softmax
 from edge_runtime.heads.pooling import embed
 from edge_runtime.heads.tokens import decode_bio
@@ -40,6 +41,13 @@ def _failed(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Enc
 def _ran(outputs: list[Any] | ItemError) -> list[Any]:
     """The forward's outputs; none when the job failed as a whole (then _failed fails every item)."""
     return [] if isinstance(outputs, ItemError) else outputs
+
+
+#: The card kind of each classify head, as the Router's cards name them.
+HEAD_KINDS = {"sequence-classification": "sequence", "multi-label": "scores", "token-classification": "token"}
+#: The input forms each classify head reads.
+HEAD_INPUTS = {"sequence-classification": ["text", "pair"], "multi-label": ["text", "pair"],
+               "token-classification": ["text", "grounded"]}
 
 
 class EncoderFamily:
@@ -72,6 +80,11 @@ class EncoderFamily:
         self.forward = EncoderForward(session, outputs=outputs)
         self._vocab_size = self.text.tokenizer.get_vocab_size()
         self._probe_rng = np.random.default_rng(0)
+        # A package holds one head; its name is the card's, else the name every single-head card shares.
+        self.head_name: str = str(self.head.get("name") or "default")
+        # A cross-encoder reads one exit: its last layer at the hidden width (0 where the converter
+        # did not record them, in packages written before it did).
+        self.rerank_exit = {"layer": int(self.head.get("layer") or 0), "dimension": int(self.head.get("dimension") or 0)}
 
     # -- engine hooks -------------------------------------------------------------------------
 
@@ -85,18 +98,25 @@ class EncoderFamily:
         self.text.cut_report()
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {}
-        if self.labels:
-            info["labels"] = self.labels
-        if self.kind == "multi-label":
-            info["thresholds"] = dict(self.head.get("thresholds") or {})
+        """The card's per-surface blocks: ``heads`` (classify), ``embedding`` or ``rerank``."""
+        if self.kind in HEAD_KINDS:
+            head: dict[str, Any] = {"name": self.head_name, "kind": HEAD_KINDS[self.kind], "labels": self.labels,
+                                    "inputs": HEAD_INPUTS[self.kind], "overflow": "reject",
+                                    "window": {"tokens": self.max_input_tokens, "overlap": 0}}
+            if self.kind == "multi-label":
+                head["thresholds"] = self._thresholds(None)
+            return {"heads": [head]}
         if self.kind == "embedding":
-            info["dimension"] = self.dimension
-            info["dimensions"] = self.dimensions or ([self.dimension] if self.dimension else [])
-            info["layers"] = sorted(self.layers)
-            info["pooling"] = self.head.get("pooling")
-            info["normalized"] = bool(self.head.get("normalize"))
-        return info
+            return {"embedding": {
+                "dimensions": sorted(set(self.dimensions) | ({self.dimension} if self.dimension else set()),
+                                     reverse=True),
+                "layers": sorted(self.layers),
+                "pooling": self.head.get("pooling"),
+                "normalized": bool(self.head.get("normalize")),
+                "modalities": ["text"],
+                "input_types": [],
+            }}
+        return {"rerank": {"default": dict(self.rerank_exit), "exits": [dict(self.rerank_exit)]}}
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -127,7 +147,7 @@ class EncoderFamily:
 
     def _encode_all(
         self, items: list[tuple[str, str | None]], options: Options, default_overflow: Overflow
-    ) -> tuple[list[Encoded | ItemError], list[Any], list[list[int]], int, bool]:
+    ) -> tuple[list[Encoded | ItemError], list[Any], list[list[int]]]:
         """Tokenize every item: per item its Encoded (or ItemError) and the row indices it owns."""
         budget = self._budget(options)
         overflow = options.overflow or default_overflow
@@ -143,8 +163,6 @@ class EncoderFamily:
         encoded: list[Encoded | ItemError] = []
         rows: list[Any] = []
         owners: list[list[int]] = []
-        tokens = 0
-        lower_bound = False
         for text, pair in items:
             result = self.text.encode(
                 text, pair, max_tokens=budget, overflow=overflow, window=window,
@@ -157,62 +175,68 @@ class EncoderFamily:
             encoded.append(result)
             owners.append(list(range(len(rows), len(rows) + len(result.rows))))
             rows.extend(result.rows)
-            tokens += result.tokens
-            lower_bound = lower_bound or result.tokens_lower_bound
-        return encoded, rows, owners, tokens, lower_bound
+        return encoded, rows, owners
 
     @staticmethod
-    def _usage(key: str, tokens: int, lower_bound: bool) -> dict[str, Any]:
-        usage: dict[str, Any] = {key: tokens}
-        if key == "prompt_tokens":
-            usage["total_tokens"] = tokens
-        if lower_bound:
-            usage["tokens_lower_bound"] = True
-        return usage
+    def _tokens(encoded: list[Encoded | ItemError]) -> int:
+        """The tokens the request's inputs hold, for the engine's accounting."""
+        return sum(e.tokens for e in encoded if isinstance(e, Encoded))
 
     # classify --------------------------------------------------------------------------------
 
     def _plan_classify(self, req: ClassifyRequest) -> Plan:
+        if req.head is not None and req.head != self.head_name:
+            raise invalid_request(f"head must be {self.head_name!r} for this model, not {req.head!r}")
+        if req.options.threshold is not None and self.kind != "multi-label":
+            raise invalid_request("options.threshold applies to heads of kind scores (multi-label) only")
         if self.kind == "token-classification" and any(i.pair is not None and not i.grounded for i in req.items):
             raise invalid_request("token classification reads single texts or grounded items, not text pairs")
-        encoded, rows, owners, tokens, lower = self._encode_all(
-            [(i.text, i.pair) for i in req.items], req.options, "reject"
-        )
+        encoded, rows, owners = self._encode_all([(i.text, i.pair) for i in req.items], req.options, "reject")
+        thresholds = self._thresholds(req.options.threshold)
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
             results = []
+            usages = []
             for index, (item, enc, own) in enumerate(zip(req.items, encoded, owners)):
                 enc = _failed(enc, outputs)
                 if isinstance(enc, ItemError):
-                    results.append({"index": index, "error": enc.body()})
+                    results.append(failed_item(index, enc))
                     continue
-                result = self._classify_one(item, enc, [_ran(outputs)[r] for r in own])
-                result["index"] = index
-                if len(own) > 1:
-                    result["windows"] = len(own)
+                usage = InputUsage.of(enc)
+                usages.append(usage)
+                result = {"index": index,
+                          **self._classify_one(item, enc, [_ran(outputs)[r] for r in own], thresholds),
+                          "input": usage.body()}
                 results.append(result)
-            body: dict[str, Any] = {"results": results, "usage": self._usage("input_tokens", tokens, lower)}
-            return body
+            body: dict[str, Any] = {"head": self.head_name, "kind": HEAD_KINDS[self.kind], "labels": self.labels}
+            if self.kind == "multi-label":
+                body["thresholds"] = thresholds
+            return {**body, "results": results, "usage": request_usage(usages, "input_tokens")}
 
-        return Plan(rows, finish, tokens)
+        return Plan(rows, finish, self._tokens(encoded))
 
-    def _classify_one(self, item: TextItem, enc: Encoded, outs: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    def _thresholds(self, override: float | None) -> list[float]:
+        """A scores head's threshold per label, in label order: the request's, else the card's."""
+        card = self.head.get("thresholds") or {}
+        return [override if override is not None else float(card.get(lab, 0.5)) for lab in self.labels]
+
+    def _classify_one(self, item: TextItem, enc: Encoded, outs: list[dict[str, np.ndarray]],
+                      thresholds: list[float]) -> dict[str, Any]:
         name = self.head.get("output", "logits")
-        if self.kind == "sequence-classification":
-            probs = max_over_windows([softmax(o[name]) for o in outs])
-            best = int(np.argmax(probs))
-            return {
-                "label": self.labels[best],
-                "probabilities": {lab: float(p) for lab, p in zip(self.labels, probs)},
-            }
-        if self.kind == "multi-label":
-            scores = max_over_windows([sigmoid(o[name]) for o in outs])
-            thresholds = self.head.get("thresholds") or {}
-            return {
-                "scores": {lab: float(s) for lab, s in zip(self.labels, scores)},
-                "selected": [lab for lab, s in zip(self.labels, scores) if s >= thresholds.get(lab, 0.5)],
-                "thresholds": {lab: float(thresholds.get(lab, 0.5)) for lab in self.labels},
-            }
+        if self.kind in ("sequence-classification", "multi-label"):
+            read = softmax if self.kind == "sequence-classification" else sigmoid
+            key = "probabilities" if self.kind == "sequence-classification" else "scores"
+            per_window = [read(o[name]) for o in outs]
+            values = max_over_windows(per_window)
+            result: dict[str, Any] = {key: [float(v) for v in values]}
+            if self.kind == "sequence-classification":
+                result["label"] = self.labels[int(np.argmax(values))]
+            else:
+                result["selected"] = [lab for lab, v, t in zip(self.labels, values, thresholds) if v >= t]
+            if enc.windows is not None:
+                result["windows"] = [{"start": a, "end": b, key: [float(v) for v in w]}
+                                     for (a, b), w in zip(enc.windows, per_window)]
+            return result
         # token classification: spans on the text, or on the answer of a grounded item
         sequence = 1 if item.grounded else 0
         target = item.pair if item.grounded else item.text
@@ -220,7 +244,10 @@ class EncoderFamily:
             [(softmax(o[name]), row) for o, row in zip(outs, enc.rows)], sequence
         )
         spans = decode_bio(probs, offsets, self.labels, target or "")
-        return {"spans": [s.body() for s in spans]}
+        token: dict[str, Any] = {"spans": [s.body() for s in spans]}
+        if enc.windows is not None:
+            token["windows"] = [{"start": a, "end": b} for a, b in enc.windows]
+        return token
 
     # embeddings --------------------------------------------------------------------------------
 
@@ -238,35 +265,26 @@ class EncoderFamily:
         output = self.layers.get(layer, "last_hidden_state") if layer is not None else "last_hidden_state"
         if req.options.overflow == "window":
             raise invalid_request("embeddings take overflow reject or truncate")
-        encoded, rows, owners, tokens, lower = self._encode_all(
-            [(t, None) for t in req.inputs], req.options, "reject"
-        )
+        encoded, rows, owners = self._encode_all([(t, None) for t in req.inputs], req.options, "reject")
         pooling = self.head.get("pooling", "mean")
         normalized = bool(self.head.get("normalize", False))
         dims = req.dimensions if req.dimensions != full else None
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
-            data = []
-            for index, (enc, own) in enumerate(zip(encoded, owners)):
+            items: list[Embedded] = []
+            for enc, own in zip(encoded, owners):
                 enc = _failed(enc, outputs)
                 if isinstance(enc, ItemError):
-                    data.append({"object": "embedding", "index": index, "embedding": None, "error": enc.body()})
+                    items.append(enc)
                     continue
                 vector = embed(_ran(outputs)[own[0]][output], pooling, normalized, dims)
-                if not np.all(np.isfinite(vector)):
-                    raise ApiError("internal_error", "the model produced a non-finite embedding")
-                value: Any = (
-                    base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-                    if req.encoding_format == "base64"
-                    else vector.tolist()
-                )
-                data.append({"object": "embedding", "index": index, "embedding": value})
-            return {"object": "list", "data": data, "usage": self._usage("prompt_tokens", tokens, lower)}
+                items.append((vector, InputUsage.of(enc)))
+            return embeddings_body(items, req.encoding_format)
 
         return Plan(
             rows,
             finish,
-            tokens,
+            self._tokens(encoded),
             extras={
                 "representation": {
                     "model_sha256": self.digest,
@@ -281,31 +299,35 @@ class EncoderFamily:
     # rerank --------------------------------------------------------------------------------
 
     def _plan_rerank(self, req: RerankRequest) -> Plan:
-        encoded, rows, owners, tokens, lower = self._encode_all(
-            [(req.query, d) for d in req.documents], req.options, "truncate"
-        )
+        exit_ = self.rerank_exit
+        for asked, has, what in ((req.layer, exit_["layer"], "layer"),
+                                 (req.dimensions, exit_["dimension"], "dimensions")):
+            if asked is not None and asked != has:
+                raise invalid_request(f"{what} must be {has} for this model (its one exit), not {asked}")
+        encoded, rows, owners = self._encode_all([(req.query, d) for d in req.documents], req.options, "truncate")
         name = self.head.get("output", "logits")
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
             scored: list[dict[str, Any]] = []
             failed: list[dict[str, Any]] = []
+            usages = []
             for index, (enc, own) in enumerate(zip(encoded, owners)):
+                document = {"document": {"text": req.documents[index]}} if req.return_documents else {}
                 enc = _failed(enc, outputs)
                 if isinstance(enc, ItemError):
-                    failed.append({"index": index, "relevance_score": None, "error": enc.body()})
+                    failed.append(failed_item(index, enc, relevance_score=None, **document))
                     continue
                 logits = np.asarray(_ran(outputs)[own[0]][name], dtype=np.float64).reshape(-1)
+                # one logit: a relevance logit read through a sigmoid; two: the "relevant" class's log-odds
+                logit = float(logits[0]) if logits.size == 1 else float(logits[-1] - logits[0])
                 score = float(sigmoid(logits[:1])[0]) if logits.size == 1 else float(softmax(logits)[-1])
-                entry: dict[str, Any] = {"index": index, "relevance_score": score}
-                if req.return_documents:
-                    entry["document"] = {"text": req.documents[index]}
-                scored.append(entry)
+                usage = InputUsage.of(enc)
+                usages.append(usage)
+                scored.append({"index": index, "relevance_score": score, "logit": logit, **document,
+                               "input": usage.body()})
             scored.sort(key=lambda e: (-e["relevance_score"], e["index"]))
             if req.top_n is not None:
                 scored = scored[: req.top_n]
-            for entry in failed:
-                if req.return_documents:
-                    entry["document"] = {"text": req.documents[entry["index"]]}
-            return {"results": scored + failed, "usage": self._usage("input_tokens", tokens, lower)}
+            return {"results": scored + failed, "usage": request_usage(usages, "input_tokens")}
 
-        return Plan(rows, finish, tokens)
+        return Plan(rows, finish, self._tokens(encoded))

@@ -9,7 +9,6 @@ tower's load-time probe proved bit-identical to running each row alone, so every
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,8 +19,10 @@ import numpy as np
 
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.forward import Grouping
-from edge_runtime.errors import ApiError, ItemError, invalid_request
+from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Plan
+from edge_runtime.families.embeddings import Embedded, embeddings_body
+from edge_runtime.families.items import InputUsage
 from edge_runtime.heads.pooling import normalize
 from edge_runtime.media.audio import AudioLimits, decode_audio
 from edge_runtime.media.dataurl import b64_bytes
@@ -202,13 +203,15 @@ class MultimodalEmbeddingModel:
             self.text.cut_report()
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "dimension": self.dimension,
-            "dimensions": self.dimensions,
+        """The card's ``embedding`` block: one space for every tower."""
+        return {"embedding": {
+            "dimensions": sorted(self.dimensions, reverse=True),
             "layers": [int(self.towers[self.primary].spec["layers"])],
+            "pooling": "model",  # each tower's graph pools (its projection head), not a readout here
             "normalized": self.normalized,
             "modalities": list(self.modalities),
-        }
+            "input_types": [],
+        }}
 
     def representation(self, dimension: int) -> dict[str, Any]:
         """The space's tag: the same for every tower of the package, so texts and images compare."""
@@ -242,7 +245,7 @@ class MultimodalEmbeddingModel:
             raise invalid_request("embeddings take overflow reject or truncate")
         parts = req.parts or req.inputs
         rows: list[TowerRow] = []
-        owners: list[int | ItemError] = []
+        owners: list[tuple[int, InputUsage] | ItemError] = []
         tokens = 0
         for index, part in enumerate(parts):
             try:
@@ -252,51 +255,33 @@ class MultimodalEmbeddingModel:
             if isinstance(item, ItemError):
                 owners.append(item)
                 continue
-            owners.append(len(rows))
-            rows.append(item)
-            tokens += item.tokens
+            row, usage = item
+            owners.append((len(rows), usage))
+            rows.append(row)
+            tokens += row.tokens
         dims = req.dimensions if req.dimensions != self.dimension else None
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
-            data = []
-            for index, own in enumerate(owners):
-                failure = own if isinstance(own, ItemError) else (outputs if isinstance(outputs, ItemError) else None)
-                if failure is not None:
-                    data.append({"object": "embedding", "index": index, "embedding": None, "error": failure.body()})
+            items: list[Embedded] = []
+            for own in owners:
+                if isinstance(own, ItemError) or isinstance(outputs, ItemError):
+                    items.append(own if isinstance(own, ItemError) else outputs)  # type: ignore[arg-type]
                     continue
-                assert not isinstance(own, ItemError) and not isinstance(outputs, ItemError)
-                vector = np.asarray(outputs[own], dtype=np.float32)
+                vector = np.asarray(outputs[own[0]], dtype=np.float32)
                 if dims is not None:
                     vector = vector[:dims]
-                if self.normalized:
-                    vector = normalize(vector)
-                if not np.all(np.isfinite(vector)):
-                    raise ApiError("internal_error", "the model produced a non-finite embedding")
-                value: Any = (base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-                              if req.encoding_format == "base64" else vector.tolist())
-                data.append({"object": "embedding", "index": index, "embedding": value})
-            return {"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+                items.append((normalize(vector) if self.normalized else vector, own[1]))
+            return embeddings_body(items, req.encoding_format)
 
         return Plan(rows, finish, tokens,
                     extras={"representation": self.representation(req.dimensions or self.dimension)})
 
-    def _row(self, part: Any, req: EmbeddingsRequest) -> TowerRow | ItemError:
-        """The row of one input; an over-long text is an item error, a refused medium a MediaError."""
-        if isinstance(part, ImageInput):
-            spec = self.towers["image"].spec
-            limits = ImageLimits(int(self.limits["image_max_bytes"]), int(self.limits["image_source_max_pixels"]))
-            image = decode_image_url(part.url, limits, check_declared=True)
-            return TowerRow("image", image_pixels(image, spec["preprocess"]), int(spec["tokens"]))
-        if isinstance(part, AudioInput):
-            spec = self.towers["audio"].spec
-            pre = spec["preprocess"]
-            audio_limits = AudioLimits(int(self.limits["audio_max_bytes"]), float(self.limits["audio_max_seconds"]))
-            samples = decode_audio(b64_bytes(part.data, audio_limits.max_bytes, "audio"), audio_limits,
-                                   int(pre["sampling_rate"]), part.format)
-            if pre["log"] == "clap_db":  # CLAP: the graph pools; a clip counts as its spectrogram's patches
-                return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))
-            real = whisper_real_positions(len(samples), pre, int(spec["positions"]))
-            return TowerRow("audio", log_mel(samples, pre), real, real, int(spec["positions"]))
+    def _row(self, part: Any, req: EmbeddingsRequest) -> tuple[TowerRow, InputUsage] | ItemError:
+        """The row of one input and its coverage; an over-long text is an item error, a refused
+        medium a MediaError."""
+        if isinstance(part, (ImageInput, AudioInput)):
+            row = self._media_row(part)
+            return row, InputUsage.whole(row.tokens)
         assert self.text is not None
         budget = self._budget(req)
         result = self.text.encode(part, None, max_tokens=budget, overflow=req.options.overflow or "reject")
@@ -304,7 +289,24 @@ class MultimodalEmbeddingModel:
             return ItemError(result.code, result.message)
         assert isinstance(result, Encoded)
         ids = np.asarray(result.rows[0].ids, dtype=np.int64)
-        return TowerRow("text", ids, int(len(ids)), width=self.towers["text"].pad_to or 0)
+        return TowerRow("text", ids, int(len(ids)), width=self.towers["text"].pad_to or 0), InputUsage.of(result)
+
+    def _media_row(self, part: ImageInput | AudioInput) -> TowerRow:
+        """The tower row of an image or an audio clip (whole: a tower reads a fixed shape)."""
+        if isinstance(part, ImageInput):
+            spec = self.towers["image"].spec
+            limits = ImageLimits(int(self.limits["image_max_bytes"]), int(self.limits["image_source_max_pixels"]))
+            image = decode_image_url(part.url, limits, check_declared=True)
+            return TowerRow("image", image_pixels(image, spec["preprocess"]), int(spec["tokens"]))
+        spec = self.towers["audio"].spec
+        pre = spec["preprocess"]
+        audio_limits = AudioLimits(int(self.limits["audio_max_bytes"]), float(self.limits["audio_max_seconds"]))
+        samples = decode_audio(b64_bytes(part.data, audio_limits.max_bytes, "audio"), audio_limits,
+                               int(pre["sampling_rate"]), part.format)
+        if pre["log"] == "clap_db":  # CLAP: the graph pools; a clip counts as its spectrogram's patches
+            return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))
+        real = whisper_real_positions(len(samples), pre, int(spec["positions"]))
+        return TowerRow("audio", log_mel(samples, pre), real, real, int(spec["positions"]))
 
     def _budget(self, req: EmbeddingsRequest) -> int:
         if req.options.max_tokens is None:

@@ -396,7 +396,8 @@ class SparrowFamily:
         """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
 
     def describe(self) -> dict[str, Any]:
-        return {}
+        """The question types this model answers."""
+        return {"question_types": list(self.question_types)}
 
     # -- planning ---------------------------------------------------------------------------
 

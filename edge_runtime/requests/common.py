@@ -28,6 +28,7 @@ class Options:
     overflow: Overflow | None = None
     window: WindowOption | None = None
     long_context: bool = False
+    threshold: float | None = None
 
 
 def require_object(body: Any, what: str = "request body") -> dict[str, Any]:
@@ -100,7 +101,12 @@ def parse_options(
     long_context = opts.get("long_context", False)
     if not isinstance(long_context, bool):
         raise invalid_request("options.long_context must be a boolean")
-    return Options(return_meta, deadline, max_tokens, overflow, window, long_context)
+    threshold = opts.get("threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not 0.0 <= threshold <= 1.0):
+        raise invalid_request("options.threshold must be a number in [0, 1]")
+    return Options(return_meta, deadline, max_tokens, overflow, window, long_context,
+                   None if threshold is None else float(threshold))
 
 
 def check_count(count: int, where: str, max_items: int) -> None:

@@ -45,9 +45,11 @@ def modality_of(item: EmbeddingInput) -> str:
 
 
 def modality_unsupported(asked: frozenset[str] | set[str], has: tuple[str, ...] | list[str]) -> ApiError:
-    """unsupported_surface (422) for inputs of a modality the model has no tower for, naming the modalities it reads."""
+    """invalid_request (400, reason modality_unsupported) for inputs of a modality the model has no
+    tower for, naming the modalities it reads: the model serves embeddings, but not of this input (as
+    a decisions request with an image for a text-only model is 400)."""
     missing = sorted(set(asked) - set(has))
-    return ApiError("unsupported_surface",
+    return ApiError("invalid_request",
                     f"this model does not read {', '.join(missing)} inputs; it reads {', '.join(sorted(has))}",
                     reason="modality_unsupported")
 

@@ -36,6 +36,7 @@ class ClassifyRequest:
     model: str | None
     items: tuple[TextItem, ...]
     options: Options
+    head: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class EmbeddingsRequest:
     layer: int | None
     options: Options
     parts: tuple[EmbeddingInput, ...] = ()
+    input_type: str | None = None
 
     @property
     def modalities(self) -> frozenset[str]:
@@ -64,6 +66,8 @@ class RerankRequest:
     top_n: int | None
     return_documents: bool
     options: Options
+    layer: int | None = None
+    dimensions: int | None = None
 
 
 def _string(value: Any, where: str) -> str:
@@ -91,7 +95,10 @@ def _classify_item(value: Any, where: str) -> TextItem:
 def parse_classify(body: Any, max_inputs: int) -> ClassifyRequest:
     """Validate a /v1/classify body."""
     body = require_object(body)
-    reject_unknown(body, {"model", "input", "options"}, "classify requests")
+    reject_unknown(body, {"model", "head", "input", "options"}, "classify requests")
+    head = body.get("head")
+    if head is not None and (not isinstance(head, str) or not head):
+        raise invalid_request("head must be a non-empty string")
     raw = body.get("input")
     if isinstance(raw, str):
         raw = [raw]
@@ -99,7 +106,8 @@ def parse_classify(body: Any, max_inputs: int) -> ClassifyRequest:
         raise invalid_request("input must be a string or a non-empty list")
     check_count(len(raw), "input", max_inputs)
     items = tuple(_classify_item(v, f"input[{i}]") for i, v in enumerate(raw))
-    return ClassifyRequest(model_name(body), items, parse_options(body.get("options")))
+    options = parse_options(body.get("options"), extra=frozenset({"threshold"}))
+    return ClassifyRequest(model_name(body), items, options, head)
 
 
 def _optional_positive(body: dict[str, Any], key: str) -> int | None:
@@ -111,12 +119,23 @@ def _optional_positive(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
+def _optional_layer(body: dict[str, Any]) -> int | None:
+    layer = body.get("layer")
+    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
+        raise invalid_request("layer must be an integer")
+    return layer
+
+
+#: What an input is for: a model whose card lists no input_types reads both alike (it has no prompts).
+INPUT_TYPES = ("query", "document")
+
+
 def parse_embeddings(body: Any, max_inputs: int) -> EmbeddingsRequest:
     """Validate an OpenAI-compatible /v1/embeddings body (text, image_url and input_audio inputs)."""
     body = require_object(body)
     reject_unknown(
         body,
-        {"model", "input", "encoding_format", "dimensions", "layer", "user", "options"},
+        {"model", "input", "encoding_format", "dimensions", "layer", "input_type", "user", "options"},
         "embeddings requests",
     )
     parts = embedding_inputs(body.get("input"), max_inputs)
@@ -129,9 +148,10 @@ def parse_embeddings(body: Any, max_inputs: int) -> EmbeddingsRequest:
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise invalid_request("user must be a string")
-    layer = body.get("layer")
-    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
-        raise invalid_request("layer must be an integer")
+    layer = _optional_layer(body)
+    input_type = body.get("input_type")
+    if input_type is not None and input_type not in INPUT_TYPES:
+        raise invalid_request(f"input_type must be one of {list(INPUT_TYPES)}")
     return EmbeddingsRequest(
         model_name(body),
         inputs,
@@ -140,6 +160,7 @@ def parse_embeddings(body: Any, max_inputs: int) -> EmbeddingsRequest:
         layer,
         parse_options(body.get("options"), overflows=("reject", "truncate")),
         parts,
+        input_type,
     )
 
 
@@ -148,7 +169,7 @@ def parse_rerank(body: Any, max_inputs: int) -> RerankRequest:
     body = require_object(body)
     reject_unknown(
         body,
-        {"model", "query", "documents", "top_n", "return_documents", "options"},
+        {"model", "query", "documents", "top_n", "return_documents", "layer", "dimensions", "options"},
         "rerank requests",
     )
     query = _string(body.get("query"), "query")
@@ -169,4 +190,6 @@ def parse_rerank(body: Any, max_inputs: int) -> RerankRequest:
         _optional_positive(body, "top_n"),
         return_documents,
         parse_options(body.get("options"), overflows=("reject", "truncate")),
+        _optional_layer(body),
+        _optional_positive(body, "dimensions"),
     )

@@ -151,14 +151,14 @@ class TextEncoder:
             amount = _plural(total) if complete else f"at least {_plural(total)}"
             return InputError(MAX_LENGTH_EXCEEDED, f"the input has {amount}, more than the budget of {_plural(budget)}")
         row = self._row(layout, [(s, 0, len(s)) for s in seqs])
-        return Encoded([row], len(row.ids), False)
+        return Encoded([row], len(row.ids), False, len(row.ids))
 
     def _truncate(self, text: str, pair: str | None, layout: Layout, room: int) -> Encoded:
         first = self._reader.read(text, room + 1)
         if pair is None:
             keep = min(len(first), room)
             row = self._row(layout, [(first, 0, keep)])
-            return Encoded([row], len(first) + layout.specials, not first.complete)
+            return Encoded([row], len(first) + layout.specials, not first.complete, len(row.ids))
         second = self._reader.read(pair, room + 1)
         # longest-first needs to know which sequence is longer once both exceed half the budget;
         # when only one was read whole, read the other until it is known to be longer or whole
@@ -172,7 +172,7 @@ class TextEncoder:
         k1, k2 = longest_first(n1, n2, room)
         row = self._row(layout, [(first, 0, min(k1, len(first))), (second, 0, min(k2, len(second)))])
         tokens = len(first) + len(second) + layout.specials
-        return Encoded([row], tokens, not (first.complete and second.complete))
+        return Encoded([row], tokens, not (first.complete and second.complete), len(row.ids))
 
     def _windows(self, text: str, pair: str | None, window: Window, scan: int) -> Encoded | InputError:
         layout = self.envelope.pair if pair is not None else self.envelope.single
@@ -204,7 +204,8 @@ class TextEncoder:
         total = sum(len(s) for s in seqs)
         if total + layout.specials <= size:
             row = self._row(layout, [(s, 0, len(s)) for s in seqs])
-            return Encoded([row], len(row.ids), False)
+            moving = 0 if second is None or len(first) > len(second) else 1
+            return Encoded([row], len(row.ids), False, len(row.ids), [(0, len(seqs[moving]))])
         # window the longer sequence (the second on a tie); the other repeats whole
         moving = 0 if second is None or len(first) > len(second) else 1
         fixed = sum(len(s) for i, s in enumerate(seqs) if i != moving)
@@ -217,12 +218,16 @@ class TextEncoder:
                 f"not more than its overlap of {_plural(overlap)}",
             )
         rows = []
+        spans = []
         for start in window_starts(len(seqs[moving]), content, overlap):
             parts = [
                 (s, start, start + content) if i == moving else (s, 0, len(s)) for i, s in enumerate(seqs)
             ]
             rows.append(self._row(layout, parts))
-        return Encoded(rows, sum(len(r.ids) for r in rows), False)
+            spans.append((start, min(start + content, len(seqs[moving]))))
+        # every token read, each once: the input as one row would hold it
+        whole = total + layout.specials
+        return Encoded(rows, whole, False, whole, spans)
 
     # -- rows ---------------------------------------------------------------------------------
 

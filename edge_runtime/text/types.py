@@ -32,12 +32,25 @@ class EncodedRow:
 
 @dataclass
 class Encoded:
-    """An input as rows. ``tokens`` counts the tokens read (over all rows for windows); it is a
-    lower bound, and ``tokens_lower_bound`` is True, when the text was read only in part."""
+    """An input as rows, and how much of it they hold.
+
+    ``tokens`` counts the input's tokens as one row would hold them whole (specials included); it
+    is a lower bound, and ``tokens_lower_bound`` is True, when the text was read only in part.
+    ``processed`` counts the tokens the rows read, each once (fewer than ``tokens`` when truncated).
+    ``windows`` holds each window's ``(start, end)`` in the windowed sequence's content tokens when
+    the input was read under overflow ``window`` (one window when it fits), else None.
+    """
 
     rows: list[EncodedRow]
     tokens: int
     tokens_lower_bound: bool
+    processed: int
+    windows: list[tuple[int, int]] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """True when the rows leave some of the input unread."""
+        return self.tokens_lower_bound or self.processed < self.tokens
 
 
 @dataclass

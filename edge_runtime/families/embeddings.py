@@ -1,0 +1,38 @@
+"""The /v1/embeddings response body, one builder for every embedding family (text encoders and
+multimodal towers), so that the vectors, their encodings, the item errors and the usage read the
+same whichever family answered."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.items import InputUsage, failed_item, request_usage
+
+#: One input's outcome: its vector and coverage, or its error.
+Embedded = tuple[np.ndarray, InputUsage] | ItemError
+
+
+def embeddings_body(items: list[Embedded], encoding_format: str) -> dict[str, Any]:
+    """``{object, data, usage}`` in the OpenAI shape, each item with its ``input`` coverage.
+
+    A failed input keeps its place with ``embedding: null`` and its error code and message; a
+    non-finite vector fails the request (``internal_error``): the model, not the input, is wrong.
+    """
+    data: list[dict[str, Any]] = []
+    usages: list[InputUsage] = []
+    for index, item in enumerate(items):
+        if isinstance(item, ItemError):
+            data.append(failed_item(index, item, object="embedding", embedding=None))
+            continue
+        vector, usage = item
+        if not np.all(np.isfinite(vector)):
+            raise ApiError("internal_error", "the model produced a non-finite embedding")
+        value: Any = (base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+                      if encoding_format == "base64" else np.asarray(vector).tolist())
+        usages.append(usage)
+        data.append({"object": "embedding", "index": index, "embedding": value, "input": usage.body()})
+    return {"object": "list", "data": data, "usage": request_usage(usages, "prompt_tokens")}
