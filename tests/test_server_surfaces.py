@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -60,11 +61,18 @@ def test_models_lists_cards_limits_and_engine(server: Server) -> None:
     assert body["limits"]["max_request_bytes"] == 1048576
     by_id = {m["id"]: m for m in body["data"]}
     cls = by_id["cls"]
-    assert cls["surfaces"] == ["classify"] and cls["labels"]
+    assert cls["surfaces"] == ["classify"] and cls["ready"] is True
+    assert cls["heads"] == [{"name": "default", "kind": "sequence", "labels": cls["heads"][0]["labels"],
+                             "inputs": ["text", "pair"], "overflow": "reject",
+                             "window": {"tokens": cls["limits"]["max_input_tokens"], "overlap": 0}}]
+    assert cls["heads"][0]["labels"] and "labels" not in cls  # one place for each fact
+    assert cls["limits"]["max_inputs"] == body["limits"]["max_inputs"]
     assert cls["engine"] == "onnxruntime" and cls["engine_args"]["threads"] == 1
     assert cls["numerics"] == "exact" and cls["self_check"]["status"] == "passed"
     assert cls["engine_args"]["grouping"] in ("padded", "equal_length", "alone")
-    assert by_id["emb"]["dimensions"] and by_id["emb"]["layers"]
+    assert by_id["emb"]["embedding"]["dimensions"] and by_id["emb"]["embedding"]["layers"]
+    assert by_id["rr"]["rerank"]["default"] == by_id["rr"]["rerank"]["exits"][0]
+    assert by_id["rr"]["rerank"]["default"]["layer"] >= 1 and by_id["rr"]["rerank"]["default"]["dimension"] >= 1
     assert by_id["emb-int8"]["dtype"] == "int8"
     # the per-token int8 variant is proven batch-invariant at load, so it batches under exact numerics
     assert by_id["emb-int8"]["numerics"] == "exact" and by_id["emb-int8"]["engine_args"]["grouping"] == "padded"
@@ -96,14 +104,14 @@ def test_embeddings_float_and_base64_agree(server: Server) -> None:
 
 def test_embeddings_dimensions_and_layer(server: Server) -> None:
     info = {m["id"]: m for m in call(server, "GET", "/v1/models").json()["data"]}["emb"]
-    small = min(info["dimensions"])
+    small = min(info["embedding"]["dimensions"])
     r = post(server, "/v1/embeddings", {"model": "emb", "input": "hello", "dimensions": small,
                                          "options": {"return_meta": True}})
     assert r.status_code == 200
     body = r.json()
     assert len(body["data"][0]["embedding"]) == small
     assert body["meta"]["representation"]["dimension"] == small
-    early = min(info["layers"])
+    early = min(info["embedding"]["layers"])
     r2 = post(server, "/v1/embeddings", {"model": "emb", "input": "hello", "layer": early,
                                           "options": {"return_meta": True}})
     assert r2.status_code == 200 and r2.json()["meta"]["representation"]["layer"] == early
@@ -113,6 +121,12 @@ def test_embeddings_dimensions_and_layer(server: Server) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
     bad_layer = post(server, "/v1/embeddings", {"model": "emb", "input": "hello", "layer": 99})
     assert bad_layer.status_code == 400
+    # a model whose card lists no input_types reads queries and documents alike
+    assert info["embedding"]["input_types"] == []
+    for kind in ("query", "document"):
+        typed = post(server, "/v1/embeddings", {"model": "emb", "input": "hello", "input_type": kind})
+        assert typed.json()["data"][0]["embedding"] == full
+    assert post(server, "/v1/embeddings", {"model": "emb", "input": "hello", "input_type": "passage"}).status_code == 400
 
 
 def test_embeddings_with_the_openai_client(server: Server) -> None:
@@ -132,13 +146,18 @@ def test_long_input_reject_and_truncate(server: Server) -> None:
     r = post(server, "/v1/embeddings", {"model": "emb", "input": [long_text, "short"]})
     assert r.status_code == 200
     data = r.json()["data"]
-    assert data[0]["embedding"] is None and data[0]["error"]["code"] == "max_length_exceeded"
+    assert data[0]["embedding"] is None and data[0]["error"] == "max_length_exceeded" and data[0]["message"]
     assert data[1]["embedding"] is not None
+    assert data[1]["input"]["tokens"] == data[1]["input"]["processed_tokens"] == r.json()["usage"]["prompt_tokens"]
+    assert data[1]["input"]["truncated"] is False
     t = post(server, "/v1/embeddings", {"model": "emb", "input": long_text,
                                          "options": {"overflow": "truncate", "max_tokens": 16}})
     assert t.status_code == 200
     usage = t.json()["usage"]
     assert usage.get("tokens_lower_bound") is True and usage["prompt_tokens"] >= 16
+    read = t.json()["data"][0]["input"]
+    assert read == {"tokens": usage["prompt_tokens"], "processed_tokens": 16, "truncated": True,
+                    "tokens_lower_bound": True}
 
 
 # -- classify --------------------------------------------------------------------------------
@@ -147,19 +166,33 @@ def test_long_input_reject_and_truncate(server: Server) -> None:
 def test_classify_sequence_labels(server: Server) -> None:
     r = post(server, "/v1/classify", {"model": "cls", "input": ["What is 2 + 2?", {"text": "a", "text_pair": "b"}]})
     assert r.status_code == 200
-    results = r.json()["results"]
+    body = r.json()
+    results = body["results"]
+    assert (body["head"], body["kind"]) == ("default", "sequence") and len(body["labels"]) >= 2
     assert [x["index"] for x in results] == [0, 1]
     for x in results:
-        assert x["label"] in x["probabilities"]
-        assert sum(x["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
-        assert x["probabilities"][x["label"]] == max(x["probabilities"].values())
+        assert len(x["probabilities"]) == len(body["labels"])
+        assert sum(x["probabilities"]) == pytest.approx(1.0, abs=1e-6)
+        assert x["label"] == body["labels"][int(np.argmax(x["probabilities"]))]
+        assert x["input"]["tokens"] == x["input"]["processed_tokens"] and not x["input"]["truncated"]
+    assert body["usage"]["input_tokens"] == sum(x["input"]["tokens"] for x in results)
 
 
 def test_classify_multi_label_thresholds(server: Server) -> None:
     r = post(server, "/v1/classify", {"model": "ml", "input": "some text to score"})
-    x = r.json()["results"][0]
-    assert set(x["scores"]) == set(x["thresholds"])
-    assert x["selected"] == [k for k, s in x["scores"].items() if s >= x["thresholds"][k]]
+    body = r.json()
+    x = body["results"][0]
+    assert body["kind"] == "scores" and len(x["scores"]) == len(body["labels"]) == len(body["thresholds"])
+    assert x["selected"] == [k for k, s, t in zip(body["labels"], x["scores"], body["thresholds"]) if s >= t]
+    # options.threshold applies one threshold to every label, for this request only
+    low = post(server, "/v1/classify", {"model": "ml", "input": "some text to score", "options": {"threshold": 0.0}})
+    assert low.json()["thresholds"] == [0.0] * len(body["labels"]) and low.json()["results"][0]["selected"] == body["labels"]
+    for bad in ({"options": {"threshold": 1.5}}, {"head": "other"}):
+        r = post(server, "/v1/classify", {"model": "ml", "input": "x", **bad})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    assert post(server, "/v1/classify", {"model": "ml", "input": "x", "head": "default"}).status_code == 200
+    refused = post(server, "/v1/classify", {"model": "cls", "input": "x", "options": {"threshold": 0.5}})
+    assert refused.status_code == 400 and "scores" in refused.json()["error"]["message"]
 
 
 def test_classify_token_spans_use_code_point_offsets(server: Server) -> None:
@@ -183,13 +216,25 @@ def test_classify_windows_and_item_errors(server: Server) -> None:
     r = post(server, "/v1/classify", {"model": "cls", "input": [long_text, "short"],
                                        "options": {"max_tokens": 32}})
     results = r.json()["results"]
-    assert results[0]["error"]["code"] == "max_length_exceeded" and "label" in results[1]
-    w = post(server, "/v1/classify", {"model": "cls", "input": [long_text],
-                                       "options": {"overflow": "window", "max_tokens": 64,
+    assert results[0]["error"] == "max_length_exceeded" and results[0]["message"] and "label" in results[1]
+    assert r.json()["usage"]["input_tokens"] == results[1]["input"]["tokens"]
+    medium = " ".join(f"word{i}" for i in range(20))
+    w = post(server, "/v1/classify", {"model": "cls", "input": [medium, "short"],
+                                       "options": {"overflow": "window", "max_tokens": 128,
                                                    "window": {"tokens": 32, "overlap": 8}}})
     assert w.status_code == 200
-    x = w.json()["results"][0]
-    assert x.get("windows", 1) > 1 or "error" in x
+    body = w.json()
+    x, one = body["results"]
+    windows = x["windows"]
+    assert len(windows) == x["input"]["windows"] > 1
+    assert x["input"]["tokens"] == x["input"]["processed_tokens"] and not x["input"]["truncated"]
+    # windows cover the content tokens in order, with no gap, as the Router checks them
+    assert windows[0]["start"] == 0 and windows[-1]["end"] == x["input"]["tokens"] - 2  # [CLS] and [SEP]
+    for before, after in zip(windows, windows[1:]):
+        assert before["start"] < after["start"] <= before["end"] < after["end"]
+    assert all(len(w["probabilities"]) == len(body["labels"]) for w in windows)
+    assert x["probabilities"] == [max(v) for v in zip(*(w["probabilities"] for w in windows))]
+    assert one["windows"] == [{"start": 0, "end": one["input"]["tokens"] - 2, "probabilities": one["probabilities"]}]
 
 
 # -- rerank ----------------------------------------------------------------------------------
@@ -207,8 +252,16 @@ def test_rerank_sorted_top_n_and_documents(server: Server) -> None:
     for x in results:
         assert x["document"]["text"] == docs[x["index"]]
         assert 0.0 <= x["relevance_score"] <= 1.0
+        assert x["relevance_score"] == pytest.approx(1 / (1 + math.exp(-x["logit"])), abs=1e-12)
+        assert x["input"]["tokens"] == x["input"]["processed_tokens"] > 0 and not x["input"]["truncated"]
     full = post(server, "/v1/rerank", {"model": "rr", "query": "q", "documents": docs}).json()["results"]
     assert sorted(x["index"] for x in full) == [0, 1, 2] and "document" not in full[0]
+    card = {m["id"]: m for m in call(server, "GET", "/v1/models").json()["data"]}["rr"]["rerank"]["default"]
+    at_exit = {"model": "rr", "query": "q", "documents": docs, "layer": card["layer"], "dimensions": card["dimension"]}
+    assert post(server, "/v1/rerank", at_exit).json()["results"] == full
+    for bad in ({"layer": card["layer"] + 1}, {"dimensions": card["dimension"] + 1}):
+        r = post(server, "/v1/rerank", {"model": "rr", "query": "q", "documents": docs, **bad})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
 
 
 # -- bundle --------------------------------------------------------------------------------
@@ -312,7 +365,7 @@ def test_body_over_limit_with_and_without_content_length(server: Server) -> None
 def test_deadline_expired_work_is_never_run(server: Server) -> None:
     r = post(server, "/v1/classify", {"model": "cls", "input": ["a", "b"], "options": {"deadline_ms": 0.001}})
     assert r.status_code == 200
-    assert [x["error"]["code"] for x in r.json()["results"]] == ["deadline_exceeded"] * 2
+    assert [x["error"] for x in r.json()["results"]] == ["deadline_exceeded"] * 2
 
 
 def test_overloaded_answers_429_with_retry_after(server: Server) -> None:
