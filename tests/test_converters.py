@@ -104,7 +104,8 @@ def test_classifier_heads(fixture_package: Callable[..., Path]) -> None:
         "output": "logits", "activation": "sigmoid",
         "thresholds": {"billing": 0.5, "shipping": 0.5, "technical": 0.5, "urgent": 0.5}}
     assert read_package(fixture_package("token-classification")).card.head == {"output": "logits", "scheme": "BIO"}
-    assert read_package(fixture_package("rerank")).card.head == {"output": "logits", "activation": "sigmoid"}
+    assert read_package(fixture_package("rerank")).card.head == {"output": "logits", "activation": "sigmoid",
+                                                                 "layer": 2, "dimension": 32}
 
 
 @pytest.mark.parametrize("pooling, normalize", [("cls", False), ("last", True)])

@@ -385,8 +385,8 @@ EMBEDDINGS_RESPONSES = [
 ]
 RERANK_RESPONSE = {
     "model": "rr",
-    "results": [{"index": 0, "relevance_score": 0.93, "logit": 2.59, "document": {"text": "Open Settings, then Security."},
-                 "input": INPUT},
+    "results": [{"index": 0, "relevance_score": 0.93, "logit": 2.59,
+                 "document": {"text": "Open Settings, then Security."}, "input": INPUT},
                 {"index": 1, "relevance_score": 0.02, "logit": -3.89, "input": INPUT},
                 {"index": 2, "relevance_score": None, **FAILED_ITEM}],
     "usage": {"input_tokens": 24}, "meta": META,

@@ -94,3 +94,19 @@ def test_questions_that_are_not_plain_json_are_parsed_and_refused_uncached() -> 
     assert isinstance(q, InvalidQuestion) and "surrogate" in q.message
     long = parse_question("q", {"type": "noul", "instructions": "x " * 4096})
     assert isinstance(long, Question) and parse_question("q", {"type": "noul", "instructions": "x " * 4096}) is not long
+
+
+def test_overflow_is_reject_or_truncate_and_only_truncating_families_take_truncate() -> None:
+    from edge_runtime.questions import parse_question, refusal
+
+    base = {"type": "noul", "instructions": "Is it a complaint?"}
+    assert parse_question("q", {**base, "overflow": "reject"}) == parse_question("q", base)
+    cut = parse_question("q", {**base, "overflow": "truncate"})
+    assert isinstance(cut, Question) and cut.overflow == "truncate"
+    bad = parse_question("q", {**base, "overflow": "window"})
+    assert isinstance(bad, InvalidQuestion) and bad.reason == "question_malformed" and "overflow" in bad.message
+    assert refusal(cut, "m", ("noul",), truncates=True) is None
+    refused = refusal(cut, "m", ("noul",))
+    assert refused is not None and refused.reason == "question_malformed" and "overflow truncate" in refused.message
+    box = parse_question("b", {"type": "box", "instructions": "the cat", "overflow": "truncate"})
+    assert isinstance(box, InvalidQuestion)  # box and track read media, never a cut state

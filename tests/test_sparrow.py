@@ -171,7 +171,7 @@ def _description(rng: random.Random) -> Any:
 def _state(rng: random.Random, i: int) -> Any:
     r = i % 10
     if r == 0:
-        return _text(rng, rng.randint(600, 2500))  # longer than 512 tokens: max_length_exceeded
+        return _text(rng, rng.randint(600, 2500))  # longer than 512 tokens: cut at 512 under truncate
     if r == 1:
         return {"user": _text(rng, 12), "context": {"order": rng.randint(1, 9999), "items": [_text(rng, 2)]}}
     if r == 2:
@@ -224,12 +224,15 @@ def test_parity_with_the_numpy_decider(family, decider) -> None:
     for i in range(120):  # 120 requests x 3 questions = 360 questions
         state = _state(rng, i)
         pairs = {f"q{j}": _question(rng, i + j) for j in range(3)}
-        body = answer(family, {"state": state, "questions": {k: ours for k, (ours, _) in pairs.items()}})
+        long = i % 10 == 0  # a state past the 512-token budget: q0 and q2 ask for it truncated, q1 not
+        asked = {k: {**ours, "overflow": "truncate"} if long and k != "q1" else ours for k, (ours, _) in pairs.items()}
+        body = answer(family, {"state": state, "questions": asked})
         assert set(body) == {"model", "answers", "usage"}
+        assert body["usage"].get("tokens_lower_bound", False) is long
         for qid, (_, theirs) in pairs.items():
             kind, names, _, p_ref = decider.probs(state, theirs)
             got = body["answers"][qid]
-            if i % 10 == 0:  # a state past the 512-token budget is read by no question
+            if long and qid == "q1":
                 assert got["error"] == "max_length_exceeded" and got["reason"] == "question_tokens"
                 assert got["type"] == kind and "512 tokens" in got["message"]
                 continue

@@ -71,9 +71,9 @@ def reference(package: Path) -> Callable[..., dict[str, Any]]:
     assets = Vela2Assets.from_package(pkg)
     readout = graph_readout(onnx_hidden(verify.create_session(pkg.graph("fp32"))), assets.head)
 
-    def run(state: Any, questions: dict[str, Any]) -> dict[str, Any]:
+    def run(state: Any, questions: dict[str, Any], windows: bool = True) -> dict[str, Any]:
         return run_request(state, questions, tokens=assets.tokens, layout=assets.layout,
-                           calibration=assets.calibration, readout=readout).body
+                           calibration=assets.calibration, readout=readout, windows=windows).body
     return run
 
 
@@ -206,6 +206,25 @@ def test_long_parts_are_read_in_windows_up_to_the_scan_budget(server: Server) ->
     refused = post(server, {"model": MODEL, "state": "s", "questions": questions,
                             "options": {"max_tokens": 10**6}}, status=400)
     assert "scan budget" in refused["error"]["message"]
+
+
+def test_overflow_truncate_reads_a_long_part_once_cut(server: Server, reference: Callable[..., dict[str, Any]]
+                                                      ) -> None:
+    """A question with overflow truncate shares its row unless a part must be read in windows; then
+    it reads the row once, the part cut, alone, and never fails the scan budget."""
+    long_text = " ".join(f"Sentence {i} mentions jane{i}@example.com and nothing else." for i in range(100))
+    reasoning = {**EXAMPLE_1["questions"]["reasoning"], "overflow": "truncate"}
+    questions = {"contacts": EXAMPLE_2["questions"]["contacts"], "reasoning": reasoning}
+    tight = post(server, {"model": MODEL, "state": long_text, "questions": questions, "options": {"max_tokens": 1500}})
+    assert tight["answers"]["contacts"]["error"] == "scan_budget_exceeded"
+    cut = reference(long_text, {"reasoning": EXAMPLE_1["questions"]["reasoning"]}, windows=False)["answers"]
+    assert tight["answers"]["reasoning"]["noul"] == cut["reasoning"]["noul"]
+    # a state that fits: the question reads the row it shares with the others, as without overflow
+    short = {"model": MODEL, "state": EXAMPLE_2["state"], "questions": questions}
+    plain = {**short, "questions": {**questions, "reasoning": EXAMPLE_1["questions"]["reasoning"]}}
+    assert post(server, short) == post(server, plain)
+    bad = post(server, {**short, "questions": {"r": {**reasoning, "overflow": "window"}}}, status=400)
+    assert "overflow must be reject or truncate" in bad["error"]["message"]
 
 
 def test_roles_choose_the_parts(server: Server) -> None:

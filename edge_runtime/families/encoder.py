@@ -84,7 +84,8 @@ class EncoderFamily:
         self.head_name: str = str(self.head.get("name") or "default")
         # A cross-encoder reads one exit: its last layer at the hidden width (0 where the converter
         # did not record them, in packages written before it did).
-        self.rerank_exit = {"layer": int(self.head.get("layer") or 0), "dimension": int(self.head.get("dimension") or 0)}
+        self.rerank_exit = {"layer": int(self.head.get("layer") or 0),
+                            "dimension": int(self.head.get("dimension") or 0)}
 
     # -- engine hooks -------------------------------------------------------------------------
 

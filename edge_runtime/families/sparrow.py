@@ -5,8 +5,9 @@ option (``"{name} {description}"``) are tokenized separately with the package's 
 graph pools, scores and
 applies the per-kind temperature. A state longer than the budget (``max_input_tokens``, or
 ``options.max_tokens``) fails each of its questions in place with ``max_length_exceeded``, as in
-every decision family; instructions and options are cut at the model's 512-token segments, as the
-model was trained. Rows are never padded to one shape (ORT's reductions depend on
+every decision family, unless the question asks ``overflow: truncate``: it then reads the state's
+first tokens (``usage.tokens_lower_bound``). Instructions and options are cut at the model's
+512-token segments, as the model was trained. Rows are never padded to one shape (ORT's reductions depend on
 the reduced length), so numerics are exact.
 
 Questions repeat across requests (a Router asks the same ones), so packages that carry model.onnx
@@ -429,25 +430,31 @@ class SparrowFamily:
     def _plan_entry(self, name: str | None, entry: DecisionState, budget: int, rows: list[SparrowRow]) -> Entry:
         planned = Entry(name, [])
         state_ids: list[int] | None = None  # tokenized once per entry, only if a question needs it
-        state: np.ndarray | None = None  # its feed, shared by its questions' rows
+        feeds: dict[bool, np.ndarray] = {}  # the state's feed, whole and cut, shared by its questions' rows
         for q in entry.questions:
             if isinstance(q, InvalidQuestion):
                 planned.slots.append(Slot(q))
                 continue
-            refused = refusal(q, self.name, self.question_types)
+            refused = refusal(q, self.name, self.question_types, truncates=True)
             if refused is not None:
                 planned.slots.append(Slot(refused))
                 continue
             if state_ids is None:
                 # One token past the budget tells a state that fits from one that does not.
                 state_ids, _ = self.text.read(content(entry.state), budget + 1)
-                state = state_feed(state_ids)
-            if len(state_ids) > budget:
+            cut = len(state_ids) > budget
+            if cut and q.overflow != "truncate":
                 planned.slots.append(Slot(q, answer=failed_answer(
                     q.type, MAX_LENGTH_EXCEEDED, "question_tokens",
-                    f"the state takes more than the {budget} tokens this model reads")))
+                    f"the state takes more than the {budget} tokens this model reads; "
+                    "overflow truncate reads its first ones")))
                 continue
-            row = self.text.row(state_ids, q, state)
+            # overflow truncate: the state's first budget tokens, as the model was trained to read
+            ids = state_ids[:budget]
+            if cut not in feeds:
+                feeds[cut] = state_feed(ids)
+            planned.tokens_lower_bound = planned.tokens_lower_bound or cut
+            row = self.text.row(ids, q, feeds[cut])
             planned.slots.append(Slot(q, row=len(rows)))
             planned.tokens += row.tokens
             rows.append(row)

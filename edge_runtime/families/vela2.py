@@ -234,7 +234,8 @@ class Vela2Family:
         entry = _Entry(name, None, [q.id for q in decision.questions])
         answerable: list[Question] = []
         for q in decision.questions:
-            refused = q if isinstance(q, InvalidQuestion) else refusal(q, self.name, self.question_types)
+            refused = q if isinstance(q, InvalidQuestion) else refusal(q, self.name, self.question_types,
+                                                                         truncates=True)
             if refused is not None:
                 entry.failed[q.id] = refused.answer()
             else:
@@ -262,9 +263,11 @@ class Vela2Family:
         # is cut anyway when truncated, so its length costs nothing past the budget
         parts = encode_parts(entry.state, engine, self.assets.tokens, need=scan + 1)
         entry.lower_bound = not all(p.complete for p in parts)
-        for row in rows_of(engine):
+        truncating = {q.id for q in answerable if q.overflow == "truncate"}
+        for row, windows in self._reads(rows_of(engine), truncating, parts, scan):
             try:
-                seqs = sequences(row, parts, self.assets.tokens, self.assets.layout, max_scan_tokens=scan)
+                seqs = sequences(row, parts, self.assets.tokens, self.assets.layout, windows=windows,
+                                 max_scan_tokens=scan)
             except (SchemaTooLong, ScanBudgetExceeded) as e:
                 error, reason = ((MAX_LENGTH_EXCEEDED, "question_tokens") if isinstance(e, SchemaTooLong)
                                  else (SCAN_BUDGET_EXCEEDED, "scan_budget"))
@@ -276,6 +279,31 @@ class Vela2Family:
             rows.extend(seqs)
             entry.tokens += sum(len(s) for s in seqs)
         return entry
+
+    def _reads(self, rows: list[Row], truncating: set[str], parts: Sequence[Any], scan: int
+               ) -> list[tuple[Row, bool]]:
+        """Each row and whether it is read in windows. Questions that ask ``overflow: truncate``
+        share their row as they would without it, unless a part has to be read in windows: they
+        then read the row once, its parts cut, in a row of their own."""
+        out: list[tuple[Row, bool]] = []
+        for row in rows:
+            cut = tuple(q for q in row.questions if q.id in truncating)
+            if cut and self._windowed(row, parts, scan):
+                rest = tuple(q for q in row.questions if q.id not in truncating)
+                out.extend([(Row(rest), True)] if rest else [])
+                out.append((Row(cut), False))
+            else:
+                out.append((row, not cut))
+        return out
+
+    def _windowed(self, row: Row, parts: Sequence[Any], scan: int) -> bool:
+        """True when the row's parts do not fit one sequence (it would be read in windows)."""
+        try:
+            return len(sequences(row, parts, self.assets.tokens, self.assets.layout, max_scan_tokens=scan)) > 1
+        except ScanBudgetExceeded:
+            return True
+        except SchemaTooLong:
+            return False  # the questions alone do not fit: the row fails whichever way it is read
 
     def _engine_form(self, q: Question) -> dict[str, Any]:
         """The question as the engine reads it: a preset the card lists stands for the trained

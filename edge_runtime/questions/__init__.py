@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -89,7 +90,13 @@ def _parse(qid: str, raw: Any) -> Question:
     preset = raw.get("preset")
     if preset is not None and (not isinstance(preset, str) or not preset.strip()):
         raise Malformed("preset must be a non-blank string")
-    return kind.parse(qid, raw, instructions, preset)
+    question = kind.parse(qid, raw, instructions, preset)
+    overflow = raw.get("overflow")
+    if overflow is None or overflow == "reject":
+        return question
+    if overflow != "truncate":
+        raise Malformed("overflow must be reject or truncate")
+    return replace(question, overflow=overflow)
 
 
 def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Question | InvalidQuestion, ...]:
@@ -113,8 +120,13 @@ def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Ques
     return tuple(out)
 
 
-def refusal(q: Question, model: str, answered: Sequence[str]) -> InvalidQuestion | None:
-    """A question of a type the model does not answer, failed in place with its type's fixed reason."""
+def refusal(q: Question, model: str, answered: Sequence[str], truncates: bool = False) -> InvalidQuestion | None:
+    """A question the model cannot answer as asked, failed in place: a type it does not answer (with
+    the type's fixed reason), or ``overflow: truncate`` on a model that never cuts a state
+    (``truncates`` False: it reads each question whole or fails it with max_length_exceeded)."""
+    if q.overflow == "truncate" and not truncates:
+        return InvalidQuestion(q.id, q.type, QUESTION_MALFORMED,
+                               f"model {model!r} reads every question whole: it does not take overflow truncate")
     if q.type in answered:
         return None
     reason = REGISTRY[q.type].unsupported_reason

@@ -46,6 +46,7 @@ class Question:
     preset: str | None = None
     at: float | None = None
     rate: int | None = None
+    overflow: str | None = None  # "truncate": read a state past the budget cut, where the family can
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
 
 TYPE = QuestionType(
     name="choice",
-    fields=frozenset({"type", "instructions", "criteria", "choices", "preset"}),
+    fields=frozenset({"type", "instructions", "criteria", "choices", "preset", "overflow"}),
     parse=parse,
     answer=answer,
 )

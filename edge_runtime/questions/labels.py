@@ -8,7 +8,7 @@ from edge_runtime.questions.base import Json, Malformed, Question
 from edge_runtime.questions.forms import keyed_options, threshold
 
 MAX_LABELS = 255
-FIELDS = frozenset({"type", "instructions", "criteria", "labels", "threshold", "preset"})
+FIELDS = frozenset({"type", "instructions", "criteria", "labels", "threshold", "preset", "overflow"})
 
 
 def parse_labels(qid: str, qtype: str, raw: dict[str, Any], instructions: Json | None,

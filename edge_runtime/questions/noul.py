@@ -62,7 +62,7 @@ def answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
 
 TYPE = QuestionType(
     name="noul",
-    fields=frozenset({"type", "instructions", "criteria", "choices", "preset"}),
+    fields=frozenset({"type", "instructions", "criteria", "choices", "preset", "overflow"}),
     parse=parse,
     answer=answer,
 )

@@ -94,7 +94,7 @@ def answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
 
 TYPE = QuestionType(
     name="score",
-    fields=frozenset({"type", "instructions", "criteria", "levels", "preset"}),
+    fields=frozenset({"type", "instructions", "criteria", "levels", "preset", "overflow"}),
     parse=parse,
     answer=answer,
 )
