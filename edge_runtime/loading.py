@@ -8,20 +8,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import GraphSession, Grouping, ModelExecutor, create_session, probe_grouping
 from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family
 from edge_runtime.packages import Package, PackageError, read_package
+from edge_runtime.packages.golden import self_check
 from edge_runtime.timing import Timing
 
 log = logging.getLogger("edge_runtime")
 
-# Golden outputs must match the recording within this, per device class (contract: CPU 1e-3).
-GOLDEN_TOLERANCE = {"cpu": 1e-3, "cuda": 0.02}
 PROBE_LENGTHS = (3, 9, 9, 17, 40, 130)
 
 
@@ -113,34 +110,6 @@ class ServedModel:
         return meta
 
 
-def self_check(session: Any, package: Package, variant: str, device: str) -> dict[str, Any]:
-    """Run every golden case twice: bitwise deterministic, and within tolerance of the recording."""
-    cases = package.golden(variant)
-    if not cases:
-        return {"status": "unverified"}
-    tolerance = GOLDEN_TOLERANCE.get(device, GOLDEN_TOLERANCE["cuda"])
-    worst = 0.0
-    for i, case in enumerate(cases):
-        names = list(case.outputs)
-        first = session.run(case.feeds, names)
-        second = session.run(case.feeds, names)
-        for name in names:
-            if not np.array_equal(first[name], second[name]):
-                return {"status": "failed", "reason": f"golden case {i} output {name} is not deterministic"}
-            got = np.asarray(first[name], dtype=np.float64)
-            want = np.asarray(case.outputs[name], dtype=np.float64)
-            if got.shape != want.shape or not np.all(np.isfinite(got)):
-                return {"status": "failed", "reason": f"golden case {i} output {name} has the wrong shape or NaN"}
-            worst = max(worst, float(np.max(np.abs(got - want))) if got.size else 0.0)
-    if worst > tolerance:
-        return {
-            "status": "failed",
-            "max_abs_diff": worst,
-            "reason": f"golden outputs differ by {worst:.3g}, above {tolerance:g}",
-        }
-    return {"status": "passed", "max_abs_diff": worst, "cases": len(cases)}
-
-
 def load_model(model: ServedModel, metrics: Any = None) -> None:
     """Read, build, warm, self-check and probe one model; a failure marks it failed with its reason."""
     cfg = model.config
@@ -158,7 +127,7 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
         model.family = build_family(package, model.session, cfg)
         model.status = "warming"
         model.family.warm()
-        model.self_check = self_check(model.session, package, cfg.variant, model.session.device)
+        model.self_check = self_check(model.session, package.golden(cfg.variant), model.session.device)
         if model.self_check["status"] == "failed":
             raise RuntimeError(f"self-check failed: {model.self_check['reason']}")
         model.grouping, model.numerics = grouping(model)

@@ -113,7 +113,7 @@ def _random_request(rng: random.Random, n: int) -> dict[str, Any]:
 
 
 def test_cards_configs_and_goldens(built, causal, once) -> None:
-    from edge_runtime.loading import self_check
+    from edge_runtime.packages.golden import self_check
 
     for key, usage in (("causal", "per_question"), ("once", "state_once")):
         package = read_package(built[key].path)
@@ -127,7 +127,7 @@ def test_cards_configs_and_goldens(built, causal, once) -> None:
         assert "single token" in config["code_alphabet"] or "one token" in config["code_alphabet"]
         assert card.raw["verification"]["max_abs_diff"] <= PROBABILITY_TOLERANCE
         session = create_session(package.graph("fp32"), "cpu", 1)
-        checked = self_check(session, package, "fp32", "cpu")
+        checked = self_check(session, package.golden("fp32"), "cpu")
         assert checked["status"] == "passed", checked
     once_card = read_package(built["once"].path).card
     assert once_card.raw["verification"]["outputs"]["state_once_vs_alone"] <= PROBABILITY_TOLERANCE

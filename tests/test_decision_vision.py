@@ -642,7 +642,7 @@ def test_the_vision_core_is_self_checked_when_the_model_warms(family) -> None:
     golden = dict(family._vision_golden or {})
     assert golden and any(k.startswith("out/") for k in golden)
     off = {k: (v + 0.01 if k.startswith("out/") else v) for k, v in golden.items()}
-    with pytest.raises(RuntimeError, match="vision self-check"):
+    with pytest.raises(RuntimeError, match="vision core golden outputs differ"):
         check_vision_golden(family.forward.vision, off)
 
 

@@ -64,6 +64,7 @@ from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url
 from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
 from edge_runtime.media.vision import ImageProcessor, Patches, ProcessorSettings
 from edge_runtime.packages import Package
+from edge_runtime.packages.golden import GoldenCase, require_passed, self_check
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
 from edge_runtime.questions.box import box_answer
 from edge_runtime.questions.track import track_answer
@@ -75,8 +76,6 @@ CODE_TYPES = ("choice", "noul", "score")
 EMBEDDINGS_FILE = "embeddings.npy"
 VISION_FILE = "vision.onnx"
 VISION_GOLDEN = "vision_check.npz"  # the vision core's recorded case: in/<input>, out/<output>
-#: As the runtime's self-check of the text core (loading.GOLDEN_TOLERANCE, CPU).
-VISION_GOLDEN_TOLERANCE = 1e-3
 BOX_READOUT = "box_readout"  # head.npz: LM-head rows of the digits 0-9, the separator and the end
 BOX_REPLY = ('Reply with only its bounding box as JSON {"bbox_2d": [x1, y1, x2, y2]}, each coordinate '
              "from 0 to 1000.")
@@ -270,23 +269,11 @@ class VisionPlanner:
 
 
 def check_vision_golden(session: Any, golden: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Run the vision core's golden case twice: bitwise deterministic and within tolerance of the
-    recording; raises RuntimeError (the model then fails to load with this reason)."""
-    feeds = {k[3:]: v for k, v in golden.items() if k.startswith("in/")}
-    want = {k[4:]: v for k, v in golden.items() if k.startswith("out/")}
-    first = session.run(feeds, list(want))
-    second = session.run(feeds, list(want))
-    worst = 0.0
-    for name, value in want.items():
-        if not np.array_equal(first[name], second[name]):
-            raise RuntimeError(f"vision self-check: output {name} is not deterministic")
-        if first[name].shape != value.shape or not np.all(np.isfinite(first[name])):
-            raise RuntimeError(f"vision self-check: output {name} has the wrong shape or is not finite")
-        worst = max(worst, float(np.max(np.abs(first[name].astype(np.float64) - value))))
-    if worst > VISION_GOLDEN_TOLERANCE:
-        raise RuntimeError(f"vision self-check: golden outputs differ by {worst:.3g}, "
-                           f"above {VISION_GOLDEN_TOLERANCE:g}")
-    return {"status": "passed", "max_abs_diff": worst}
+    """The vision core's golden case (``in/<input>``, ``out/<output>``) through the one self-check,
+    at its session's device tolerance; raises RuntimeError (the model then fails to load)."""
+    case = GoldenCase({k[3:]: v for k, v in golden.items() if k.startswith("in/")},
+                      {k[4:]: v for k, v in golden.items() if k.startswith("out/")})
+    return require_passed(self_check(session, [case], getattr(session, "device", "cpu"), "vision core golden"))
 
 
 class _TooLong(Exception):

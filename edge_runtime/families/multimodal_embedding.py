@@ -30,7 +30,7 @@ from edge_runtime.media.errors import MediaError
 from edge_runtime.media.features import clap_log_mel, image_pixels, log_mel, whisper_real_positions
 from edge_runtime.media.image import ImageLimits, decode_image_url
 from edge_runtime.packages import Package, PackageError
-from edge_runtime.packages.golden import read_golden
+from edge_runtime.packages.golden import read_golden, require_passed, self_check
 from edge_runtime.requests.embedding_inputs import AudioInput, ImageInput, modality_unsupported
 from edge_runtime.requests.encoder import EmbeddingsRequest
 from edge_runtime.text import Encoded, InputError, TextEncoder
@@ -38,7 +38,6 @@ from edge_runtime.text import Encoded, InputError, TextEncoder
 log = logging.getLogger(__name__)
 
 #: Golden outputs of the non-primary towers must match within this (the runtime's CPU tolerance).
-GOLDEN_TOLERANCE = {"cpu": 1e-3, "cuda": 0.02}
 TEXT_PROBE_LENGTHS = (3, 9, 9, 17, 40, 130)
 
 
@@ -154,7 +153,8 @@ class MultimodalEmbeddingModel:
             else:
                 tower_session = create_session(package.file(spec["graph"]), getattr(session, "device", "cpu"),
                                                getattr(session, "threads", None))
-                _self_check(name, tower_session, package, spec["golden"])
+                require_passed(self_check(tower_session, read_golden(package.file(spec["golden"])),
+                                          tower_session.device, f"{name} tower golden"))
             self.towers[name] = Tower(name, spec, tower_session)
         self.primary = next(n for n, s in raw["towers"].items() if s["graph"] == "model.onnx")
         self.modalities = tuple(sorted(self.towers))
@@ -315,21 +315,3 @@ class MultimodalEmbeddingModel:
             raise invalid_request(f"options.max_tokens {req.options.max_tokens} exceeds the model's "
                                   f"max_input_tokens {self.max_input_tokens}")
         return req.options.max_tokens
-
-
-def _self_check(name: str, session: Any, package: Package, golden: str) -> None:
-    """A non-primary tower's golden cases: bitwise deterministic and within tolerance, else the load fails."""
-    tolerance = GOLDEN_TOLERANCE.get(getattr(session, "device", "cpu"), GOLDEN_TOLERANCE["cuda"])
-    for i, case in enumerate(read_golden(package.file(golden))):
-        names = list(case.outputs)
-        first, second = session.run(case.feeds, names), session.run(case.feeds, names)
-        for out in names:
-            if not np.array_equal(first[out], second[out]):
-                raise RuntimeError(f"self-check failed: {name} tower golden case {i} is not deterministic")
-            got = np.asarray(first[out], dtype=np.float64)
-            want = np.asarray(case.outputs[out], dtype=np.float64)
-            if got.shape != want.shape or not np.all(np.isfinite(got)):
-                raise RuntimeError(f"self-check failed: {name} tower golden case {i} has the wrong shape or NaN")
-            worst = float(np.max(np.abs(got - want))) if got.size else 0.0
-            if worst > tolerance:
-                raise RuntimeError(f"self-check failed: {name} tower golden outputs differ by {worst:.3g}")

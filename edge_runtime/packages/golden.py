@@ -10,9 +10,10 @@ from __future__ import annotations
 import io
 import re
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,3 +76,50 @@ def read_golden(path: Path) -> list[GoldenCase]:
         if not case.feeds or not case.outputs:
             raise ValueError(f"case {i} lacks inputs or outputs")
     return [cases[i] for i in range(len(cases))]
+
+
+#: How far a self-check's outputs may be from the recording, by the device that runs the graph:
+#: the contract's CPU bound, and CUDA's (TF32 off; with TF32 on the tiny fixtures used 8.8e-3).
+#: Every graph of every family is checked against this one table.
+GOLDEN_TOLERANCE = {"cpu": 1e-3, "cuda": 0.02}
+
+
+def golden_tolerance(device: str) -> float:
+    """The self-check tolerance on ``device`` (an unknown accelerator gets CUDA's)."""
+    return GOLDEN_TOLERANCE.get(device, GOLDEN_TOLERANCE["cuda"])
+
+
+def self_check(session: Any, cases: Sequence[GoldenCase], device: str, what: str = "golden") -> dict[str, Any]:
+    """Run every case twice on ``session`` (anything with ``run(feeds, names)``): bitwise deterministic,
+    finite, of the recorded shape, and within the device's tolerance of the recording.
+
+    Returns ``{"status": "passed", "max_abs_diff", "cases"}``, ``{"status": "unverified"}`` without
+    cases, or ``{"status": "failed", "reason", ...}``; ``what`` names the graph in the reason.
+    """
+    if not cases:
+        return {"status": "unverified"}
+    tolerance = golden_tolerance(device)
+    worst = 0.0
+    for i, case in enumerate(cases):
+        names = list(case.outputs)
+        first, second = session.run(case.feeds, names), session.run(case.feeds, names)
+        for name in names:
+            if not np.array_equal(first[name], second[name]):
+                return {"status": "failed", "reason": f"{what} case {i} output {name} is not deterministic"}
+            got = np.asarray(first[name], dtype=np.float64)
+            want = np.asarray(case.outputs[name], dtype=np.float64)
+            if got.shape != want.shape or not np.all(np.isfinite(got)):
+                return {"status": "failed", "reason": f"{what} case {i} output {name} has the wrong shape or NaN"}
+            worst = max(worst, float(np.max(np.abs(got - want))) if got.size else 0.0)
+    if worst > tolerance:
+        return {"status": "failed", "max_abs_diff": worst,
+                "reason": f"{what} outputs differ by {worst:.3g}, above {tolerance:g} on {device}"}
+    return {"status": "passed", "max_abs_diff": worst, "cases": len(cases)}
+
+
+def require_passed(result: dict[str, Any]) -> dict[str, Any]:
+    """The result of a self-check that must pass (a graph other than the model's main one): a
+    failure raises RuntimeError, and the model fails to load with its reason."""
+    if result["status"] == "failed":
+        raise RuntimeError(f"self-check failed: {result['reason']}")
+    return result
