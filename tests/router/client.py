@@ -202,7 +202,8 @@ def bind_embedding(card: api.ModelCard, dimension: int = 0, layer: int = 0) -> a
     if "embeddings" not in (card.surfaces or []) or card.embedding is None:
         raise RouterRefused("ErrCapability", f"{card.id} does not serve embeddings")
     if dimension and dimension not in (card.embedding.dimensions or []):
-        raise RouterRefused("ErrCapability", f"{card.id} serves dimensions {card.embedding.dimensions}, not {dimension}")
+        served = card.embedding.dimensions
+        raise RouterRefused("ErrCapability", f"{card.id} serves dimensions {served}, not {dimension}")
     if layer and layer not in (card.embedding.layers or []):
         raise RouterRefused("ErrCapability", f"{card.id} serves layer exits {card.embedding.layers}, not {layer}")
     acquire(card)
