@@ -27,8 +27,8 @@ TEXTS = ["What is 2 + 2?", "I was charged twice for one order", "😀 Tom Baker 
 PAIRS = [{"text": "A man is eating.", "text_pair": "Someone eats."}, {"text": "It rains.", "text_pair": "東京"}]
 GROUNDED = [{"context": "The Eiffel Tower is in Paris.", "question": "Where is it?", "answer": "It is in Rome, 東京."},
             {"context": "Water boils at 100 C.", "answer": "Water boils at 90 C."}]
-#: About 80 content tokens: several 32-token windows, inside the fixtures' 128-token budget.
-WINDOWED = " ".join(["alpha beta gamma delta"] * 20)
+#: About 100 tokens with the fixtures' tokenizer: several 32-token windows, inside their 128-token budget.
+WINDOWED = " ".join(["alpha beta gamma delta"] * 10)
 
 
 def classify(router: Router, body: dict[str, Any]) -> api.ClassifyResponse:
