@@ -36,10 +36,10 @@ def test_max_scan_tokens_bounds_windowed_inputs(fixture_package: Callable[..., P
         short = text[:100]  # well under 100 tokens
         assert "error" not in _classify(unbounded, short, window)
         assert "error" not in _classify(bounded, short, window)
-        over = _classify(bounded, text, window)["error"]
-        assert over["code"] == "scan_budget_exceeded" and "scan budget of 100 tokens" in over["message"]
+        over = _classify(bounded, text, window)
+        assert over["error"] == "scan_budget_exceeded" and "scan budget of 100 tokens" in over["message"]
         # options.max_tokens still sets the request's own scan budget
-        own = _classify(bounded, text, {**window, "max_tokens": 128})["error"]
+        own = _classify(bounded, text, {**window, "max_tokens": 128})
         assert "scan budget of 128 tokens" in own["message"]
     finally:
         unbounded.close()

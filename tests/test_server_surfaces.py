@@ -194,7 +194,7 @@ def test_classify_multi_label_thresholds(server: Server) -> None:
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
     assert post(server, "/v1/classify", {"model": "ml", "input": "x", "head": "default"}).status_code == 200
     refused = post(server, "/v1/classify", {"model": "cls", "input": "x", "options": {"threshold": 0.5}})
-    assert refused.status_code == 400 and "scores" in refused.json()["error"]["message"]
+    assert refused.status_code == 400 and "sequence" in refused.json()["error"]["message"]
 
 
 def test_classify_token_spans_use_code_point_offsets(server: Server) -> None:
@@ -205,6 +205,10 @@ def test_classify_token_spans_use_code_point_offsets(server: Server) -> None:
         assert 0 <= span["start"] < span["end"] <= len(text)
         assert text[span["start"]:span["end"]] == span["text"]
         assert 0.0 <= span["probability"] <= 1.0
+    spans = r.json()["results"][0]["spans"]
+    for threshold in sorted({0.0, *(s["probability"] for s in spans)}):  # options.threshold keeps the likelier spans
+        kept = post(server, "/v1/classify", {"model": "tok", "input": [text], "options": {"threshold": threshold}})
+        assert kept.json()["results"][0]["spans"] == [s for s in spans if s["probability"] >= threshold]
     grounded = post(server, "/v1/classify", {"model": "tok", "input": [
         {"context": "The Eiffel Tower is in Paris.", "question": "Where is it?", "answer": "It is in Rome, 東京."}]})
     assert grounded.status_code == 200

@@ -229,13 +229,16 @@ def test_windows_cover_the_content_with_the_stride(name: str) -> None:
         assert [tuple(o) for o in row.offsets[seq].tolist()] == ref.offsets[start:start + content]
         assert row.sequence_ids[0] is None and row.sequence_ids[-1] is None
     assert result.rows[-1].sequence_starts[0] + content == n  # the last window ends at the content's end
-    assert result.tokens == size * len(result.rows) and not result.tokens_lower_bound
+    # the input's own tokens, each read (once) by some window; windows in content-token ranges
+    assert result.tokens == result.processed == n + specials and not result.truncated
+    assert result.windows == [(r.sequence_starts[0], r.sequence_starts[0] + content) for r in result.rows]
 
 
 def test_a_text_that_fits_one_window_is_one_row() -> None:
     result = _ok(encoder("minilm").encode("just a few words", max_tokens=512, overflow="window",
                                           window=Window(128, 32)))
     assert len(result.rows) == 1 and result.rows[0].ids.shape == (6,) and result.tokens == 6
+    assert result.windows == [(0, 4)]  # one window over the 4 content tokens
 
 
 def test_scan_budget() -> None:

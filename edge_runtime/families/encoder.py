@@ -188,8 +188,8 @@ class EncoderFamily:
     def _plan_classify(self, req: ClassifyRequest) -> Plan:
         if req.head is not None and req.head != self.head_name:
             raise invalid_request(f"head must be {self.head_name!r} for this model, not {req.head!r}")
-        if req.options.threshold is not None and self.kind != "multi-label":
-            raise invalid_request("options.threshold applies to heads of kind scores (multi-label) only")
+        if req.options.threshold is not None and self.kind == "sequence-classification":
+            raise invalid_request("options.threshold applies to heads of kind scores and token, not sequence")
         if self.kind == "token-classification" and any(i.pair is not None and not i.grounded for i in req.items):
             raise invalid_request("token classification reads single texts or grounded items, not text pairs")
         encoded, rows, owners = self._encode_all([(i.text, i.pair) for i in req.items], req.options, "reject")
@@ -206,7 +206,8 @@ class EncoderFamily:
                 usage = InputUsage.of(enc)
                 usages.append(usage)
                 result = {"index": index,
-                          **self._classify_one(item, enc, [_ran(outputs)[r] for r in own], thresholds),
+                          **self._classify_one(item, enc, [_ran(outputs)[r] for r in own], thresholds,
+                                               req.options.threshold),
                           "input": usage.body()}
                 results.append(result)
             body: dict[str, Any] = {"head": self.head_name, "kind": HEAD_KINDS[self.kind], "labels": self.labels}
@@ -222,7 +223,7 @@ class EncoderFamily:
         return [override if override is not None else float(card.get(lab, 0.5)) for lab in self.labels]
 
     def _classify_one(self, item: TextItem, enc: Encoded, outs: list[dict[str, np.ndarray]],
-                      thresholds: list[float]) -> dict[str, Any]:
+                      thresholds: list[float], span_threshold: float | None) -> dict[str, Any]:
         name = self.head.get("output", "logits")
         if self.kind in ("sequence-classification", "multi-label"):
             read = softmax if self.kind == "sequence-classification" else sigmoid
@@ -245,6 +246,8 @@ class EncoderFamily:
             [(softmax(o[name]), row) for o, row in zip(outs, enc.rows)], sequence
         )
         spans = decode_bio(probs, offsets, self.labels, target or "")
+        if span_threshold is not None:  # options.threshold: the spans at least this probable
+            spans = [s for s in spans if s.probability >= span_threshold]
         token: dict[str, Any] = {"spans": [s.body() for s in spans]}
         if enc.windows is not None:
             token["windows"] = [{"start": a, "end": b} for a, b in enc.windows]

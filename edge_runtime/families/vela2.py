@@ -38,6 +38,7 @@ from edge_runtime.heads.vela2_answers import (
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer, refusal
 from edge_runtime.questions.answers import DecisionAnswers
+from edge_runtime.questions.base import PRESET
 from edge_runtime.questions.choice import choice_answer
 from edge_runtime.questions.noul import noul_answer
 from edge_runtime.questions.score import score_answer
@@ -66,6 +67,11 @@ from edge_runtime.text.vela2_state import (
 )
 
 SURFACE = "decisions"
+
+
+def _given_type(q: Question) -> str | None:
+    """The type a failed answer reports: the question's, none for a bare preset (its card defines it)."""
+    return None if q.type == PRESET else q.type
 QUESTION_TYPES = ("choice", "noul", "score", "set", "span")
 OUTPUT = "last_hidden_state"
 
@@ -234,8 +240,12 @@ class Vela2Family:
         entry = _Entry(name, None, [q.id for q in decision.questions])
         answerable: list[Question] = []
         for q in decision.questions:
-            refused = q if isinstance(q, InvalidQuestion) else refusal(q, self.name, self.question_types,
-                                                                         truncates=True)
+            if isinstance(q, InvalidQuestion):
+                refused: InvalidQuestion | None = q
+            elif q.type == PRESET and q.preset in self.presets:
+                refused = None  # a bare preset: the card's trained question
+            else:
+                refused = refusal(q, self.name, self.question_types, truncates=True)
             if refused is not None:
                 entry.failed[q.id] = refused.answer()
             else:
@@ -246,7 +256,7 @@ class Vela2Family:
             entry.state = read_state(decision.state, decision.roles if decision.roles_given else None)
         except ValueError as e:
             for q in answerable:
-                entry.failed[q.id] = failed_answer(q.type, "invalid_question", "question_malformed",
+                entry.failed[q.id] = failed_answer(_given_type(q), "invalid_question", "question_malformed",
                                                    f"the state cannot be read: {e}")
             return entry
         for q in answerable:
@@ -254,7 +264,7 @@ class Vela2Family:
                 entry.questions[q.id] = engine_question(q.id, self._engine_form(q), entry.state,
                                                         self.assets.calibration.raw)
             except QuestionInvalid as e:
-                entry.failed[q.id] = failed_answer(q.type, "invalid_question", "question_malformed", str(e))
+                entry.failed[q.id] = failed_answer(_given_type(q), "invalid_question", "question_malformed", str(e))
         engine = [entry.questions[qid] for qid in entry.order if qid in entry.questions]
         if not engine:
             return entry
@@ -308,8 +318,10 @@ class Vela2Family:
     def _engine_form(self, q: Question) -> dict[str, Any]:
         """The question as the engine reads it: a preset the card lists stands for the trained
         question (its own instructions and criteria are then not read); otherwise as written."""
-        if q.preset is not None and q.preset in self.presets:
-            form: dict[str, Any] = {"type": q.type, "preset": q.preset}
+        if q.type == PRESET:  # bare: the preset alone says what it asks
+            form: dict[str, Any] = {"preset": q.preset}
+        elif q.preset is not None and q.preset in self.presets:
+            form = {"type": q.type, "preset": q.preset}
         else:
             options = [{"key": o.key, "description": o.description} for o in q.options]
             form = {"type": q.type, "instructions": q.instructions}

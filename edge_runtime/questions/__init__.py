@@ -21,6 +21,7 @@ import orjson
 from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT, InvalidModelOutput
 from edge_runtime.questions import box, choice, noul, score, sets, span, track
 from edge_runtime.questions.base import (
+    PRESET,
     QUESTION_MALFORMED,
     TYPE_UNSUPPORTED,
     DecisionOption,
@@ -30,7 +31,7 @@ from edge_runtime.questions.base import (
     Question,
     QuestionType,
 )
-from edge_runtime.questions.forms import optional_text
+from edge_runtime.questions.forms import optional_text, threshold
 from edge_runtime.questions.sets import label_id
 
 #: Every question type, in the order messages list them.
@@ -76,10 +77,16 @@ def _parse_or_invalid(qid: str, raw: Any) -> Question | InvalidQuestion:
         return InvalidQuestion(qid, given_type, e.reason, e.message)
 
 
+#: What a bare preset question may hold besides its preset.
+PRESET_FIELDS = frozenset({"preset", "threshold", "overflow"})
+
+
 def _parse(qid: str, raw: Any) -> Question:
     if not isinstance(raw, dict):
         raise Malformed("a question must be an object")
     qtype = raw.get("type")
+    if qtype is None and "preset" in raw:
+        return _bare_preset(qid, raw)
     kind = REGISTRY.get(qtype) if isinstance(qtype, str) else None
     if kind is None:
         raise Malformed(f"type must be one of {list(QUESTION_TYPES)}")
@@ -99,6 +106,22 @@ def _parse(qid: str, raw: Any) -> Question:
     return replace(question, overflow=overflow)
 
 
+def _bare_preset(qid: str, raw: dict[str, Any]) -> Question:
+    """``{"preset", "threshold"?, "overflow"?}``: the model's trained question of that name, whose
+    type, instructions and options its card defines (the Router's preset form)."""
+    unknown = sorted(set(raw) - PRESET_FIELDS)
+    if unknown:
+        raise Malformed(f"a preset question without a type takes only {sorted(PRESET_FIELDS)}, not {unknown}")
+    preset = raw["preset"]
+    if not isinstance(preset, str) or not preset.strip():
+        raise Malformed("preset must be a non-blank string")
+    overflow = raw.get("overflow")
+    if overflow not in (None, "reject", "truncate"):
+        raise Malformed("overflow must be reject or truncate")
+    return Question(qid, PRESET, None, preset=preset, threshold=threshold(raw.get("threshold")),
+                    overflow="truncate" if overflow == "truncate" else None)
+
+
 def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Question | InvalidQuestion, ...]:
     """The questions, each one that conflicts with its siblings' IDs failed in place.
 
@@ -114,7 +137,7 @@ def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Ques
     for q in questions:
         problem = None
         if isinstance(q, Question):
-            clash = REGISTRY[q.type].clash
+            clash = REGISTRY[q.type].clash if q.type in REGISTRY else None
             problem = clash(q, ids) if clash is not None else None
         out.append(q if problem is None else InvalidQuestion(q.id, q.type, QUESTION_MALFORMED, problem))
     return tuple(out)
@@ -124,6 +147,10 @@ def refusal(q: Question, model: str, answered: Sequence[str], truncates: bool = 
     """A question the model cannot answer as asked, failed in place: a type it does not answer (with
     the type's fixed reason), or ``overflow: truncate`` on a model that never cuts a state
     (``truncates`` False: it reads each question whole or fails it with max_length_exceeded)."""
+    if q.type == PRESET:
+        return InvalidQuestion(q.id, None, QUESTION_MALFORMED,
+                               f"model {model!r} has no preset {q.preset!r}: name a type and instructions to ask "
+                               "the question as written")
     if q.overflow == "truncate" and not truncates:
         return InvalidQuestion(q.id, q.type, QUESTION_MALFORMED,
                                f"model {model!r} reads every question whole: it does not take overflow truncate")

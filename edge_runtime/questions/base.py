@@ -21,6 +21,8 @@ Json = Any
 QUESTION_MALFORMED = "question_malformed"
 #: The fixed reason of a question of a type the model does not answer (box and track have their own).
 TYPE_UNSUPPORTED = "question_type_unsupported"
+#: The type of a bare preset question (``{"preset": name}``, no type): the card's preset defines it.
+PRESET = "preset"
 
 
 @dataclass(frozen=True)
