@@ -325,7 +325,7 @@ class Inputs:
 
 def make_inputs(package: Path) -> Inputs:
     """A state of about STATE_TOKENS tokens and the eight questions, tokenized as the family does."""
-    from edge_runtime.families.decision_codes import CodesPrompt
+    from edge_runtime.families.decision_codes.family import CodesPrompt
     from edge_runtime.requests.decisions import parse_decisions_request
 
     prompt = CodesPrompt.from_files(package / "tokenizer.json",
@@ -395,7 +395,7 @@ def load_torch_decider(source: Path, package: Path, threads: int) -> Callable[[d
     torch.set_num_interop_threads(1)
     from transformers import AutoModel
 
-    from edge_runtime.families.decision_codes import DecisionCodesFamily
+    from edge_runtime.families.decision_codes.family import DecisionCodesFamily
     from edge_runtime.packages import read_package
     from edge_runtime.questions import Question
     from edge_runtime.questions import answer as decision_answer

@@ -8,7 +8,7 @@ final-normed; causal, right-padded rows), keep the candidate head as numpy data 
 the temperatures and score bias in decision_config.json.
 
 Parity: each check question (the Decision 2.0 golden questions and generated ones over every
-type) is rendered by the server's segment code (edge_runtime.text.decision2_prompt); its
+type) is rendered by the server's segment code (edge_runtime.families.decision2.prompt); its
 candidate logits from ONNX Runtime (rows right-padded into one batch) and the numpy head are
 compared with PyTorch (each row alone) and the §1.7 head math written here in torch. Refused
 above LOGIT_TOLERANCE; the answers (§1.8) must agree too.
@@ -46,10 +46,10 @@ from converters.decision2_source import (
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, sanitize_name
 from converters.progress import Step, log
-from edge_runtime.families.decision2_pipeline import Decision2Assets, pad_rows
-from edge_runtime.heads.candidate import CandidateHead
+from edge_runtime.families.decision2.candidate import CandidateHead
+from edge_runtime.families.decision2.pipeline import Decision2Assets, pad_rows
+from edge_runtime.families.decision2.prompt import PromptRow, render
 from edge_runtime.packages.card import CARD_FORMAT
-from edge_runtime.text.decision2_prompt import PromptRow, render
 
 KIND = "decision2"
 CONFIG_FORMAT = "decision2-package/1"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from converters.errors import ConversionError
-from edge_runtime.heads.candidate import HEAD_TENSORS
+from edge_runtime.families.decision2.candidate import HEAD_TENSORS
 
 POINTER = {"decision_format": "vllm-sr-decision", "format_version": 2, "package_schema": "dev2-package/1"}
 MANIFEST = "MODEL_MANIFEST.json"

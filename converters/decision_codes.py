@@ -50,7 +50,7 @@ from converters.export import (
 )
 from converters.progress import Step, log
 from converters.source import resolve_source
-from edge_runtime.families.decision_codes import (
+from edge_runtime.families.decision_codes.family import (
     ATTENTION_MODES,
     CONFIG_FORMAT,
     PROMPT,
@@ -718,7 +718,7 @@ def train_fixture_tokenizer() -> Any:
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     from converters.samples import fixture_corpus
-    from edge_runtime.families.decision_codes import DEFAULT_INSTRUCTIONS, REPLY
+    from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
 
     corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\nQuestions:\n"]
     corpus += [json.dumps(b, ensure_ascii=False) for b in _SAMPLES]

@@ -10,7 +10,7 @@ graphs with the TorchScript tracer at opset 18:
   ``position_ids`` (M-RoPE, [3, B, q]), ``past_key_values.{i}.key|value`` (and
   ``deepstack_embeds``) in, ``last_hidden_state`` and ``present.{i}.*`` out;
 
-with everything grid-shaped computed by the server in numpy (edge_runtime.engine.vision_lm). The
+with everything grid-shaped computed by the server in numpy (edge_runtime.families.decision_vision.vision_lm). The
 token table goes beside them as ``embeddings.npy`` (float32, memory-mapped by the server); the
 readout is the LM-head rows of the code tokens in head.npz, as decision-codes extracts it.
 
@@ -59,9 +59,9 @@ from converters.export import ExportResult, PackageIdentity, identity_card, noti
 from converters.graph_files import EXTERNAL_DATA_BYTES, gather_graph
 from converters.progress import Step, log
 from converters.source import resolve_source
-from edge_runtime.families.decision_codes import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
-from edge_runtime.families.decision_vision import BOX_READOUT, VISION_GOLDEN
-from edge_runtime.heads.box_grid import CONFIDENCE_FORMULA, digit_tree, edge_distribution
+from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
+from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA, digit_tree, edge_distribution
+from edge_runtime.families.decision_vision.family import BOX_READOUT, VISION_GOLDEN
 from edge_runtime.packages.card import CARD_FORMAT
 
 KIND = "decision-vision"
@@ -205,7 +205,7 @@ def export_graphs(model: Any, work: Path) -> tuple[Path, Path, dict[str, Any]]:
     n = 16  # a 4x4 patch grid; nothing in the graph depends on it
     dim = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
     side = int(vcfg.num_position_embeddings ** 0.5)
-    from edge_runtime.engine.vision_lm import position_taps, rowcol
+    from edge_runtime.families.decision_vision.vision_lm import position_taps, rowcol
 
     idx, w = position_taps(4, 4, side, vcfg.spatial_merge_size)
     vision_args = (torch.randn(n, dim), torch.from_numpy(idx), torch.from_numpy(w),
@@ -278,8 +278,8 @@ def _verify(model: Any, hf_processor: Any, family: Any, work: Path,
     import torch
 
     from edge_runtime.engine.session import create_session
-    from edge_runtime.engine.vision_lm import VisionLanguageForward, vision_row
-    from edge_runtime.media.video import VideoClip, pair_frames
+    from edge_runtime.families.decision_vision.processor import VideoClip, pair_frames
+    from edge_runtime.families.decision_vision.vision_lm import VisionLanguageForward, vision_row
     from edge_runtime.requests.decisions import parse_decisions_request
 
     fwd = VisionLanguageForward(create_session(work / "vision.onnx", "cpu", 1),
@@ -379,7 +379,7 @@ def _verify_box(model: Any, hf_processor: Any, planner: Any, work: Path) -> floa
     import torch
 
     from edge_runtime.engine.session import create_session
-    from edge_runtime.engine.vision_lm import VisionLanguageForward, vision_row
+    from edge_runtime.families.decision_vision.vision_lm import VisionLanguageForward, vision_row
     from edge_runtime.requests.decisions import parse_decisions_request
 
     fwd = VisionLanguageForward(create_session(work / "vision.onnx", "cpu", 1),
@@ -432,7 +432,7 @@ def _processor_settings(src: Path, opts: DecisionVisionOptions, vcfg: Any) -> tu
     """The slow Qwen2VLImageProcessor of the source and its settings as the card records them."""
     from transformers import Qwen2VLImageProcessor
 
-    from edge_runtime.media.vision import ProcessorSettings
+    from edge_runtime.families.decision_vision.processor import ProcessorSettings
 
     path = src / "preprocessor_config.json"
     if not path.is_file():
@@ -563,7 +563,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
         with Step("checking the server's path against Transformers (images, video, state-once)") as s:
-            from edge_runtime.families.decision_vision import VisionPlanner
+            from edge_runtime.families.decision_vision.family import VisionPlanner
 
             planner = VisionPlanner.from_parts(tok, config, limits, np.load(work / "onnx" / "embeddings.npy",
                                                                           mmap_mode="r"), readout, box_readout)
@@ -636,7 +636,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
 def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
     """The vision core's golden case (a 6x10 grid), which the family checks when it warms up."""
     from edge_runtime.engine.session import create_session
-    from edge_runtime.engine.vision_lm import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
+    from edge_runtime.families.decision_vision.vision_lm import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
 
     session = create_session(vision_graph, "cpu", 1)
     patches = planner.processor.image(_test_image(96, 160, 21), planner.image_max_pixels)
@@ -650,7 +650,7 @@ def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
 def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """Golden cases of the text core (the session the runtime self-checks): two seeded inputs."""
     from edge_runtime.engine.session import create_session
-    from edge_runtime.engine.vision_lm import causal_bias
+    from edge_runtime.families.decision_vision.vision_lm import causal_bias
 
     session = create_session(text_graph, "cpu", 1)
     recorded = []
@@ -689,7 +689,7 @@ def train_fixture_tokenizer() -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     from converters.samples import fixture_corpus
-    from edge_runtime.families.decision_codes import DEFAULT_INSTRUCTIONS, REPLY
+    from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
 
     corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\n",
               "What does the picture show? Which colour dominates? mostly red green blue seconds",

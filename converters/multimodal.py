@@ -10,7 +10,7 @@ Supported sources (Hugging Face directories):
 
 Each tower is traced with the TorchScript exporter at opset 18 (dynamic batch axis; dynamic length
 for text) and checked against PyTorch on the inputs the server itself computes: token ids from the
-package tokenizer, pixels and log-mel features from edge_runtime.media.features. The numpy
+package tokenizer, pixels and log-mel features from edge_runtime.families.multimodal_embedding.features. The numpy
 preprocessing is also compared with the source's own (slow) processor. Parity is recorded in the
 card's verification member, per tower; an export above the tolerance is refused.
 """
@@ -169,7 +169,7 @@ def _read_config(src_dir: Path) -> dict[str, Any]:
 
 
 def _image_spec(src_dir: Path) -> dict[str, Any]:
-    """The image processor's settings as edge_runtime.media.features reads them (slow PIL semantics)."""
+    """The image processor's settings as the multimodal family's features.py reads them (slow PIL semantics)."""
     from transformers import AutoImageProcessor
 
     proc = AutoImageProcessor.from_pretrained(src_dir, use_fast=False)
@@ -269,7 +269,7 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
     import torch
     from transformers import AutoImageProcessor
 
-    from edge_runtime.media.features import image_pixels
+    from edge_runtime.families.multimodal_embedding.features import image_pixels
 
     text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, arch)
     wrapper = _wrappers()["image"](model)
@@ -323,7 +323,7 @@ def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict
     import torch
     from transformers import ClapFeatureExtractor
 
-    from edge_runtime.media.features import clap_log_mel, clap_window
+    from edge_runtime.families.multimodal_embedding.features import clap_log_mel, clap_window
 
     acfg = model.config.audio_config
     if getattr(acfg, "enable_fusion", False):
@@ -369,7 +369,7 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
     import torch
     from transformers import WhisperFeatureExtractor
 
-    from edge_runtime.media.features import log_mel, whisper_real_positions
+    from edge_runtime.families.multimodal_embedding.features import log_mel, whisper_real_positions
 
     encoder = model if type(model).__name__ == "WhisperEncoder" else model.get_encoder()
     spec = _audio_spec(src_dir)

@@ -36,7 +36,7 @@ from converters.package_writer import write_package
 from converters.progress import log
 from edge_runtime.engine import GraphSession
 from edge_runtime.engine.probe import bitwise_equal
-from edge_runtime.families.sparrow import (
+from edge_runtime.families.sparrow.family import (
     INPUTS,
     KINDS,
     OUTPUTS,

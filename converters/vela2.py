@@ -8,7 +8,7 @@ marker head as numpy data (head.npz) and the layout and calibration as JSON
 (decision_config.json). The tokenizer is written with the 8 marker tokens removed from its added
 tokens: markers are inserted by id only, so no user text can produce one.
 
-Parity: the server's own pipeline (``edge_runtime.families.vela2_pipeline``: layout, windows,
+Parity: the server's own pipeline (``edge_runtime.families.vela2.pipeline``: layout, windows,
 sorted right-padded batches, numpy head, answers) runs every check request twice, once reading
 the ONNX graph with the numpy head, once reading PyTorch (each sequence alone, unpadded) with the
 §2.7 head math written here in torch. Option, set and span logits must agree within 1e-5 and the
@@ -35,13 +35,13 @@ from converters.export import ExportResult, PackageIdentity, identity_card, noti
 from converters.progress import Step, log
 from converters.vela2_requests import generated_requests, golden_request
 from converters.vela2_source import Vela2Source, load_tensors, read_source, write_source_fixture
-from edge_runtime.families.vela2_pipeline import SCAN_INPUTS_CPU, Readout, RequestResult, graph_readout, run_request
-from edge_runtime.heads.marker import LN_EPS, NORM_EPS, MarkerHead
-from edge_runtime.heads.vela2_answers import Calibration
+from edge_runtime.families.vela2.answers import Calibration
+from edge_runtime.families.vela2.layout import LayoutConfig, Tokens, pad_batch, strip_markers
+from edge_runtime.families.vela2.marker import LN_EPS, NORM_EPS, MarkerHead
+from edge_runtime.families.vela2.pipeline import SCAN_INPUTS_CPU, Readout, RequestResult, graph_readout, run_request
+from edge_runtime.families.vela2.state import PRESETS
 from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.packages.manifest import compute_digest
-from edge_runtime.text.vela2_layout import LayoutConfig, Tokens, pad_batch, strip_markers
-from edge_runtime.text.vela2_state import PRESETS
 
 KIND = "vela2"
 CONFIG_FORMAT = "vela2-package/1"

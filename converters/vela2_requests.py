@@ -141,7 +141,7 @@ def _question(rng: random.Random, kind: str, roles: list[str], keys: list[str]) 
 def generated_requests(n: int, seed: int = 0, long_chars: int = 7000) -> list[tuple[Any, dict[str, Any]]]:
     """``n`` deterministic requests; three in ten have a part of ``long_chars`` characters (above the
     fixture's 2,048 tokens): read in windows, truncated, or unread and shrunk first."""
-    from edge_runtime.text.vela2_state import read_state
+    from edge_runtime.families.vela2.state import read_state
 
     rng = random.Random(seed)
     out = []

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from converters.errors import ConversionError
-from edge_runtime.heads.marker import READOUTS, head_tensor_names
-from edge_runtime.heads.vela2_answers import check_calibration
-from edge_runtime.text.vela2_layout import MARKERS, LayoutConfig
+from edge_runtime.families.vela2.answers import check_calibration
+from edge_runtime.families.vela2.layout import MARKERS, LayoutConfig
+from edge_runtime.families.vela2.marker import READOUTS, head_tensor_names
 
 MODEL_TYPE = "vela2-unified"
 DECODER_TYPE = "vela2-decoder"

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from converters.errors import ConversionError
-from edge_runtime.heads.candidate import HEAD_TENSORS, CandidateHead, answer
+from edge_runtime.families.decision2.candidate import HEAD_TENSORS, CandidateHead, answer
+from edge_runtime.families.decision2.prompt import PromptTooLong, option_text, prefix_text, render
 from edge_runtime.packages import read_package
-from edge_runtime.text.decision2_prompt import PromptTooLong, option_text, prefix_text, render
 
 
 def _head(h: int = 16, d: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
@@ -29,7 +29,7 @@ def _head(h: int = 16, d: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
 def test_candidate_head_matches_torch_and_formula() -> None:
     torch = pytest.importorskip("torch")
     from converters.decision2 import torch_head_logits
-    from edge_runtime.text.decision2_prompt import PromptRow
+    from edge_runtime.families.decision2.prompt import PromptRow
 
     arrays = _head()
     head = CandidateHead.from_arrays(arrays)
@@ -189,7 +189,7 @@ def test_pipeline_golden_questions_against_torch(fixture_package: Callable[..., 
     from converters.decision2 import GOLDEN_STATE, _load_weights, build_model, torch_head_logits
     from converters.decision2_source import read_decision2
     from converters.vela2 import onnx_hidden
-    from edge_runtime.families.decision2_pipeline import Decision2Assets, question_options, run_questions
+    from edge_runtime.families.decision2.pipeline import Decision2Assets, question_options, run_questions
 
     pkg = read_package(fixture_package("decision2"))
     assets = Decision2Assets.from_package(pkg)
@@ -213,7 +213,7 @@ def test_pipeline_golden_questions_against_torch(fixture_package: Callable[..., 
     head = load_file(str(src.root / "decision_head.safetensors"))
     for qid in ("domain", "reasoning", "difficulty"):
         kind, opts = question_options(questions[qid])
-        from edge_runtime.text.decision2_prompt import render
+        from edge_runtime.families.decision2.prompt import render
 
         row = render(assets.tokenizer, GOLDEN_STATE, kind, questions[qid]["instructions"], opts, 2048)
         with torch.no_grad():

@@ -14,7 +14,7 @@ import pytest
 
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
-from edge_runtime.families.decision2_pipeline import Decision2Assets, run_questions
+from edge_runtime.families.decision2.pipeline import Decision2Assets, run_questions
 from edge_runtime.packages import read_package
 from tests.server_harness import Server, write_models_file
 
@@ -159,7 +159,7 @@ def test_a_long_state_is_too_long_at_the_cost_of_the_limit(unit: str, fixture_pa
     that fits reads the same ids as the whole-text tokenization."""
     from dataclasses import replace
 
-    from edge_runtime.families.decision2 import Decision2Family
+    from edge_runtime.families.decision2.family import Decision2Family
     from edge_runtime.requests.decisions import parse_decisions_request
 
     family = Decision2Family(read_package(fixture_package("decision2")))

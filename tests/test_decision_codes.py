@@ -24,7 +24,7 @@ from edge_runtime.api.statuses import status_of
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, causal_row
 from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.decision_codes import DecisionCodesFamily
+from edge_runtime.families.decision_codes.family import DecisionCodesFamily
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request

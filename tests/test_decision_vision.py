@@ -24,9 +24,9 @@ from converters.decision_vision import (
     fixture_options,
 )
 from converters.errors import ConversionError
-from edge_runtime.engine.vision_lm import Block, position_taps, rope_positions, rowcol, torch_linspace
 from edge_runtime.errors import ApiError
-from edge_runtime.families.decision_vision import DecisionVisionFamily
+from edge_runtime.families.decision_vision.family import DecisionVisionFamily
+from edge_runtime.families.decision_vision.vision_lm import Block, position_taps, rope_positions, rowcol, torch_linspace
 from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import parse_decisions_request
 
@@ -267,7 +267,7 @@ def test_state_once_equals_each_question_alone(family) -> None:
 def test_video_answers_equal_transformers(family, torch_vlm) -> None:
     import torch
 
-    from edge_runtime.media.video import VideoClip, pair_frames
+    from edge_runtime.families.decision_vision.processor import VideoClip, pair_frames
     from tests.test_media_video import encode_video
 
     data = encode_video("mp4", seconds=2.0, fps=10, size=(96, 64))
@@ -487,7 +487,7 @@ def test_video_tokens_are_refused_before_decoding(family, monkeypatch) -> None:
 
 
 def test_box_grid_is_a_distribution_over_0_to_1000() -> None:
-    from edge_runtime.heads.box_grid import digit_tree, edge_distribution, pick
+    from edge_runtime.families.decision_vision.box_grid import digit_tree, edge_distribution, pick
 
     tree = digit_tree()
     assert len(tree.digits) == 101 and tree.index["100"] == 100 and tree.parents[tree.index["42"]] == tree.index["4"]
@@ -635,7 +635,7 @@ def test_a_box_locates_the_image_its_instructions_reference(family) -> None:
 
 
 def test_the_vision_core_is_self_checked_when_the_model_warms(family) -> None:
-    from edge_runtime.families.decision_vision import check_vision_golden
+    from edge_runtime.families.decision_vision.family import check_vision_golden
 
     family.warm()
     assert family.vision_check["status"] == "passed" and family.vision_check["max_abs_diff"] <= 1e-3

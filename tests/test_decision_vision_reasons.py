@@ -422,7 +422,7 @@ def test_media_sent_to_a_model_without_the_modality(server: Server) -> None:
 def test_a_card_placing_images_in_questions_is_not_served(card: dict[str, Any], tmp_path: Path) -> None:
     """The family reads images in the state only: a card that promises more fails to load, rather than
     answering the questions it promised to read with question_images_unsupported."""
-    from edge_runtime.families.decision_vision import DecisionVisionFamily
+    from edge_runtime.families.decision_vision.family import DecisionVisionFamily
     from edge_runtime.packages import read_package
 
     promised = _copy_with_card(card["path"], tmp_path / "promised", image_placements=["state", "instructions"])

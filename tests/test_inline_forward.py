@@ -134,7 +134,7 @@ def test_inline_forward_failure_maps_as_on_the_worker(sparrow: Any) -> None:
 
 def test_cached_question_feeds_equal_fresh_feeds_bit_for_bit(sparrow: Any) -> None:
     """Repeated questions reuse their encoded feeds; every row still equals one built from scratch."""
-    from edge_runtime.families.sparrow import KINDS, content
+    from edge_runtime.families.sparrow.family import KINDS, content
 
     text = sparrow.text
     first = sparrow.plan_request(parse_decisions_request(BODIES[0])).rows

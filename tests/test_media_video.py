@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 
 from edge_runtime.errors import ApiError
+from edge_runtime.families.decision_vision.processor import ImageProcessor, ProcessorSettings, pair_frames
 from edge_runtime.media.video import (
     VideoLimits,
     decode_video,
     frame_count,
-    pair_frames,
     sample_frames,
     sniff_container,
 )
-from edge_runtime.media.vision import ImageProcessor, ProcessorSettings
 
 LIMITS = VideoLimits(max_bytes=4_000_000, max_seconds=10, source_max_pixels=200 * 200, fps=2, max_frames=16)
 _CODEC = {"mp4": ("mp4", "mpeg4"), "webm": ("webm", "libvpx"), "mov": ("mov", "mpeg4"), "mkv": ("matroska", "mpeg4")}

@@ -19,9 +19,9 @@ import pytest
 from PIL import Image
 
 from edge_runtime.api.schema import request_validator, validate_response
+from edge_runtime.families.multimodal_embedding.features import image_pixels, log_mel, whisper_real_positions
 from edge_runtime.media.audio import AudioLimits, decode_audio
 from edge_runtime.media.errors import MediaError
-from edge_runtime.media.features import image_pixels, log_mel, whisper_real_positions
 from edge_runtime.media.image import ImageLimits, decode_image
 from tests.media_samples import b64, data_url, encode_audio, image_bytes, picture, tone
 from tests.server_harness import Server, write_models_file
@@ -480,7 +480,7 @@ def test_a_tower_whose_golden_cases_disagree_fails_the_load(mm_sources: dict[str
     import shutil
 
     from edge_runtime.engine import create_session
-    from edge_runtime.families.multimodal_embedding import MultimodalEmbeddingModel
+    from edge_runtime.families.multimodal_embedding.family import MultimodalEmbeddingModel
     from edge_runtime.packages import read_package
     from edge_runtime.packages.golden import golden_bytes, read_golden
     from edge_runtime.packages.manifest import build_manifest

@@ -20,7 +20,7 @@ from edge_runtime.engine import GraphSession, ModelExecutor, create_session, pro
 from edge_runtime.engine.batching import bucket_ceiling
 from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.sparrow import KINDS, SparrowFamily, SparrowForward, SparrowText, SplitGraphs, content
+from edge_runtime.families.sparrow.family import KINDS, SparrowFamily, SparrowForward, SparrowText, SplitGraphs, content
 from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 
@@ -500,7 +500,7 @@ def test_split_graphs_of_an_earlier_layout_are_left_unused(package, session, fam
     config = package.decision_config()
     earlier = {**config, "split_graphs": {k: v for k, v in config["split_graphs"].items() if k != "layout"}}
     with mock.patch.object(type(package), "decision_config", lambda self: earlier), \
-            caplog.at_level(logging.WARNING, logger="edge_runtime.families.sparrow"):
+            caplog.at_level(logging.WARNING, logger="edge_runtime.families.sparrow.family"):
         old = SparrowFamily(package, session)
     assert old.forward.split is None and old.batchable is False
     assert "earlier layout" in caplog.text

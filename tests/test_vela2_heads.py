@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from edge_runtime.heads.marker import MarkerHead, head_tensor_names
-from edge_runtime.heads.vela2_answers import (
+from edge_runtime.families.vela2.answers import (
     Calibration,
     decode_spans,
     response_body,
@@ -16,8 +15,9 @@ from edge_runtime.heads.vela2_answers import (
     single_answer,
     span_answer,
 )
-from edge_runtime.text.vela2_layout import RawRow, RawSpan
-from edge_runtime.text.vela2_state import engine_question, read_state
+from edge_runtime.families.vela2.layout import RawRow, RawSpan
+from edge_runtime.families.vela2.marker import MarkerHead, head_tensor_names
+from edge_runtime.families.vela2.state import engine_question, read_state
 
 CAL = {
     "temperature": {"choice": 1.3, "score": 1.1, "set": 1.05, "span": 0.4},

@@ -14,7 +14,7 @@ import pytest
 
 from converters.errors import ConversionError
 from converters.vela2_requests import generated_requests, golden_request
-from edge_runtime.families.vela2_pipeline import Vela2Assets, graph_readout, run_request, run_sequences
+from edge_runtime.families.vela2.pipeline import Vela2Assets, graph_readout, run_request, run_sequences
 from edge_runtime.packages import read_package
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from edge_runtime.text.vela2_layout import (
+from edge_runtime.families.vela2.layout import (
     MARKERS,
     UNCOVERED_LOGIT,
     LayoutConfig,
@@ -24,7 +24,7 @@ from edge_runtime.text.vela2_layout import (
     split_outputs,
     strip_markers,
 )
-from edge_runtime.text.vela2_state import (
+from edge_runtime.families.vela2.state import (
     NOUL_NO,
     NOUL_YES,
     QuestionInvalid,
@@ -34,7 +34,7 @@ from edge_runtime.text.vela2_state import (
     resolve_over,
     rows_of,
 )
-from edge_runtime.text.vela2_words import split_words, trim, words_of
+from edge_runtime.families.vela2.words import split_words, trim, words_of
 
 MARKER_IDS = {m: 100 + i for i, m in enumerate(MARKERS)}
 M = MARKER_IDS
@@ -305,7 +305,7 @@ def test_trim() -> None:
 
 
 def test_scan_budget() -> None:
-    from edge_runtime.text.vela2_layout import ScanBudgetExceeded
+    from edge_runtime.families.vela2.layout import ScanBudgetExceeded
 
     words = [f"w{i}" for i in range(40)]
     tokens, _ = word_tokens(words + ["q", "k", "j"])

@@ -12,13 +12,13 @@ from typing import Any
 
 from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import ModelFamily
-from edge_runtime.families.decision2 import Decision2Family
-from edge_runtime.families.decision_codes import DecisionCodesFamily
-from edge_runtime.families.decision_vision import DecisionVisionFamily
-from edge_runtime.families.encoder import EncoderFamily
-from edge_runtime.families.multimodal_embedding import MultimodalEmbeddingModel
-from edge_runtime.families.sparrow import SparrowFamily
-from edge_runtime.families.vela2 import Vela2Family
+from edge_runtime.families.decision2.family import Decision2Family
+from edge_runtime.families.decision_codes.family import DecisionCodesFamily
+from edge_runtime.families.decision_vision.family import DecisionVisionFamily
+from edge_runtime.families.encoder.family import EncoderFamily
+from edge_runtime.families.multimodal_embedding.family import MultimodalEmbeddingModel
+from edge_runtime.families.sparrow.family import SparrowFamily
+from edge_runtime.families.vela2.family import Vela2Family
 from edge_runtime.packages import Package, PackageError
 
 #: ``build(package, session, config)``: the loaded family of one models.yaml entry.

@@ -1,4 +1,4 @@
-"""Videos for a Qwen3-VL decision model: data URLs in, timestamped frame pairs out (PyAV, Pillow, numpy).
+"""Videos: data URLs in, sampled timestamped frames out (PyAV, Pillow, numpy).
 
 Intake (``decode_video``): a base64 data URL of MP4, QuickTime, WebM or Matroska (the container is
 read from the bytes), refused before any frame is decoded when it breaks a limit:
@@ -14,17 +14,14 @@ MPEG-TS-like offsets do not shift them). Targets more than SEEK_GAP_SECONDS apar
 seeking to the keyframe before them, which picks the same frames as decoding everything. Only the
 picked frames are converted to RGB, at once to the size the model reads them.
 
-Pairs (``pair_frames``): every two frames become one vision block (Qwen3-VL's temporal patch 2),
-resized as one image of at most ``video_max_pixels`` pixels per frame (the contract's per-frame
-limit; Transformers' video processor bounds the whole clip instead) and read after the timestamp
-``<{t:.1f} seconds>``, t the mean of the pair's frame times.
+How a model reads the frames (Qwen3-VL: in pairs) is its family's: families/decision_vision/processor.py.
 """
 
 from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +31,6 @@ from PIL import Image
 from edge_runtime.media.dataurl import parse_data_url
 from edge_runtime.media.errors import MediaError
 from edge_runtime.media.image import MAX_ASPECT_RATIO
-from edge_runtime.media.vision import ImageProcessor, Patches
 
 MIN_FRAMES = 4
 _EBML = b"\x1a\x45\xdf\xa3"
@@ -50,24 +46,6 @@ class VideoLimits:
     source_max_pixels: int
     fps: float
     max_frames: int
-
-
-@dataclass(frozen=True)
-class FramePair:
-    """Two sampled frames as one vision block, at the mean of their times (seconds)."""
-
-    time: float
-    patches: Patches
-
-
-@dataclass(frozen=True)
-class VideoClip:
-    """A video as the model reads it: its frame pairs and the clip's length in seconds."""
-
-    pairs: list[FramePair]
-    seconds: float
-    #: the length came from the container (False: from a packet scan; Box and track refuse those)
-    measured: bool = True
 
 
 @dataclass(frozen=True)
@@ -242,26 +220,5 @@ def decode_video(url: Any, limits: VideoLimits, before_decode: BeforeDecode | No
     return sample_frames(data, limits, before_decode, frame_size)
 
 
-def pair_frames(processor: ImageProcessor, frames: Sequence[Image.Image], times: Sequence[float],
-                max_pixels: int) -> list[FramePair]:
-    """Frames (one size) as timestamped pairs of patches; an odd last frame is repeated."""
-    if not frames:
-        return []
-    first = frames[0]
-    size = processor.target_size(first.height, first.width, max_pixels)
-    normal = [processor.normalized(f, size) for f in frames]
-    pairs = []
-    for i in range(0, len(normal), 2):
-        chunk = normal[i:i + 2]
-        t = times[i:i + 2]
-        pairs.append(FramePair(float(sum(t) / len(t)), processor.patchify(chunk)))
-    return pairs
-
-
-def pair_tokens(processor: ImageProcessor, width: int, height: int, max_pixels: int) -> int:
-    """The vision tokens of one pair of frames of this size."""
-    return processor.tokens(height, width, max_pixels)
-
-
-__all__ = ["BeforeDecode", "FrameSize", "FramePair", "Frames", "MIN_FRAMES", "VideoClip", "VideoLimits", "decode_video",
-           "frame_count", "open_video", "pair_frames", "pair_tokens", "sample_frames", "sniff_container"]
+__all__ = ["BeforeDecode", "FrameSize", "Frames", "MIN_FRAMES", "VideoLimits", "decode_video", "frame_count",
+           "open_video", "sample_frames", "sniff_container"]

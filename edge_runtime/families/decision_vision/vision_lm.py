@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # importable without onnxruntime
-    from .session import GraphSession
+    from edge_runtime.engine.session import GraphSession
 
 # graph names (the converter writes exactly these)
 PATCHES, POS_IDX, POS_W, ROWCOL = "patches", "pos_idx", "pos_w", "rowcol"

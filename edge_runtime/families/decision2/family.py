@@ -1,11 +1,11 @@
 """decision2 family: Decision 2.0 packages (a Qwen3 backbone and the candidate head) on /v1/decisions.
 
 Every Choice, Noul or Score question becomes one row, rendered by the Decision 2.0 prompt
-(edge_runtime.text.decision2_prompt: the state, the question, one segment per option, the suffix).
+(edge_runtime.families.decision2.prompt: the state, the question, one segment per option, the suffix).
 Rows run right-padded through the backbone by :class:`Decision2Forward`, which returns each row's
 hidden states, because the candidate head reads several positions of a row (every option's last
 token and the row's last token), not only the last. Answers follow §1.8 through
-:class:`~edge_runtime.families.decision2_pipeline.Decision2Assets`, the code path the converter's
+:class:`~edge_runtime.families.decision2.pipeline.Decision2Assets`, the code path the converter's
 parity check and ``run_questions`` share. Other types are refused in place with their type's fixed
 reason (set, span: ``question_type_unsupported``); a question longer than the limit (the card's
 ``max_input_tokens``, or ``options.max_tokens``) fails in place with ``max_length_exceeded``.
@@ -21,12 +21,12 @@ import numpy as np
 from edge_runtime.engine.causal import ATTENTION_MASK, HIDDEN, INPUT_IDS, POSITION_IDS, CausalRow, causal_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
-from edge_runtime.families.decision2_pipeline import QUESTION_TYPES, Decision2Assets, pad_rows, too_long
+from edge_runtime.families.decision2.pipeline import QUESTION_TYPES, Decision2Assets, pad_rows, too_long
+from edge_runtime.families.decision2.prompt import PromptRow, PromptTooLong
 from edge_runtime.families.decision_plan import DecisionPlan, Entry, Slot, answered_types, assemble, plan_entries
 from edge_runtime.packages import Package
 from edge_runtime.questions import QUESTION_MALFORMED, Question, failed_answer, refusal
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
-from edge_runtime.text.decision2_prompt import PromptRow, PromptTooLong
 
 if TYPE_CHECKING:  # keeps this module importable without onnxruntime
     from edge_runtime.engine.session import GraphSession

@@ -3,7 +3,7 @@
 The upstream path, as the converter's parity check runs it: plan (§2.3), rows, sequences and
 windows (§2.4), sorted greedy batches with right padding (§2.5), the readout of each batch (a
 callable: ONNX Runtime plus the numpy marker head, or PyTorch), combine (§2.8) and upstream's own
-answers. The server's vela2 family (edge_runtime.families.vela2) plans and combines with the same
+answers. The server's vela2 family (edge_runtime.families.vela2.family) plans and combines with the same
 functions, lets the executor batch the sequences, and answers in the contract's shapes. Because
 batches are right-padded and every readout index is per row, a request's answers are the same
 alone or batched with others.
@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.heads.marker import MarkerHead
-from edge_runtime.heads.vela2_answers import MAX_LENGTH_EXCEEDED, Calibration, answer_question, response_body
-from edge_runtime.text.vela2_layout import (
+from edge_runtime.families.vela2.answers import MAX_LENGTH_EXCEEDED, Calibration, answer_question, response_body
+from edge_runtime.families.vela2.layout import (
     BATCH_ROWS,
     BATCH_TOKENS_CPU,
     EncoderSequence,
@@ -37,7 +36,8 @@ from edge_runtime.text.vela2_layout import (
     sequences,
     split_outputs,
 )
-from edge_runtime.text.vela2_state import Plan, Row, plan, rows_of
+from edge_runtime.families.vela2.marker import MarkerHead
+from edge_runtime.families.vela2.state import Plan, Row, plan, rows_of
 
 SCAN_BUDGET_EXCEEDED = "scan_budget_exceeded"
 #: The default scan budget on CPU: four model inputs (32,768 tokens for the 0.3B's 8,192).
@@ -140,7 +140,7 @@ class Vela2Assets:
         Refuses a tokenizer that still turns a marker string into a marker id: markers must only
         ever be inserted by id.
         """
-        from edge_runtime.heads.vela2_answers import check_calibration
+        from edge_runtime.families.vela2.answers import check_calibration
         from edge_runtime.text.tokenizer import load_tokenizer
 
         cfg = package.decision_config() or {}

@@ -7,6 +7,11 @@ uint8 image, rescale in float64 then float32, ``(x - mean) / std`` in float32, f
 the temporal patch, and the patch layout ``[t, h, w] -> [N, C*T*p*p]`` in merge-block order. The
 fast processor (torch's antialiased bicubic) differs from Pillow by a level on <1 % of values, so
 the slow semantics are the pinned ones (the card says so).
+
+Videos (``pair_frames``): every two sampled frames (edge_runtime.media.video) become one vision block
+(Qwen3-VL's temporal patch 2), resized as one image of at most ``video_max_pixels`` pixels per frame
+(the contract's per-frame limit; Transformers' video processor bounds the whole clip instead) and
+read after the timestamp ``<{t:.1f} seconds>``, t the mean of the pair's frame times.
 """
 
 from __future__ import annotations
@@ -129,4 +134,43 @@ class ImageProcessor:
         return (h // self.s.factor) * (w // self.s.factor)
 
 
-__all__ = ["ImageProcessor", "Patches", "ProcessorSettings", "smart_resize"]
+
+
+# -- videos: frames in pairs -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FramePair:
+    """Two sampled frames as one vision block, at the mean of their times (seconds)."""
+
+    time: float
+    patches: Patches
+
+
+@dataclass(frozen=True)
+class VideoClip:
+    """A video as the model reads it: its frame pairs and the clip's length in seconds."""
+
+    pairs: list[FramePair]
+    seconds: float
+    #: the length came from the container (False: from a packet scan; Box and track refuse those)
+    measured: bool = True
+
+
+def pair_frames(processor: ImageProcessor, frames: Sequence[Image.Image], times: Sequence[float],
+                max_pixels: int) -> list[FramePair]:
+    """Frames (one size) as timestamped pairs of patches; an odd last frame is repeated."""
+    if not frames:
+        return []
+    first = frames[0]
+    size = processor.target_size(first.height, first.width, max_pixels)
+    normal = [processor.normalized(f, size) for f in frames]
+    pairs = []
+    for i in range(0, len(normal), 2):
+        chunk = normal[i:i + 2]
+        t = times[i:i + 2]
+        pairs.append(FramePair(float(sum(t) / len(t)), processor.patchify(chunk)))
+    return pairs
+
+
+__all__ = ["FramePair", "ImageProcessor", "Patches", "ProcessorSettings", "VideoClip", "pair_frames",
+           "smart_resize"]

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from edge_runtime.families.vela2.state import EngineQuestion, Row, State, option_text, span_roles
+from edge_runtime.families.vela2.words import Words, window_words, words_of
 from edge_runtime.text.bounds import BudgetReader
 from edge_runtime.text.tokenizer import analyze
-from edge_runtime.text.vela2_state import EngineQuestion, Row, State, option_text, span_roles
-from edge_runtime.text.vela2_words import Words, window_words, words_of
 
 MARKERS: tuple[str, ...] = ("[Q]", "[O]", "[ABS]", "[SEP_SCHEMA]", "[SEG_user]", "[SEG_answer]", "[E]",
                             "[SEG_context]")

@@ -23,11 +23,16 @@ from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.embeddings import Embedded, embeddings_body
 from edge_runtime.families.items import InputUsage
+from edge_runtime.families.multimodal_embedding.features import (
+    clap_log_mel,
+    image_pixels,
+    log_mel,
+    whisper_real_positions,
+)
 from edge_runtime.heads.pooling import normalize
 from edge_runtime.media.audio import AudioLimits, decode_audio
 from edge_runtime.media.dataurl import b64_bytes
 from edge_runtime.media.errors import MediaError
-from edge_runtime.media.features import clap_log_mel, image_pixels, log_mel, whisper_real_positions
 from edge_runtime.media.image import ImageLimits, decode_image_url
 from edge_runtime.packages import Package, PackageError
 from edge_runtime.packages.golden import read_golden, require_passed, self_check

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.text.vela2_layout import RawRow
-from edge_runtime.text.vela2_state import EngineQuestion, State
-from edge_runtime.text.vela2_words import trim, word_units
+from edge_runtime.families.vela2.layout import RawRow
+from edge_runtime.families.vela2.state import EngineQuestion, State
+from edge_runtime.families.vela2.words import trim, word_units
 
 INVALID_MODEL_OUTPUT = "invalid_model_output"
 MAX_LENGTH_EXCEEDED = "max_length_exceeded"

@@ -1,6 +1,6 @@
 """decision-vision family: a Qwen3-VL decision model reads images and videos in its state.
 
-The prompt is decision-codes' (``codes-v1``, edge_runtime.families.decision_codes) with the media
+The prompt is decision-codes' (``codes-v1``, edge_runtime.families.decision_codes.family) with the media
 in front of the state text, inside the user turn, as the upstream Decision 3.0 layout puts them:
 ``chat.before``, each image as ``<|vision_start|>`` + ``<|image_pad|>`` x tokens +
 ``<|vision_end|>``, then each video as its frame pairs, each ``<{t:.1f} seconds>`` followed by
@@ -38,10 +38,9 @@ import numpy as np
 from PIL import Image
 from tokenizers import Tokenizer
 
-from edge_runtime.engine.vision_lm import Block, TreeBranch, VisionLanguageForward, VisionOutput, VisionRow, vision_row
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
-from edge_runtime.families.decision_codes import READOUT, CodesPrompt
+from edge_runtime.families.decision_codes.family import READOUT, CodesPrompt
 from edge_runtime.families.decision_plan import (
     DecisionPlan,
     Entry,
@@ -51,18 +50,32 @@ from edge_runtime.families.decision_plan import (
     media_refusal,
     refused_entry,
 )
-from edge_runtime.heads.box_grid import (
+from edge_runtime.families.decision_vision.box_grid import (
     CONFIDENCE_FORMULA,
     digit_tree,
     edge_distribution,
     pick,
     window_probability,
 )
+from edge_runtime.families.decision_vision.processor import (
+    ImageProcessor,
+    Patches,
+    ProcessorSettings,
+    VideoClip,
+    pair_frames,
+)
+from edge_runtime.families.decision_vision.vision_lm import (
+    Block,
+    TreeBranch,
+    VisionLanguageForward,
+    VisionOutput,
+    VisionRow,
+    vision_row,
+)
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
 from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
-from edge_runtime.media.video import VideoClip, VideoLimits, decode_video, pair_frames
-from edge_runtime.media.vision import ImageProcessor, Patches, ProcessorSettings
+from edge_runtime.media.video import VideoLimits, decode_video
 from edge_runtime.packages import Package
 from edge_runtime.packages.golden import GoldenCase, require_passed, self_check
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal

@@ -25,25 +25,14 @@ from edge_runtime.engine.encoder import EncoderForward
 from edge_runtime.errors import ApiError, ItemError, invalid_request
 from edge_runtime.families.base import Plan
 from edge_runtime.families.decision_plan import answered_types, media_refusal
-from edge_runtime.families.vela2_pipeline import SCAN_BUDGET_EXCEEDED, SCAN_INPUTS_CPU, Vela2Assets
-from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT, InvalidModelOutput
-from edge_runtime.heads.marker import MarkerHead
-from edge_runtime.heads.vela2_answers import (
+from edge_runtime.families.vela2.answers import (
     MAX_LENGTH_EXCEEDED,
     InvalidOutput,
     option_probabilities,
     read_spans,
     set_probabilities,
 )
-from edge_runtime.packages import Package
-from edge_runtime.questions import InvalidQuestion, Question, failed_answer, refusal
-from edge_runtime.questions.answers import DecisionAnswers
-from edge_runtime.questions.base import PRESET
-from edge_runtime.questions.choice import choice_answer
-from edge_runtime.questions.noul import noul_answer
-from edge_runtime.questions.score import score_answer
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
-from edge_runtime.text.vela2_layout import (
+from edge_runtime.families.vela2.layout import (
     EncodedPart,
     EncoderSequence,
     PlacedQuestion,
@@ -56,7 +45,9 @@ from edge_runtime.text.vela2_layout import (
     sequences,
     split_outputs,
 )
-from edge_runtime.text.vela2_state import (
+from edge_runtime.families.vela2.marker import MarkerHead
+from edge_runtime.families.vela2.pipeline import SCAN_BUDGET_EXCEEDED, SCAN_INPUTS_CPU, Vela2Assets
+from edge_runtime.families.vela2.state import (
     EngineQuestion,
     QuestionInvalid,
     Row,
@@ -65,6 +56,15 @@ from edge_runtime.text.vela2_state import (
     read_state,
     rows_of,
 )
+from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT, InvalidModelOutput
+from edge_runtime.packages import Package
+from edge_runtime.questions import InvalidQuestion, Question, failed_answer, refusal
+from edge_runtime.questions.answers import DecisionAnswers
+from edge_runtime.questions.base import PRESET
+from edge_runtime.questions.choice import choice_answer
+from edge_runtime.questions.noul import noul_answer
+from edge_runtime.questions.score import score_answer
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
 
 SURFACE = "decisions"
 

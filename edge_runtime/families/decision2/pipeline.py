@@ -1,9 +1,9 @@
 """Decision 2.0 questions from state to answers: the one code path of the server and the converter.
 
-Each question renders to its own row (edge_runtime.text.decision2_prompt), rows are right-padded
+Each question renders to its own row (edge_runtime.families.decision2.prompt), rows are right-padded
 into batches by :func:`pad_rows`, the numpy candidate head reads each row's option endpoints and
 query, and answers follow §1.8 (:meth:`Decision2Assets.read`). The decision2 family
-(edge_runtime.families.decision2) serves exactly this over HTTP; the converter's parity check feeds
+(edge_runtime.families.decision2.family) serves exactly this over HTTP; the converter's parity check feeds
 its graph through :func:`pad_rows` and answers through :meth:`Decision2Assets.answer`; and
 :func:`run_questions` runs raw questions in process with the backbone forward injected. One
 question's row never depends on another's (right padding, per-row head), so answers are the same
@@ -18,12 +18,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edge_runtime.heads.candidate import CandidateHead, answer
+from edge_runtime.families.decision2.candidate import CandidateHead, answer
+from edge_runtime.families.decision2.prompt import PromptRow, PromptTooLong, render
+from edge_runtime.families.vela2.layout import BATCH_ROWS, BATCH_TOKENS_CPU, greedy_batches
 from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT
 from edge_runtime.questions import QUESTION_MALFORMED, failed_answer
 from edge_runtime.text.bounds import BudgetReader
-from edge_runtime.text.decision2_prompt import PromptRow, PromptTooLong, render
-from edge_runtime.text.vela2_layout import BATCH_ROWS, BATCH_TOKENS_CPU, greedy_batches
 
 CONFIG_FORMAT = "decision2-package/1"
 #: The question types a Decision 2.0 head answers.
