@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edge_runtime.engine.executor import Forward
+from edge_runtime.errors import invalid_request
 
 
 @dataclass
@@ -61,3 +62,13 @@ class ModelFamily(Protocol):
     def describe(self) -> dict[str, Any]:
         """Surface-specific members of the model's /v1/models entry (labels, dimensions, ...)."""
         ...
+
+
+def token_budget(max_tokens: int | None, limit: int, what: str = "max_input_tokens") -> int:
+    """The tokens a request may read: its ``options.max_tokens``, at most the model's ``limit``
+    (named ``what`` in the 400 a larger one gets), else the limit itself."""
+    if max_tokens is None:
+        return limit
+    if max_tokens > limit:
+        raise invalid_request(f"options.max_tokens {max_tokens} exceeds the model's {what} {limit}")
+    return max_tokens

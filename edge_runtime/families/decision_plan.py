@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.base import Plan
+from edge_runtime.families.base import Plan, token_budget
 from edge_runtime.packages.card import Card
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer
 from edge_runtime.questions.answers import DecisionAnswers
@@ -196,3 +196,63 @@ def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
 
 __all__ = ["DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types", "assemble", "media_refusal",
            "plan_entries", "refused_entry"]
+
+
+#: The decisions surface, the one every decision family serves.
+SURFACE = "decisions"
+ForwardT = TypeVar("ForwardT")
+
+
+class DecisionFamily(Generic[ForwardT]):
+    """What every decision family shares: the surface, the guard of a family built without a
+    session (converters and benches plan with it), the card's question types, the token budget of a
+    request, and the plan of a request as its entries' rows finished by the family's ``finish``.
+
+    A family sets ``name``, ``question_types``, ``max_input_tokens`` and ``_forward`` and supplies
+    ``plan_request`` and ``finish`` (or overrides ``plan``), ``probe_row`` and, if it has one, ``warm``.
+    """
+
+    surfaces = frozenset({SURFACE})
+    batchable = True
+    name: str
+    question_types: tuple[str, ...]
+    max_input_tokens: int
+    validated_input_tokens: int | None = None
+    _forward: ForwardT | None = None
+
+    @property
+    def forward(self) -> ForwardT:
+        """The family's forward; a family built without a session only plans."""
+        if self._forward is None:
+            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
+        return self._forward
+
+    def warm(self) -> None:
+        """Nothing to prepare unless the family says otherwise."""
+
+    def describe(self) -> dict[str, Any]:
+        """The question types this model answers, for its card."""
+        return {"question_types": list(self.question_types)}
+
+    def budget(self, request: DecisionsRequest) -> int:
+        """The tokens one question (the state and that question) may read: ``validated_input_tokens``
+        where the card has it (``max_input_tokens`` with ``options.long_context``), at most the
+        request's ``options.max_tokens`` (itself at most ``max_input_tokens``)."""
+        cap = self.max_input_tokens
+        if self.validated_input_tokens is not None and not request.options.long_context:
+            cap = self.validated_input_tokens
+        return min(cap, token_budget(request.options.max_tokens, self.max_input_tokens))
+
+    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
+        """The runtime's entry point: the request's rows, finished by the family's ``finish``."""
+        if surface != SURFACE:
+            raise ValueError(surface)
+        return self.plan_request(request).engine_plan(self.finish)
+
+    def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
+        """Every entry's rows, and the answers decided while planning."""
+        raise NotImplementedError
+
+    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
+        """The response body from the rows' outputs (or one error for the whole job)."""
+        raise NotImplementedError

@@ -14,16 +14,24 @@ reason (set, span: ``question_type_unsupported``); a question longer than the li
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edge_runtime.engine.causal import ATTENTION_MASK, HIDDEN, INPUT_IDS, POSITION_IDS, CausalRow, causal_row
-from edge_runtime.errors import ApiError, ItemError, invalid_request
-from edge_runtime.families.base import Plan
+from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.decision2.pipeline import QUESTION_TYPES, Decision2Assets, pad_rows, too_long
 from edge_runtime.families.decision2.prompt import PromptRow, PromptTooLong
-from edge_runtime.families.decision_plan import DecisionPlan, Entry, Slot, answered_types, assemble, plan_entries
+from edge_runtime.families.decision_plan import (
+    DecisionFamily,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    assemble,
+    plan_entries,
+)
 from edge_runtime.packages import Package
 from edge_runtime.questions import QUESTION_MALFORMED, Question, failed_answer, refusal
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
@@ -31,12 +39,18 @@ from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 if TYPE_CHECKING:  # keeps this module importable without onnxruntime
     from edge_runtime.engine.session import GraphSession
 
-SURFACE = "decisions"
 
 
 def option_pairs(q: Question) -> list[tuple[str, Any]]:
     """A parsed question's options as the prompt and the head take them: (key, description)."""
     return [(o.key, o.description) for o in q.options]
+
+
+@dataclass(frozen=True)
+class PromptedRow(CausalRow):
+    """A question's row and where the candidate head reads it (its prompt's positions)."""
+
+    prompt: PromptRow | None = None
 
 
 class Decision2Forward:
@@ -71,10 +85,9 @@ class Decision2Forward:
         return [np.array(hidden[b, : len(row.ids)], dtype=np.float32, copy=True) for b, row in enumerate(rows)]
 
 
-class Decision2Family:
+class Decision2Family(DecisionFamily[Decision2Forward]):
     """A loaded decision2 package: plans decisions requests into one row per question, answers by §1.8."""
 
-    surfaces = frozenset({SURFACE})
     batchable = True  # right-padded rows never see each other; the load-time probe proves it
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
@@ -87,7 +100,6 @@ class Decision2Family:
             self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
-        self._forward: Decision2Forward | None = None
         if session is not None:
             self._forward = Decision2Forward(session, self.assets.pad)
             hidden = session.outputs[HIDDEN].shape[-1]
@@ -99,13 +111,6 @@ class Decision2Family:
 
     # -- engine hooks -----------------------------------------------------------------------
 
-    @property
-    def forward(self) -> Decision2Forward:
-        """The graph's forward; a family built without a session only plans."""
-        if self._forward is None:
-            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
-        return self._forward
-
     def probe_row(self, length: int) -> CausalRow:
         """A fresh random row of ``length`` tokens on every call (the probe needs distinct rows)."""
         return causal_row(self._probe_rng.integers(0, self._vocab, size=max(1, length)))
@@ -115,40 +120,22 @@ class Decision2Family:
         if self.assets.reader is not None:
             self.assets.reader.report()
 
-    def describe(self) -> dict[str, Any]:
-        """The question types this model answers."""
-        return {"question_types": list(self.question_types)}
-
     # -- planning ---------------------------------------------------------------------------
 
-    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
-        """The runtime's entry point: one row per answerable question, finished into the body."""
-        if surface != SURFACE:
-            raise ValueError(surface)
-        prompts: list[PromptRow] = []  # the head's positions of each row, in row order
-        plan = self.plan_request(request, prompts)
-        return plan.engine_plan(lambda p, outputs: self.finish(p, outputs, prompts))
-
-    def plan_request(self, request: DecisionsRequest, prompts: list[PromptRow]) -> DecisionPlan:
-        """Render and tokenize every answerable question (its PromptRow appended to ``prompts``,
-        beside its row); decide the others' answers now.
+    def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
+        """Render and tokenize every answerable question into a row that knows its prompt; decide the
+        others' answers now.
 
         Raises ApiError for images or videos (in a standard request, or in every batch entry),
         invalid_request for options.max_tokens above the model's limit, and NoValidQuestion when no
         question is one this model answers.
         """
-        cap = self.max_input_tokens
-        limit = request.options.max_tokens
-        if limit is not None:
-            if limit > self.max_input_tokens:
-                raise invalid_request(f"options.max_tokens {limit} exceeds the model's max_input_tokens "
-                                      f"{self.max_input_tokens}")
-            cap = limit
+        cap = self.budget(request)
         return plan_entries(request, self.name, self.modalities,
-                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows, prompts))
+                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows))
 
-    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[CausalRow],
-                    prompts: list[PromptRow]) -> tuple[Entry, ApiError | None]:
+    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int,
+                    rows: list[PromptedRow]) -> tuple[Entry, ApiError | None]:
         planned = Entry(name, [])
         for given in entry.questions:
             refused = refusal(given, self.name, self.question_types) if isinstance(given, Question) else None
@@ -166,25 +153,25 @@ class Decision2Family:
                 slot.answer = failed_answer(q.type, "invalid_question", QUESTION_MALFORMED, str(e))
                 continue
             slot.row = len(rows)
-            rows.append(causal_row(prompt.ids))
-            prompts.append(prompt)
+            rows.append(PromptedRow(causal_row(prompt.ids).ids, prompt))
             planned.tokens += len(prompt.ids)
         return planned, None
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError,
-               prompts: Sequence[PromptRow]) -> dict[str, Any]:
+    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
         """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
 
-        ``outputs`` holds each row's hidden states ``[len, H]`` in row order (``prompts`` their
+        ``outputs`` holds each row's hidden states ``[len, H]`` in row order (each row knows its
         head positions), or one ItemError for the whole job (a deadline).
         """
         def read(q: Question, slot: Slot, entry: Entry, hidden: np.ndarray) -> dict[str, Any]:
             assert slot.row is not None
-            return self.assets.read(q.type, option_pairs(q), prompts[slot.row], hidden)
+            prompt = plan.rows[slot.row].prompt
+            assert prompt is not None
+            return self.assets.read(q.type, option_pairs(q), prompt, hidden)
 
         return assemble(plan, outputs, self.name, read)
 
 
-__all__ = ["Decision2Family", "Decision2Forward"]
+__all__ = ["Decision2Family", "Decision2Forward", "PromptedRow"]

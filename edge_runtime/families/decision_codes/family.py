@@ -54,9 +54,16 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
-from edge_runtime.errors import ApiError, ItemError, invalid_request
-from edge_runtime.families.base import Plan
-from edge_runtime.families.decision_plan import DecisionPlan, Entry, Slot, answered_types, assemble, plan_entries
+from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.decision_plan import (
+    DecisionFamily,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    assemble,
+    plan_entries,
+)
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages import Package
 from edge_runtime.questions import DecisionOption, InvalidQuestion, Question, answer, failed_answer, refusal
@@ -244,10 +251,8 @@ class CodesPrompt:
         return None if ids is None else [*ids, *self.after]
 
 
-class DecisionCodesFamily:
+class DecisionCodesFamily(DecisionFamily[CausalForward]):
     """A loaded decision-codes package: plans decisions requests into rows, answers from hidden states."""
-
-    surfaces = frozenset({SURFACE})
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
                  max_input_tokens: int | None = None) -> None:
@@ -282,48 +287,27 @@ class DecisionCodesFamily:
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         self.pad_id = int(config.get("pad_token_id", 0))
-        self._forward: CausalForward | None = None
         if session is not None:
             self._forward = CausalForward(session, pad_id=self.pad_id)
             hidden = session.outputs["last_hidden_state"].shape[-1]
             if isinstance(hidden, int) and hidden != self.readout.shape[1]:
                 raise ValueError(f"the graph's hidden size {hidden} differs from the readout's {self.readout.shape[1]}")
-            if self.state_once and not self._forward.has_past:
+            if self.state_once and not self.forward.has_past:
                 raise ValueError("attention_mode prefix_causal needs a graph with past key/value inputs")
         self._vocab = self.prompt.text.get_vocab_size()
         self._probe_rng = np.random.default_rng(0)
 
     # -- engine hooks -----------------------------------------------------------------------
 
-    @property
-    def forward(self) -> CausalForward:
-        """The graph's forward; a family built without a session (converters, benches) only plans."""
-        if self._forward is None:
-            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
-        return self._forward
-
     def probe_row(self, length: int) -> CausalRow:
         """A fresh random row of ``length`` tokens on every call (the probe needs distinct rows)."""
         return causal_row(self._probe_rng.integers(0, self._vocab, size=max(1, length)))
-
-    def warm(self) -> None:
-        """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
-
-    def describe(self) -> dict[str, Any]:
-        """The question types this model answers."""
-        return {"question_types": list(self.question_types)}
 
     def probabilities(self, hidden: np.ndarray, count: int, temperature: float) -> np.ndarray:
         """The first ``count`` codes' probabilities for one last-token hidden state."""
         return code_probabilities(hidden, self.readout, count, temperature, self.bias, self.softcap)
 
     # -- planning ---------------------------------------------------------------------------
-
-    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
-        """The runtime's entry point: rows and a finish step (see plan_request and finish)."""
-        if surface != SURFACE:
-            raise ValueError(surface)
-        return self.plan_request(request).engine_plan(self.finish)
 
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Render and tokenize every answerable question; decide the others' answers now.
@@ -332,22 +316,9 @@ class DecisionCodesFamily:
         (state-once), for a batch all of whose entries are refused, and NoValidQuestion when no
         question is one this model answers.
         """
-        cap = self._question_cap(request)
+        cap = self.budget(request)
         return plan_entries(request, self.name, self.modalities,
                             lambda name, entry, rows: self._plan_entry(name, entry, cap, rows))
-
-    def _question_cap(self, request: DecisionsRequest) -> int:
-        """Tokens one question (the state and that question) may have under this request's options."""
-        opts = request.options
-        cap = self.max_input_tokens
-        if self.validated_input_tokens is not None and not opts.long_context:
-            cap = self.validated_input_tokens
-        if opts.max_tokens is not None:
-            if opts.max_tokens > self.max_input_tokens:
-                raise invalid_request(f"options.max_tokens {opts.max_tokens} exceeds the model's max_input_tokens "
-                                      f"{self.max_input_tokens}")
-            cap = min(cap, opts.max_tokens)
-        return cap
 
     def _unsupported(self, q: Question) -> InvalidQuestion | None:
         refused = refusal(q, self.name, self.question_types)

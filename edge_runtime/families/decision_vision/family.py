@@ -38,10 +38,10 @@ import numpy as np
 from PIL import Image
 from tokenizers import Tokenizer
 
-from edge_runtime.errors import ApiError, ItemError, invalid_request
-from edge_runtime.families.base import Plan
+from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.decision_codes.family import READOUT, CodesPrompt
 from edge_runtime.families.decision_plan import (
+    DecisionFamily,
     DecisionPlan,
     Entry,
     Slot,
@@ -83,7 +83,6 @@ from edge_runtime.questions.box import box_answer
 from edge_runtime.questions.track import track_answer
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
 
-SURFACE = "decisions"
 QUESTION_TYPES = ("choice", "noul", "score", "box", "track")
 CODE_TYPES = ("choice", "noul", "score")
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -293,10 +292,9 @@ class _TooLong(Exception):
     """The state does not fit the question budget."""
 
 
-class DecisionVisionFamily:
+class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
     """A loaded decision-vision package: plans decisions requests into VisionRows, answers from them."""
 
-    surfaces = frozenset({SURFACE})
     batchable = False  # a row batches its own questions; see the module docstring
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
@@ -329,7 +327,6 @@ class DecisionVisionFamily:
         if "image" in self.modalities and tuple(placements) != IMAGE_PLACEMENTS:
             raise ValueError(f"package {card.name}: image_placements {placements} cannot be served; this family "
                              f"reads images in {list(IMAGE_PLACEMENTS)} only")
-        self._forward: VisionLanguageForward | None = None
         if session is not None:
             if vision_session is None:
                 from edge_runtime.engine.session import create_session
@@ -346,13 +343,6 @@ class DecisionVisionFamily:
 
     # -- engine hooks -----------------------------------------------------------------------
 
-    @property
-    def forward(self) -> VisionLanguageForward:
-        """The two graphs' forward; a family built without a session only plans."""
-        if self._forward is None:
-            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
-        return self._forward
-
     def probe_row(self, length: int) -> VisionRow:
         """A text-only row of ``length`` tokens (rows run alone, so the probe is not run on them)."""
         ids = list(range(max(1, length)))
@@ -364,8 +354,8 @@ class DecisionVisionFamily:
             self.vision_check = check_vision_golden(self._forward.vision, self._vision_golden)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"modalities": sorted(self.modalities), "image_placements": list(IMAGE_PLACEMENTS),
-                               "question_types": list(self.question_types)}
+        out: dict[str, Any] = {**super().describe(), "modalities": sorted(self.modalities),
+                               "image_placements": list(IMAGE_PLACEMENTS)}
         if self.planner.box is not None:
             out["box_confidence"] = self.card_box_confidence()
         return out
@@ -376,14 +366,9 @@ class DecisionVisionFamily:
 
     # -- planning ---------------------------------------------------------------------------
 
-    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
-        if surface != SURFACE:
-            raise ValueError(surface)
-        return self.plan_request(request).engine_plan(self.finish)
-
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Decode media, render and tokenize every answerable question; decide the others now."""
-        cap = self._question_cap(request)
+        cap = self.budget(request)
         assets = None
         if request.assets and "image" in self.modalities:
             assets = parse_assets(request.assets, self.planner.image_limits.max_bytes)
@@ -413,16 +398,6 @@ class DecisionVisionFamily:
             raise NoValidQuestion([(e.name, s.question) for e in plan.entries for s in e.slots
                                    if isinstance(s.question, InvalidQuestion)])
         return plan
-
-    def _question_cap(self, request: DecisionsRequest) -> int:
-        opts = request.options
-        cap = self.max_input_tokens
-        if opts.max_tokens is not None:
-            if opts.max_tokens > self.max_input_tokens:
-                raise invalid_request(f"options.max_tokens {opts.max_tokens} exceeds the model's max_input_tokens "
-                                      f"{self.max_input_tokens}")
-            cap = min(cap, opts.max_tokens)
-        return cap
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow],
                     assets: Assets | None = None, used: list[str] | None = None) -> Entry:

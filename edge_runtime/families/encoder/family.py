@@ -13,7 +13,7 @@ import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
 from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan
+from edge_runtime.families.base import Plan, token_budget
 from edge_runtime.families.embeddings import Embedded, embeddings_body
 from edge_runtime.families.items import InputUsage, failed_item, request_usage
 from edge_runtime.heads.activations import sigmoid, softmax
@@ -130,16 +130,6 @@ class EncoderFamily:
             return self._plan_rerank(request)
         raise ValueError(surface)
 
-    def _budget(self, options: Options) -> int:
-        if options.max_tokens is None:
-            return self.max_input_tokens
-        if options.max_tokens > self.max_input_tokens:
-            raise invalid_request(
-                f"options.max_tokens {options.max_tokens} exceeds the model's max_input_tokens "
-                f"{self.max_input_tokens}"
-            )
-        return options.max_tokens
-
     def _scan_budget(self, options: Options, budget: int) -> int:
         """Tokens a windowed input may have: options.max_tokens, else the models file's max_scan_tokens."""
         if options.max_tokens is None and self.max_scan_tokens is not None:
@@ -150,7 +140,7 @@ class EncoderFamily:
         self, items: list[tuple[str, str | None]], options: Options, default_overflow: Overflow
     ) -> tuple[list[Encoded | ItemError], list[Any], list[list[int]]]:
         """Tokenize every item: per item its Encoded (or ItemError) and the row indices it owns."""
-        budget = self._budget(options)
+        budget = token_budget(options.max_tokens, self.max_input_tokens)
         overflow = options.overflow or default_overflow
         window = None
         if overflow == "window":

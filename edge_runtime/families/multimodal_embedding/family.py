@@ -20,7 +20,7 @@ import numpy as np
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.forward import Grouping
 from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan
+from edge_runtime.families.base import Plan, token_budget
 from edge_runtime.families.embeddings import Embedded, embeddings_body
 from edge_runtime.families.items import InputUsage
 from edge_runtime.families.multimodal_embedding.features import (
@@ -288,7 +288,7 @@ class MultimodalEmbeddingModel:
             row = self._media_row(part)
             return row, InputUsage.whole(row.tokens)
         assert self.text is not None
-        budget = self._budget(req)
+        budget = token_budget(req.options.max_tokens, self.max_input_tokens)
         result = self.text.encode(part, None, max_tokens=budget, overflow=req.options.overflow or "reject")
         if isinstance(result, InputError):
             return ItemError(result.code, result.message)
@@ -312,11 +312,3 @@ class MultimodalEmbeddingModel:
             return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))
         real = whisper_real_positions(len(samples), pre, int(spec["positions"]))
         return TowerRow("audio", log_mel(samples, pre), real, real, int(spec["positions"]))
-
-    def _budget(self, req: EmbeddingsRequest) -> int:
-        if req.options.max_tokens is None:
-            return self.max_input_tokens
-        if req.options.max_tokens > self.max_input_tokens:
-            raise invalid_request(f"options.max_tokens {req.options.max_tokens} exceeds the model's "
-                                  f"max_input_tokens {self.max_input_tokens}")
-        return req.options.max_tokens

@@ -39,9 +39,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from edge_runtime.engine import create_session
-from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan
+from edge_runtime.errors import ItemError
 from edge_runtime.families.decision_plan import (
+    DecisionFamily,
     DecisionPlan,
     Entry,
     Slot,
@@ -58,7 +58,6 @@ from edge_runtime.text.types import MAX_LENGTH_EXCEEDED
 
 log = logging.getLogger(__name__)
 
-SURFACE = "decisions"
 KINDS: dict[str, int] = {"noul": 0, "choice": 1, "score": 2}
 INPUTS: tuple[str, ...] = ("state_ids", "question_ids", "option_ids", "option_mask", "kind")
 QUESTION_INPUTS: tuple[str, ...] = INPUTS[1:]  # the question half's inputs
@@ -341,10 +340,8 @@ class SparrowForward:
         return row.tokens
 
 
-class SparrowFamily:
+class SparrowFamily(DecisionFamily[SparrowForward]):
     """A loaded sparrow package: plans decisions requests into rows and answers from their outputs."""
-
-    surfaces = frozenset({SURFACE})
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None) -> None:
         card = package.card
@@ -363,7 +360,6 @@ class SparrowFamily:
             split = None
         # Rows share forwards only through the split graphs; without them every row runs alone.
         self.batchable = split is not None
-        self._forward: SparrowForward | None = None
         if session is not None:
             def load(rel: str) -> Any:
                 return create_session(package.file(rel), session.device, session.threads)
@@ -377,13 +373,6 @@ class SparrowFamily:
 
     # -- engine hooks -----------------------------------------------------------------------
 
-    @property
-    def forward(self) -> SparrowForward:
-        """The graph's forward; a family built without a session (converters, benches) only plans."""
-        if self._forward is None:
-            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
-        return self._forward
-
     def probe_row(self, length: int) -> SparrowRow:
         """A new random question of ``length`` tokens about the probe's state (24 tokens); no
         question key, so the probe runs the question half every time."""
@@ -393,20 +382,7 @@ class SparrowFamily:
         row = self.text.feeds((), question, options, int(rng.integers(0, len(KINDS))))
         return SparrowRow({**row.feeds, "state_ids": self._probe_state}, row.tokens + self._probe_state.shape[1])
 
-    def warm(self) -> None:
-        """Nothing to prepare: the tokenizer holds no per-class caches to fill."""
-
-    def describe(self) -> dict[str, Any]:
-        """The question types this model answers."""
-        return {"question_types": list(self.question_types)}
-
     # -- planning ---------------------------------------------------------------------------
-
-    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
-        """The runtime's entry point: the rows and a finish step (see plan_request and finish)."""
-        if surface != SURFACE:
-            raise ValueError(surface)
-        return self.plan_request(request).engine_plan(self.finish)
 
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Tokenize every answerable question into a row; decide the others' errors now.
@@ -414,18 +390,9 @@ class SparrowFamily:
         Raises ApiError: a standard request with images or videos (text only), a batch all of whose
         entries are refused, or a request none of whose questions this model can answer.
         """
-        budget = self._budget(request)
+        budget = self.budget(request)
         return plan_entries(request, self.name, self.modalities,
                             lambda name, entry, rows: (self._plan_entry(name, entry, budget, rows), None))
-
-    def _budget(self, request: DecisionsRequest) -> int:
-        max_tokens = request.options.max_tokens
-        if max_tokens is None:
-            return self.max_input_tokens
-        if max_tokens > self.max_input_tokens:
-            raise invalid_request(f"options.max_tokens {max_tokens} exceeds the model's max_input_tokens "
-                                  f"{self.max_input_tokens}")
-        return max_tokens
 
     def _plan_entry(self, name: str | None, entry: DecisionState, budget: int, rows: list[SparrowRow]) -> Entry:
         planned = Entry(name, [])

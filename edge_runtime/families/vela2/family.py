@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
-from edge_runtime.errors import ApiError, ItemError, invalid_request
-from edge_runtime.families.base import Plan
-from edge_runtime.families.decision_plan import answered_types, media_refusal
+from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.base import Plan, token_budget
+from edge_runtime.families.decision_plan import SURFACE, DecisionFamily, answered_types, media_refusal
 from edge_runtime.families.vela2.answers import (
     MAX_LENGTH_EXCEEDED,
     InvalidOutput,
@@ -65,8 +65,6 @@ from edge_runtime.questions.choice import choice_answer
 from edge_runtime.questions.noul import noul_answer
 from edge_runtime.questions.score import score_answer
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
-
-SURFACE = "decisions"
 
 
 def _given_type(q: Question) -> str | None:
@@ -129,10 +127,9 @@ class _Entry:
     lower_bound: bool = False  # a part of the state was read only in part
 
 
-class Vela2Family:
+class Vela2Family(DecisionFamily[Vela2Forward]):
     """A loaded vela2 package: plans decisions requests into windows, answers from head outputs."""
 
-    surfaces = frozenset({SURFACE})
     batchable = True
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
@@ -148,19 +145,12 @@ class Vela2Family:
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.presets = frozenset(card.raw.get("presets") or ())
         self.modalities = frozenset(card.modalities)
-        self._forward: Vela2Forward | None = None
         if session is not None:
             self._forward = Vela2Forward(EncoderForward(session, outputs=[OUTPUT], pad_id=layout.pad),
                                          self.assets.head)
         self._probe_rng = np.random.default_rng(0)
 
     # -- engine hooks -----------------------------------------------------------------------
-
-    @property
-    def forward(self) -> Vela2Forward:
-        if self._forward is None:
-            raise RuntimeError(f"{self.name} was built without a session: it plans requests, it runs none")
-        return self._forward
 
     def probe_row(self, length: int) -> EncoderSequence:
         """A random row of ``length`` tokens whose head reads a question, two options and a span block,
@@ -177,7 +167,8 @@ class Vela2Family:
         self.assets.tokens.reader.report()
 
     def describe(self) -> dict[str, Any]:
-        return {"question_types": list(self.question_types), "presets": sorted(self.presets)}
+        """The question types and the presets this model answers."""
+        return {**super().describe(), "presets": sorted(self.presets)}
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -190,7 +181,7 @@ class Vela2Family:
         """
         if surface != SURFACE:
             raise ValueError(surface)
-        scan = self._scan_budget(request)
+        scan = token_budget(request.options.max_tokens, self.max_scan_tokens, "scan budget (limits.max_scan_tokens)")
         rows: list[EncoderSequence] = []
         entries: list[_Entry] = []
         refusals: list[ApiError] = []
@@ -207,16 +198,8 @@ class Vela2Family:
             raise refusals[0]
         if not any(e.readable for e in entries):
             raise NoValidQuestion(self._invalid(entries))
-        return Plan(rows, lambda outputs: self.finish(request, entries, outputs), sum(e.tokens for e in entries))
-
-    def _scan_budget(self, request: DecisionsRequest) -> int:
-        given = request.options.max_tokens
-        if given is None:
-            return self.max_scan_tokens
-        if given > self.max_scan_tokens:
-            raise invalid_request(f"options.max_tokens {given} exceeds the model's scan budget "
-                                  f"{self.max_scan_tokens} (limits.max_scan_tokens)")
-        return given
+        return Plan(rows, lambda outputs: self.answer_entries(request, entries, outputs),
+                    sum(e.tokens for e in entries))
 
     @staticmethod
     def _refused(name: str | None, decision: DecisionState, refused: ApiError) -> _Entry:
@@ -337,7 +320,7 @@ class Vela2Family:
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, request: DecisionsRequest, entries: list[_Entry],
+    def answer_entries(self, request: DecisionsRequest, entries: list[_Entry],
                outputs: list[SequenceOutput] | ItemError) -> dict[str, Any]:
         """``{model, answers, spans?, sets?, thresholds?, usage}``, or ``{model, states, usage}``."""
         bodies = [self._entry_body(e, outputs) for e in entries]
