@@ -60,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _shown(packages: Path) -> str:
+    """The packages directory as a record names it: relative to the checkout when inside it (a record
+    names no path of the machine it ran on)."""
+    path = packages.resolve()
+    return f"{path.relative_to(ROOT)}/" if path.is_relative_to(ROOT) else path.name + "/"
+
+
 def convert_defaults(packages: Path) -> bool:
     """Build the default packages as `make serve` does, in a subprocess (converters import torch)."""
     command = [sys.executable, "-m", "converters", "default", "--out", str(packages)]
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         ([settings.packages / decisions.PACKAGE] if needs_sparrow else [])
     if not all((p / "card.json").is_file() for p in defaults) and not convert_defaults(args.packages):
         return 2
-    conds = conditions(args.threads, args.rounds, {"packages": str(settings.packages.resolve())})
+    conds = conditions(args.threads, args.rounds, {"packages": _shown(settings.packages)})
     print("\n".join(f"{k}: {v}" for k, v in conds.items()), flush=True)
     lab = Lab(settings)
     foreign = ForeignLoad()

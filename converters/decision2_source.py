@@ -1,6 +1,6 @@
 """Decision 2.0 packages (``dev2-package/1``) in the upstream format: read and verify, or write a tiny one.
 
-reference/upstream-formats.md §1.1-§1.4 and §1.9. A package is a pointer ``config.json``, a
+docs/reference/upstream-formats.md §1.1-§1.4 and §1.9. A package is a pointer ``config.json``, a
 ``MODEL_MANIFEST.json`` that lists every file with its sha256 (the exact inventory), a
 ``decision_config.json``, the ten-tensor ``decision_head.safetensors``, the tokenizer, and either a
 full backbone (``backbone/``, profile ``qwen-full``) or a LoRA adapter (``adapter/``, profile

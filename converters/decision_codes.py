@@ -245,7 +245,7 @@ def _stamp(src: Path) -> str:
 
 def export_graph(base: Any, attention_mode: str, work: Path) -> Path:
     """Export the backbone (no LM head): ``last_hidden_state``, with past key/values for prefix_causal."""
-    import optimum.exporters.onnx.model_configs  # noqa: F401 - fills the task registry (feasibility B.3.1)
+    import optimum.exporters.onnx.model_configs  # noqa: F401 - fills the task registry (docs/reference/feasibility-notes.md B.3.1)
     from optimum.exporters.onnx import onnx_export_from_model
     from optimum.exporters.tasks import TasksManager
 

@@ -1,7 +1,7 @@
 """`export --kind decision-vision`: a Qwen3-VL checkpoint becomes a vision-language decision model.
 
 Optimum exports no VLM and exporting the whole vision forward fails three ways (the grid is baked
-in or data-dependent: reference/multimodal-feasibility.md §1), so this export writes two grid-free
+in or data-dependent: docs/reference/multimodal-feasibility.md §1), so this export writes two grid-free
 graphs with the TorchScript tracer at opset 18:
 
 - ``vision.onnx`` (the vision core): ``patches``, ``pos_idx``, ``pos_w``, ``rowcol`` in,

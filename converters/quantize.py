@@ -7,7 +7,7 @@ Two constructions:
   int8 weights. Each token's scale is max(|x|) over its own hidden vector / 127, so no row depends
   on the other rows of a batch or on padding, and integer accumulation is exact whatever the
   kernel's blocking: the graph is batch-invariant by construction (the server's load-time probe
-  still checks it on every CPU). Measured recipe: /work/shared/reference/exact-int8-feasibility.md.
+  still checks it on every CPU). Measured recipe: docs/reference/exact-int8-feasibility.md.
 - ``int8-dynamic`` (approximate, :func:`quantize_int8_dynamic`): ONNX Runtime's quantize_dynamic,
   whose DynamicQuantizeLinear takes one activation scale over the whole batch tensor, so another
   request's rows change a row's answer. Kept only for users who ask for it by name.
@@ -42,7 +42,7 @@ QUANTIZATIONS: dict[str, str] = {"int8": "per-token", "int8-dynamic": "dynamic"}
 #: Guards all-zero activation rows (padding positions): their q is 0, their output the bias.
 ACTIVATION_EPS = 1e-8
 #: uint8 activations with zero point 128 take ONNX Runtime's fast U8S8 (VNNI) kernel; signed int8
-#: activations gave the same answers 2.7x slower (feasibility note).
+#: activations gave the same answers 2.7x slower (docs/reference/exact-int8-feasibility.md).
 ACTIVATION_ZERO_POINT = 128
 
 

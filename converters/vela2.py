@@ -368,7 +368,7 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
             "head": {"output": "last_hidden_state", "readout": "marker", "mode": source.config["readout"],
                      "weights": "head.npz", "proj_dim": int(source.config["proj_dim"]),
                      "hidden_size": head.hidden},
-            # the scan budget on CPU: four model inputs (reference/upstream-formats.md §2.4)
+            # the scan budget on CPU: four model inputs (docs/reference/upstream-formats.md §2.4)
             "limits": {"max_input_tokens": layout.max_length, "max_scan_tokens": SCAN_INPUTS_CPU * layout.max_length},
             "graph": {"inputs": inputs, "outputs": outputs, "opset": onnx_export.OPSET},
             "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},

@@ -1,6 +1,6 @@
 """Vela 2.0 encoder packages in the upstream format: read and verify one, or write a tiny one.
 
-Upstream layout (reference/upstream-formats.md §2.1, §2.11): ``config.json`` (model_type
+Upstream layout (docs/reference/upstream-formats.md §2.1, §2.11): ``config.json`` (model_type
 ``vela2-unified``, format_version 1, the ModernBERT ``encoder_config``, the marker ids, limits),
 ``calibration.json``, ``tokenizer.json`` (with the 8 markers as added tokens), ``model.safetensors``
 (backbone under ``encoder.``, marker head at top level) and optionally ``SHA256SUMS``. A bundled

@@ -225,7 +225,7 @@ def test_state_once_equals_each_question_alone(once) -> None:
             total += 1
         assert answer["usage"]["input_tokens"] == len(row.prefix) + sum(len(b) for b in row.branches)
     assert worst <= PROBABILITY_TOLERANCE, worst
-    assert bitwise == total  # measured bit-identical on ORT CPU fp32 (feasibility-notes B.2)
+    assert bitwise == total  # measured bit-identical on ORT CPU fp32 (docs/reference/feasibility-notes.md B.2)
 
 
 def test_branches_in_several_chunks_equal_one_chunk(once) -> None:

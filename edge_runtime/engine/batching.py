@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .forward import Grouping
 
 # A padded batch only holds rows whose lengths lie within max(16 tokens, 25 %) of its shortest
-# row. Measured on MiniLM (feasibility-notes A.3): length-sorted chunks / 16-token buckets ran
+# row. Measured on MiniLM (docs/reference/feasibility-notes.md A.3): length-sorted chunks / 16-token buckets ran
 # 1.6x faster than padding 32 mixed rows to the longest, which computes ~2x the real tokens.
 BUCKET_TOKENS = 16
 BUCKET_RATIO = 0.25

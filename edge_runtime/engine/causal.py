@@ -5,7 +5,7 @@ Two kinds of rows (the family builds them from token ids; this module never read
 - :class:`CausalRow` (``ids``): one whole sequence. Rows are RIGHT-padded into one batch with
   ``position_ids = arange`` and a zero attention mask on the padding, and each row's result is the
   hidden state at its own last real token. Right padding keeps ORT CPU fp32 rows bit-identical to
-  running them alone; left padding does not (feasibility-notes A.2).
+  running them alone; left padding does not (docs/reference/feasibility-notes.md A.2).
 - :class:`BranchRow` (``prefix``, ``branches``): a prefix run once (a prefill over an empty past)
   whose key/value cache every branch continues from. The cache is copied into preallocated
   buffers tiled to the branch count (page faults, not copying, make ``np.repeat`` slow: notes B.3.6),

@@ -23,7 +23,7 @@ class EncoderForward:
 
     Rows are RIGHT-padded to the batch's longest row with `pad_id` and a zero attention mask:
     right padding keeps fp32 ORT CPU rows bit-identical to running them alone, left padding does
-    not (feasibility-notes A.2). Each row's result is a dict {output: array}: outputs with a
+    not (docs/reference/feasibility-notes.md A.2). Each row's result is a dict {output: array}: outputs with a
     sequence axis ([b, s, ...]) are cut to the row's real length, the others ([b, ...]) give
     the row's entry. Arrays are copies, owned by the row.
     """

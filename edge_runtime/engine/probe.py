@@ -13,7 +13,7 @@ from .forward import Grouping
 
 log = logging.getLogger(__name__)
 
-# Lengths as upstream probes them (upstream-runtime-digest 1.4): short to long, one repeated so an
+# Lengths as upstream probes them (docs/reference/upstream-runtime-digest.md §1.4): short to long, one repeated so an
 # equal-length group exists.
 PROBE_LENGTHS: tuple[int, ...] = (3, 9, 9, 17, 40, 130)
 

@@ -21,7 +21,7 @@ CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
 # The optimisation level is part of the numerics: BASIC and DISABLE_ALL differ from ALL by up to
-# ~2e-6 (feasibility-notes A.1), so every session of every model uses this one level.
+# ~2e-6 (docs/reference/feasibility-notes.md A.1), so every session of every model uses this one level.
 GRAPH_OPTIMIZATION_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 GRAPH_OPTIMIZATION_LEVEL_NAME = "ORT_ENABLE_ALL"
 INTER_OP_THREADS = 1
@@ -111,7 +111,7 @@ def default_threads() -> int:
     """Intra-op threads for a model when none are configured: the CPUs this process may use.
 
     That is the affinity mask (not the host's count), capped by a cgroup CPU quota rounded down,
-    because threads beyond the quota are throttled and spin (peer-servers.md section 4). At least 1.
+    because threads beyond the quota are throttled and spin (docs/reference/peer-servers.md §4). At least 1.
     """
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -1,4 +1,4 @@
-"""The Decision 2.0 candidate head and answers in numpy (reference/upstream-formats.md §1.7, §1.8).
+"""The Decision 2.0 candidate head and answers in numpy (docs/reference/upstream-formats.md §1.7, §1.8).
 
 Per question, with ``c_j = LN_c(h[endpoint_j])`` (the last token of option segment j) and
 ``q = LN_q(h[query])`` (the last token of the prompt), both LayerNorms eps 1e-5:

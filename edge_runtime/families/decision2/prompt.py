@@ -1,4 +1,4 @@
-"""Decision 2.0 prompt segments (reference/upstream-formats.md §1.6).
+"""Decision 2.0 prompt segments (docs/reference/upstream-formats.md §1.6).
 
 One row per question: the prefix, one segment per option and the suffix are tokenized separately
 with the package tokenizer (no special tokens) and concatenated; tokenizing the joined string

@@ -3,7 +3,7 @@
 A Qwen-VL model writes a box edge as the decimal digits of v in 0..1000 (one token per digit, the
 Qwen2 pre-tokenizer splits every digit) followed by a terminator (``,`` between edges, ``]`` after
 the last). Instead of generating, one forward reads every way the number can go
-(reference/multimodal-feasibility.md §2): the committed text's last position gives the first digit,
+(docs/reference/multimodal-feasibility.md §2): the committed text's last position gives the first digit,
 and a tree of 101 tokens under the 4-D bias gives the rest: the ten first digits, the ninety
 two-digit prefixes 10..99, and ``100`` (whose next token decides 100 against 1000). Each position's
 logits over the 11 tokens the grammar can continue with (digits 0-9, the terminator) go through a

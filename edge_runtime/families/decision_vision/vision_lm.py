@@ -2,7 +2,7 @@
 
 The two graphs (written by ``converters.decision_vision``) take nothing that depends on an
 image's grid inside the graph; everything grid-shaped is computed here in numpy, so one graph
-serves every image size (reference/multimodal-feasibility.md §1):
+serves every image size (docs/reference/multimodal-feasibility.md §1):
 
 - vision core: ``patches [N, C*T*p*p]``, the bilinear position-table taps ``pos_idx [4, N]`` and
   ``pos_w [4, N]``, the rotary row/column ids ``rowcol [N, 2]``; out ``image_embeds

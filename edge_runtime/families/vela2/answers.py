@@ -1,4 +1,4 @@
-"""Vela 2.0 answers from combined row logits (reference/upstream-formats.md §2.8).
+"""Vela 2.0 answers from combined row logits (docs/reference/upstream-formats.md §2.8).
 
 Choice, Noul and Score are softmaxes over the real options at the type's temperature (Noul uses
 the ``choice`` temperature: it runs as a choice); a Choice also reports ``abstain_probability``,

@@ -1,6 +1,6 @@
 """vela2 family: Vela 2.0 encoder packages answering Choice, Noul, Score, Set and Span questions.
 
-A decisions request is read as upstream reads it (reference/upstream-formats.md §2.3-§2.8): the
+A decisions request is read as upstream reads it (docs/reference/upstream-formats.md §2.3-§2.8): the
 state becomes parts with roles, the questions engine questions (a preset the card lists replaces
 the question as written), the questions rows, each row one model input or, when its one read part
 is too long, windows over that part up to the scan budget. Every window is one engine row; the

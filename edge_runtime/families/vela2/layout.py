@@ -1,6 +1,6 @@
 """The Vela 2.0 encoder's token layout: markers by id, truncation, windows, readout indices.
 
-reference/upstream-formats.md §2.4-§2.6 and §2.8 (combining windows). One row of questions
+docs/reference/upstream-formats.md §2.4-§2.6 and §2.8 (combining windows). One row of questions
 becomes one sequence:
 
     <bos> ([Q] text ([O] option)* [ABS]?)* ([E] label)* [SEP_SCHEMA] ([SEG_role] part)* <eos>

@@ -1,4 +1,4 @@
-"""The Vela 2.0 marker head in numpy (reference/upstream-formats.md §2.7).
+"""The Vela 2.0 marker head in numpy (docs/reference/upstream-formats.md §2.7).
 
 Option (and abstain, and set label) logits are read at each ``[O]``/``[ABS]`` marker against its
 question's ``[Q]`` marker and the mean of the parts it reads; span logits are word x label cosine

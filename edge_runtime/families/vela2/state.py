@@ -1,6 +1,6 @@
 """A decisions request as a Vela 2.0 encoder reads it: state parts, engine questions and rows.
 
-reference/upstream-formats.md §2.3. The state becomes parts in the fixed order user, context,
+docs/reference/upstream-formats.md §2.3. The state becomes parts in the fixed order user, context,
 answer. Questions become the engine's form: Noul is a two-option choice (``no``, ``yes``), Choice
 and Noul show the abstain marker, Score levels are the options; Set and Span carry labels; presets
 (``pii``, ``halu``, ``relevance``) expand from the package's calibration; ``over`` names the parts

@@ -4,7 +4,7 @@ A span question scores words, not tokens. A word is a unit of a GLiNER2-style re
 e-mail address, an @handle, one CJK character, a run of word characters joined by ``-``/``_``,
 or one other non-space character), read at its first sub-word token. Decoding then groups words
 by a second, coarser regex (``unit``) and trims the decoded spans. Upstream Vela 2.0 packages
-(reference/upstream-formats.md §2.8) use these exact character classes, including the CJK range
+(docs/reference/upstream-formats.md §2.8) use these exact character classes, including the CJK range
 ``U+8C48-U+FAFF`` (wider than the compatibility block it was meant to be); answers only agree with
 the packages' own runtime if the classes agree code point for code point, so they are kept as is.
 
