@@ -124,12 +124,15 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
             )
         model.package = package
         model.session = create_session(package.graph(cfg.variant), cfg.device, cfg.threads)
-        model.family = build_family(package, model.session, cfg)
+        # the family, over every graph of the package (the others opened and self-checked like this one)
+        model.family, checks = build_family(package, model.session, cfg)
         model.status = "warming"
         model.family.warm()
         model.self_check = self_check(model.session, package.golden(cfg.variant), model.session.device)
         if model.self_check["status"] == "failed":
             raise RuntimeError(f"self-check failed: {model.self_check['reason']}")
+        if checks:
+            model.self_check["graphs"] = checks
         model.grouping, model.numerics = grouping(model)
         model.executor = ModelExecutor(
             model.name, model.family.forward, model.grouping, cfg.max_queue, metrics=metrics,

@@ -333,7 +333,7 @@ def test_serving_through_the_runtime(built) -> None:
         assert runtime.status() == "ready", runtime.health()
         served = runtime.models["vision"]
         assert served.self_check["status"] == "passed" and served.grouping == "alone"
-        assert served.family.vision_check["status"] == "passed"  # type: ignore[union-attr]  # warmed at load
+        assert served.self_check["graphs"]["vision"]["status"] == "passed"  # the vision core, checked at load
         info = served.info()
         assert info["family"] == "decision-vision" and "image" in info["modalities"]
         assert info["question_types"] == ["choice", "noul", "score", "box", "track"]
@@ -634,16 +634,18 @@ def test_a_box_locates_the_image_its_instructions_reference(family) -> None:
     assert outside["answers"]["where"]["reason"] == "question_images_unsupported"
 
 
-def test_the_vision_core_is_self_checked_when_the_model_warms(family) -> None:
-    from edge_runtime.families.decision_vision.family import check_vision_golden
+def test_the_vision_core_is_self_checked_when_the_graphs_open(built) -> None:
+    from edge_runtime.families.base import Graph, open_graphs
+    from edge_runtime.families.decision_vision.family import VISION_FILE, graphs, vision_golden
+    from edge_runtime.packages import GoldenCase
 
-    family.warm()
-    assert family.vision_check["status"] == "passed" and family.vision_check["max_abs_diff"] <= 1e-3
-    golden = dict(family._vision_golden or {})
-    assert golden and any(k.startswith("out/") for k in golden)
-    off = {k: (v + 0.01 if k.startswith("out/") else v) for k, v in golden.items()}
-    with pytest.raises(RuntimeError, match="vision core golden outputs differ"):
-        check_vision_golden(family.forward.vision, off)
+    package = read_package(built["result"].path)
+    opened, checks = open_graphs(package, graphs(package), "cpu", 1)
+    assert set(opened) == {"vision"} and checks["vision"]["status"] == "passed"
+    assert checks["vision"]["max_abs_diff"] <= 1e-3
+    off = [GoldenCase(c.feeds, {k: v + 0.01 for k, v in c.outputs.items()}) for c in vision_golden(package)]
+    with pytest.raises(RuntimeError, match="vision graph golden outputs differ"):
+        open_graphs(package, [Graph("vision", VISION_FILE, lambda _: off)], "cpu", 1)
 
 
 def test_batched_trees_read_what_each_tree_reads_alone(family) -> None:

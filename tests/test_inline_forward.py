@@ -40,7 +40,7 @@ BODIES = [
 def _family(path: Path, variant: str = "fp32") -> Any:
     package = read_package(path)
     session = create_session(package.graph(variant), "cpu", 1)
-    return build_family(package, session, ModelConfig(name="m", package=path, variant=variant, device="cpu"))
+    return build_family(package, session, ModelConfig(name="m", package=path, variant=variant, device="cpu"))[0]
 
 
 def _run_jobs(forward: Any, grouping: str, jobs: list[list[Any]], inline_max_s: float,

@@ -31,7 +31,7 @@ def _served(path: Path, variant: str) -> Any:
     """The family the server would build for ``variant`` of the package at ``path`` (2 threads)."""
     package = read_package(path)
     session = create_session(package.graph(variant), "cpu", 2)
-    return build_family(package, session, ModelConfig(name="m", package=path, variant=variant, device="cpu"))
+    return build_family(package, session, ModelConfig(name="m", package=path, variant=variant, device="cpu"))[0]
 
 
 def _probe(family: Any) -> str:

@@ -493,5 +493,5 @@ def test_a_tower_whose_golden_cases_disagree_fails_the_load(mm_sources: dict[str
     (pkg / "MANIFEST.json").unlink()
     (pkg / "MANIFEST.json").write_text(json.dumps(build_manifest(pkg)))
     package = read_package(pkg)  # a consistent package: only running the tower can tell
-    with pytest.raises(RuntimeError, match="image tower golden outputs differ"):
+    with pytest.raises(RuntimeError, match="tower:image graph golden outputs differ"):
         MultimodalEmbeddingModel(package, create_session(package.graph("fp32"), "cpu", 1))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edge_runtime.engine.executor import Forward
 from edge_runtime.errors import invalid_request
+from edge_runtime.packages import Package
+from edge_runtime.packages.golden import GoldenCase, require_passed, self_check
 
 
 @dataclass
@@ -72,3 +74,30 @@ def token_budget(max_tokens: int | None, limit: int, what: str = "max_input_toke
     if max_tokens > limit:
         raise invalid_request(f"options.max_tokens {max_tokens} exceeds the model's {what} {limit}")
     return max_tokens
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A graph a package holds beside its variant's own: the family's name for it, its file, and how
+    to read its golden cases (None: the converter proved it, and the load-time probe runs it)."""
+
+    name: str
+    file: str
+    golden: Callable[[Package], list[GoldenCase]] | None = None
+
+
+def open_graphs(package: Package, graphs: Sequence[Graph], device: str, threads: int | None
+                ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Open every graph on the served device and threads and self-check those with goldens, through
+    the one self-check and its device tolerance; a failed check raises RuntimeError (the model then
+    fails to load with its reason). Returns the sessions by name and each check's result."""
+    from edge_runtime.engine.session import create_session  # loads onnxruntime
+
+    sessions: dict[str, Any] = {}
+    checks: dict[str, dict[str, Any]] = {}
+    for graph in graphs:
+        session = sessions[graph.name] = create_session(package.file(graph.file), device, threads)
+        if graph.golden is not None:
+            checks[graph.name] = require_passed(
+                self_check(session, graph.golden(package), session.device, f"{graph.name} graph golden"))
+    return sessions, checks

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from PIL import Image
 from tokenizers import Tokenizer
 
 from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.base import Graph, open_graphs
 from edge_runtime.families.decision_codes.family import READOUT, CodesPrompt
 from edge_runtime.families.decision_plan import (
     DecisionFamily,
@@ -77,7 +78,7 @@ from edge_runtime.media.assets import Assets, check_all_used, parse_assets, repl
 from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
 from edge_runtime.media.video import VideoLimits, decode_video
 from edge_runtime.packages import Package
-from edge_runtime.packages.golden import GoldenCase, require_passed, self_check
+from edge_runtime.packages.golden import GoldenCase
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
 from edge_runtime.questions.box import box_answer
 from edge_runtime.questions.track import track_answer
@@ -280,12 +281,17 @@ class VisionPlanner:
                            limit=self.video_max_tokens)
 
 
-def check_vision_golden(session: Any, golden: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The vision core's golden case (``in/<input>``, ``out/<output>``) through the one self-check,
-    at its session's device tolerance; raises RuntimeError (the model then fails to load)."""
-    case = GoldenCase({k[3:]: v for k, v in golden.items() if k.startswith("in/")},
-                      {k[4:]: v for k, v in golden.items() if k.startswith("out/")})
-    return require_passed(self_check(session, [case], getattr(session, "device", "cpu"), "vision core golden"))
+def vision_golden(package: Package) -> list[GoldenCase]:
+    """The vision core's recorded case (``vision_check.npz``: ``in/<input>``, ``out/<output>``)."""
+    with np.load(package.file(VISION_GOLDEN), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    return [GoldenCase({k[3:]: v for k, v in arrays.items() if k.startswith("in/")},
+                       {k[4:]: v for k, v in arrays.items() if k.startswith("out/")})]
+
+
+def graphs(package: Package) -> list[Graph]:
+    """The vision core beside the text core (model.onnx), self-checked when the package records it."""
+    return [Graph("vision", VISION_FILE, vision_golden if VISION_GOLDEN in package.files else None)]
 
 
 class _TooLong(Exception):
@@ -298,7 +304,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
     batchable = False  # a row batches its own questions; see the module docstring
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
-                 max_input_tokens: int | None = None, vision_session: Any = None) -> None:
+                 max_input_tokens: int | None = None, opened: Mapping[str, Any] | None = None) -> None:
         card = package.card
         config = package.decision_config()
         if config is None:
@@ -328,18 +334,11 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
             raise ValueError(f"package {card.name}: image_placements {placements} cannot be served; this family "
                              f"reads images in {list(IMAGE_PLACEMENTS)} only")
         if session is not None:
-            if vision_session is None:
-                from edge_runtime.engine.session import create_session
-
+            if opened is None:  # built outside the loader (converters, tests): open it the same way
                 # the vision core runs on the text core's device with its thread count
-                vision_session = create_session(package.file(VISION_FILE), session.device, session.threads)
-            self._forward = VisionLanguageForward(vision_session, session, embeddings,
+                opened, _ = open_graphs(package, graphs(package), session.device, session.threads)
+            self._forward = VisionLanguageForward(opened["vision"], session, embeddings,
                                                   merge=self.planner.settings.merge_size, side=self.planner.side)
-        self._vision_golden: dict[str, np.ndarray] | None = None
-        self.vision_check: dict[str, Any] = {"status": "unverified"}
-        if VISION_GOLDEN in package.files:
-            with np.load(package.file(VISION_GOLDEN), allow_pickle=False) as z:
-                self._vision_golden = {k: z[k] for k in z.files}
 
     # -- engine hooks -----------------------------------------------------------------------
 
@@ -347,11 +346,6 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
         """A text-only row of ``length`` tokens (rows run alone, so the probe is not run on them)."""
         ids = list(range(max(1, length)))
         return vision_row(ids[:-1] or ids, [], [ids[-1:]])
-
-    def warm(self) -> None:
-        """Self-check the vision core, which the runtime's golden check (text core only) does not see."""
-        if self._forward is not None and self._vision_golden is not None:
-            self.vision_check = check_vision_golden(self._forward.vision, self._vision_golden)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {**super().describe(), "modalities": sorted(self.modalities),
@@ -624,4 +618,4 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
         return track_answer(points)
 
 
-__all__ = ["DecisionVisionFamily", "VisionPlanner", "check_vision_golden"]
+__all__ = ["DecisionVisionFamily", "VisionPlanner", "graphs", "vision_golden"]

@@ -10,17 +10,17 @@ tower's load-time probe proved bit-identical to running each row alone, so every
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from edge_runtime.engine import create_session, probe_grouping
+from edge_runtime.engine import probe_grouping
 from edge_runtime.engine.forward import Grouping
 from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan, token_budget
+from edge_runtime.families.base import Graph, Plan, open_graphs, token_budget
 from edge_runtime.families.embeddings import Embedded, embeddings_body
 from edge_runtime.families.items import InputUsage
 from edge_runtime.families.multimodal_embedding.features import (
@@ -35,7 +35,8 @@ from edge_runtime.media.dataurl import b64_bytes
 from edge_runtime.media.errors import MediaError
 from edge_runtime.media.image import ImageLimits, decode_image_url
 from edge_runtime.packages import Package, PackageError
-from edge_runtime.packages.golden import read_golden, require_passed, self_check
+from edge_runtime.packages.golden import GoldenCase, read_golden
+from edge_runtime.packages.multimodal import PRIMARY_GRAPH
 from edge_runtime.requests.embedding_inputs import AudioInput, ImageInput, modality_unsupported
 from edge_runtime.requests.encoder import EmbeddingsRequest
 from edge_runtime.text import Encoded, InputError, TextEncoder
@@ -134,13 +135,24 @@ def _groups(grouping: Grouping, rows: list[TowerRow], indices: list[int]) -> lis
     return list(shapes.values())
 
 
+def graphs(package: Package) -> list[Graph]:
+    """Every tower's graph but the primary (model.onnx), each with its golden cases."""
+    return [Graph(f"tower:{name}", spec["graph"], partial(_golden, spec["golden"]))
+            for name, spec in package.card.raw["towers"].items() if spec["graph"] != PRIMARY_GRAPH]
+
+
+def _golden(file: str, package: Package) -> list[GoldenCase]:
+    return read_golden(package.file(file))
+
+
 class MultimodalEmbeddingModel:
     """A multimodal embedding package: its towers, space, limits and the plan of /v1/embeddings."""
 
     surfaces = frozenset({"embeddings"})
     batchable = True  # each tower's own probe decides how its rows share a forward
 
-    def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None) -> None:
+    def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None,
+                 opened: Mapping[str, Any] | None = None) -> None:
         card = package.card
         raw = card.raw
         self.kind = card.kind
@@ -151,17 +163,12 @@ class MultimodalEmbeddingModel:
         self.dimension = int(self.head["dimension"])
         self.dimensions = sorted(set(self.head["dimensions"]), reverse=True)
         self.normalized = bool(self.head["normalize"])
-        self.towers: dict[str, Tower] = {}
-        for name, spec in raw["towers"].items():
-            if spec["graph"] == "model.onnx":
-                tower_session = session
-            else:
-                tower_session = create_session(package.file(spec["graph"]), getattr(session, "device", "cpu"),
-                                               getattr(session, "threads", None))
-                require_passed(self_check(tower_session, read_golden(package.file(spec["golden"])),
-                                          tower_session.device, f"{name} tower golden"))
-            self.towers[name] = Tower(name, spec, tower_session)
-        self.primary = next(n for n, s in raw["towers"].items() if s["graph"] == "model.onnx")
+        if opened is None:  # built outside the loader (converters, tests): open them the same way
+            opened, _ = open_graphs(package, graphs(package), getattr(session, "device", "cpu"),
+                                    getattr(session, "threads", None))
+        self.towers = {name: Tower(name, spec, session if spec["graph"] == PRIMARY_GRAPH else opened[f"tower:{name}"])
+                       for name, spec in raw["towers"].items()}
+        self.primary = next(n for n, s in raw["towers"].items() if s["graph"] == PRIMARY_GRAPH)
         self.modalities = tuple(sorted(self.towers))
         card_max = int(self.limits["max_input_tokens"])
         self.max_input_tokens = min(card_max, max_input_tokens or card_max)

@@ -29,7 +29,7 @@ import json
 import logging
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_runtime.engine import create_session
 from edge_runtime.errors import ItemError
+from edge_runtime.families.base import Graph, open_graphs
 from edge_runtime.families.decision_plan import (
     DecisionFamily,
     DecisionPlan,
@@ -340,10 +340,27 @@ class SparrowForward:
         return row.tokens
 
 
+def _split(package: Package) -> dict[str, Any] | None:
+    """The package's split graphs (decision_config ``split_graphs``) when of the current layout."""
+    split = (package.decision_config() or {}).get("split_graphs")
+    return split if split is not None and split.get("layout") == SPLIT_LAYOUT else None
+
+
+def graphs(package: Package) -> list[Graph]:
+    """The split graphs beside model.onnx: the question half and the answer half per question count
+    (proved equal to model.onnx by the converter; the load-time probe runs them)."""
+    split = _split(package)
+    if split is None:
+        return []
+    return [Graph("question", split["question"]),
+            *(Graph(f"answers:{n}", rel) for n, rel in split["answers"].items())]
+
+
 class SparrowFamily(DecisionFamily[SparrowForward]):
     """A loaded sparrow package: plans decisions requests into rows and answers from their outputs."""
 
-    def __init__(self, package: Package, session: Any = None, name: str | None = None) -> None:
+    def __init__(self, package: Package, session: Any = None, name: str | None = None,
+                 opened: Mapping[str, Any] | None = None) -> None:
         card = package.card
         config = package.decision_config()
         if config is None:
@@ -353,19 +370,17 @@ class SparrowFamily(DecisionFamily[SparrowForward]):
         self.question_types = answered_types(card, tuple(KINDS))
         self.text = SparrowText.from_files(package.file("tokenizer.json"), config)
         self.modalities = frozenset(card.modalities)
-        split = config.get("split_graphs")
-        if split is not None and split.get("layout") != SPLIT_LAYOUT:
+        split = _split(package)
+        if split is None and config.get("split_graphs") is not None:
             log.warning("%s: its split graphs are of an earlier layout; model.onnx answers every question "
                         "alone (the same answers, slower): rebuild the package to use them", self.name)
-            split = None
         # Rows share forwards only through the split graphs; without them every row runs alone.
         self.batchable = split is not None
         if session is not None:
-            def load(rel: str) -> Any:
-                return create_session(package.file(rel), session.device, session.threads)
-
+            if opened is None:  # built outside the loader (converters, benches): open them the same way
+                opened, _ = open_graphs(package, graphs(package), session.device, session.threads)
             self._forward = SparrowForward(session, None if split is None else SplitGraphs(
-                load(split["question"]), {int(n): load(rel) for n, rel in split["answers"].items()}))
+                opened["question"], {int(n): opened[f"answers:{n}"] for n in split["answers"]}))
         self._vocab_size = self.text.tokenizer.get_vocab_size()
         # The probe's rows share one state, so that batched probes run the n-question graphs.
         self._probe_rng = np.random.default_rng(0)
