@@ -79,17 +79,18 @@ class DecisionPlan:
 #: How a family answers a question from its row's output: ``read(question, slot, entry, output)``.
 Read = Callable[[Question, Slot, Entry, Any], dict[str, Any]]
 #: How a family plans one entry: ``plan_entry(name, entry, rows)`` appends the entry's rows to ``rows``
-#: and returns its Entry, or the ApiError that refuses the entry as a whole.
-PlanEntry = Callable[[str | None, DecisionState, list[Any]], tuple[Entry, ApiError | None]]
+#: and returns its Entry, or (None and) the ApiError that refuses the entry as a whole.
+PlanEntry = Callable[[str | None, DecisionState, list[Any]], tuple[Entry | None, ApiError | None]]
 
 
 def plan_entries(request: DecisionsRequest, model: str, modalities: frozenset[str],
-                 plan_entry: PlanEntry) -> DecisionPlan:
-    """Plan every entry of a text request through ``plan_entry``, refusing media first.
+                 plan_entry: PlanEntry, last_check: Callable[[], None] | None = None) -> DecisionPlan:
+    """Plan every entry of a request through ``plan_entry``, refusing media the model does not read.
 
     A refused entry raises its ApiError in a standard request and fails in place in a batch (the
-    first refusal is raised when every entry is refused); NoValidQuestion when no question at all is
-    one the model answers.
+    first refusal is raised when every entry is refused); ``last_check`` then runs (a request-level
+    rule such as "every asset used"); NoValidQuestion when no question at all is one the model
+    answers.
     """
     plan = DecisionPlan(request, rows=[])
     refusals: list[ApiError] = []
@@ -107,6 +108,8 @@ def plan_entries(request: DecisionsRequest, model: str, modalities: frozenset[st
         plan.entries.append(planned)
     if refusals and len(refusals) == len(plan.entries):
         raise refusals[0]
+    if last_check is not None:
+        last_check()
     if not any(isinstance(s.question, Question) for e in plan.entries for s in e.slots):
         raise NoValidQuestion([(e.name, s.question) for e in plan.entries for s in e.slots
                                if isinstance(s.question, InvalidQuestion)])

@@ -48,8 +48,7 @@ from edge_runtime.families.decision_plan import (
     Slot,
     answered_types,
     assemble,
-    media_refusal,
-    refused_entry,
+    plan_entries,
 )
 from edge_runtime.families.decision_vision.box_grid import (
     CONFIDENCE_FORMULA,
@@ -82,7 +81,7 @@ from edge_runtime.packages.golden import GoldenCase
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
 from edge_runtime.questions.box import box_answer
 from edge_runtime.questions.track import track_answer
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 
 QUESTION_TYPES = ("choice", "noul", "score", "box", "track")
 CODE_TYPES = ("choice", "noul", "score")
@@ -367,31 +366,15 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
         if request.assets and "image" in self.modalities:
             assets = parse_assets(request.assets, self.planner.image_limits.max_bytes)
         used: list[str] = []
-        plan = DecisionPlan(request, rows=[])
-        refusals: list[ApiError] = []
-        for name, entry in request.entries():
-            refused: ApiError | None = media_refusal(self.name, self.modalities, entry, request)
-            planned = None
-            if refused is None:
-                try:
-                    planned = self._plan_entry(name, entry, cap, plan.rows, assets, used)
-                except ApiError as e:
-                    refused = e
-            if refused is not None:
-                if not request.is_batch:
-                    raise refused
-                refusals.append(refused)
-                planned = refused_entry(name, entry, refused)
-            assert planned is not None
-            plan.entries.append(planned)
-        if refusals and len(refusals) == len(plan.entries):
-            raise refusals[0]
-        if assets is not None:
-            check_all_used(assets, used)
-        if not any(isinstance(s.question, Question) for e in plan.entries for s in e.slots):
-            raise NoValidQuestion([(e.name, s.question) for e in plan.entries for s in e.slots
-                                   if isinstance(s.question, InvalidQuestion)])
-        return plan
+
+        def plan_entry(name: str | None, entry: DecisionState, rows: list[Any]) -> tuple[Entry | None, ApiError | None]:
+            try:  # media are decoded while planning: a refused one refuses its entry
+                return self._plan_entry(name, entry, cap, rows, assets, used), None
+            except ApiError as e:
+                return None, e
+
+        return plan_entries(request, self.name, self.modalities, plan_entry,
+                            last_check=None if assets is None else lambda: check_all_used(assets, used))
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow],
                     assets: Assets | None = None, used: list[str] | None = None) -> Entry:
