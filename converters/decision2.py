@@ -402,19 +402,14 @@ def write_decision2_fixture(out: Path, seed: int = 0, adapter: bool = False, max
     """A tiny qwen3 Decision 2.0 package (qwen-full with score bias, or qwen-adapter over ``<out>-base``)."""
     import torch
     from safetensors.torch import save_file
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen3Config, Qwen3Model
 
+    from converters.fixture_tokenizers import byte_level_bpe
     from converters.vela2_source import FIXTURE_CORPUS
 
     root = Path(out)
     root.mkdir(parents=True, exist_ok=False)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(FIXTURE_CORPUS[:7] * 4, trainers.BpeTrainer(
-        vocab_size=384, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    tok = byte_level_bpe(FIXTURE_CORPUS[:7] * 4, ["<|endoftext|>"], vocab_size=384)
     tok.save(str(root / "tokenizer.json"))
     (root / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "model_max_length": 4096}, indent=2) + "\n")

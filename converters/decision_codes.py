@@ -715,32 +715,14 @@ FIXTURE_CHAT_TEMPLATE = (
 def train_fixture_tokenizer() -> Any:
     """A byte-level BPE trained with `tokenizers` on the fixture corpus and the prompt's words,
     plus merges that make every code (A..Z, AA.., 255 in all) one token."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
+    from converters.fixture_tokenizers import byte_level_bpe
     from converters.samples import fixture_corpus
     from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
 
     corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\nQuestions:\n"]
     corpus += [json.dumps(b, ensure_ascii=False) for b in _SAMPLES]
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=FIXTURE_VOCAB, special_tokens=FIXTURE_SPECIALS, min_frequency=2, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    spec = json.loads(tok.to_str())
-    vocab: dict[str, int] = spec["model"]["vocab"]
-    merges: list = spec["model"]["merges"]
-    as_pairs = bool(merges) and isinstance(merges[0], list)
-    for code in code_candidates()[:MAX_CODES]:
-        if code not in vocab:
-            vocab[code] = max(vocab.values()) + 1
-            merges.append([code[0], code[1]] if as_pairs else f"{code[0]} {code[1]}")
-    # the trainer puts the special tokens at the start of the vocabulary, so new ids never clash
-    if any(vocab.get(entry["content"]) != entry["id"] for entry in spec["added_tokens"]):
-        raise RuntimeError("fixture tokenizer: special tokens are not where the trainer put them")
-    return Tokenizer.from_str(json.dumps(spec))
+    return byte_level_bpe(corpus, FIXTURE_SPECIALS, vocab_size=FIXTURE_VOCAB, nfc=True, min_frequency=2,
+                          extra_tokens=code_candidates()[:MAX_CODES])
 
 
 def build_fixture_source(d: Path, seed: int = 0, readout: str = "lm_head") -> Path:

@@ -686,33 +686,20 @@ FIXTURE_CHAT_TEMPLATE = (
 def train_fixture_tokenizer() -> Any:
     """A byte-level BPE with the Qwen2 split regex (digits one per token), the vision specials,
     and merges that make every code (A..Z, AA.., 255 in all) one token."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Regex, pre_tokenizers
 
+    from converters.fixture_tokenizers import byte_level_bpe
     from converters.samples import fixture_corpus
     from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
 
     corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\n",
               "What does the picture show? Which colour dominates? mostly red green blue seconds",
               '{"bbox_2d": [12, 340, 560, 1000]}']
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *SPECIALS, "<think>", "</think>"]
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=FIXTURE_VOCAB, special_tokens=specials, min_frequency=2, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    spec = json.loads(tok.to_str())
-    vocab: dict[str, int] = spec["model"]["vocab"]
-    merges: list = spec["model"]["merges"]
-    as_pairs = bool(merges) and isinstance(merges[0], list)
-    for code in code_candidates()[:MAX_CODES]:
-        if code not in vocab:
-            vocab[code] = max(vocab.values()) + 1
-            merges.append([code[0], code[1]] if as_pairs else f"{code[0]} {code[1]}")
-    return Tokenizer.from_str(json.dumps(spec))
+    split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return byte_level_bpe(corpus, specials, vocab_size=FIXTURE_VOCAB, pre_tokenizer=split, nfc=True, min_frequency=2,
+                          extra_tokens=code_candidates()[:MAX_CODES])
 
 
 def build_fixture_source(d: Path, seed: int = 0, deepstack: Sequence[int] = (),

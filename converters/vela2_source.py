@@ -235,14 +235,9 @@ def fixture_encoder_config(vocab: int, **overrides: Any) -> dict[str, Any]:
 
 
 def _fixture_tokenizer(root: Path) -> int:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from converters.fixture_tokenizers import byte_level_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=["<pad>", "<eos>", "<bos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(FIXTURE_CORPUS * 4, trainer=trainer)
+    tok = byte_level_bpe(FIXTURE_CORPUS * 4, ["<pad>", "<eos>", "<bos>"], vocab_size=384)
     tok.add_special_tokens(list(MARKERS))
     tok.save(str(root / "tokenizer.json"))
     return tok.get_vocab_size()
