@@ -10,6 +10,7 @@ util-linux and coreutils, as root:
   sees only a loopback interface, so the image's `--host 0.0.0.0` reaches nothing outside;
 - /proc, a minimal /dev (null, zero, full, random, urandom, tty, shm) and a read-only /sys, as Docker
   mounts them;
+- directories bind-mounted read-only where asked (`docker run -v DIR:/models:ro`);
 - `chroot --userspec=UID:GID` into it with the image's Env (plus HOME and HOSTNAME as Docker sets them),
   WorkingDir and Cmd.
 
@@ -84,6 +85,11 @@ hostname "$CONTAINER_HOSTNAME"
 for v in $CONTAINER_VOLUMES; do
     mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs "$R$v"
 done
+# SRC:DST pairs, in order (a later one may land inside an earlier one), read-only as `-v SRC:DST:ro`.
+for b in $CONTAINER_BINDS; do
+    mount --bind "${b%%:*}" "$R${b#*:}"
+    mount -o remount,bind,ro "$R${b#*:}"
+done
 exec chroot --userspec="$CONTAINER_USER" "$R" "$@"
 """
 
@@ -91,7 +97,10 @@ exec chroot --userspec="$CONTAINER_USER" "$R" "$@"
 class Container:
     """The image's Cmd running in its own namespaces over its read-only root filesystem."""
 
-    def __init__(self, root: Path, config: dict[str, Any], log: Path, hostname: str = "edge-runtime-test") -> None:
+    def __init__(self, root: Path, config: dict[str, Any], log: Path, hostname: str = "edge-runtime-test",
+                 binds: tuple[tuple[Path, str], ...] = ()) -> None:
+        """``binds``: (host path, container path) pairs mounted read-only, as `docker run -v SRC:DST:ro`;
+        the container path must exist in the image (its root filesystem is read-only)."""
         self.root = root
         self.config = config
         user = config.get("User") or "0:0"
@@ -108,7 +117,8 @@ class Container:
             ["unshare", "--mount", "--net", "--pid", "--uts", "--fork", "--propagation", "private",
              "sh", "-c", SETUP, "container-setup", str(root), *argv],
             env=dict(os.environ, CONTAINER_USER=f"{self.uid}:{self.gid}", CONTAINER_HOSTNAME=hostname,
-                     CONTAINER_VOLUMES=" ".join(self.volumes)),
+                     CONTAINER_VOLUMES=" ".join(self.volumes),
+                     CONTAINER_BINDS=" ".join(f"{src}:{dst}" for src, dst in binds)),
             stdout=self._log, stderr=subprocess.STDOUT,
         )
         self.pid = self._init_pid()

@@ -1,9 +1,12 @@
 """The baked CPU image (scripts/images.sh cpu-defaults) run as an edge site runs it: its own command,
 from its own filesystem, as uid 10001, with the root filesystem read-only except the image's declared
-volumes (tests/container_harness.py says how, and what still differs from `docker run`).
+volumes (tests/container_harness.py says how, and what still differs from `docker run`). Then the
+images without packages (CPU, and GPU falling back to the CPU) with a packages directory mounted at
+/models, as docs/deployment.md runs them.
 
-Long group: `make test-container` builds the image if it is missing and runs this; it needs root and
-podman. IMAGE=... names another image built from Dockerfile.cpu with BAKE_DEFAULTS=1.
+Long group: `make test-container` builds the baked image if it is missing and runs this; it needs root
+and podman. IMAGE=... names another image built from Dockerfile.cpu with BAKE_DEFAULTS=1; the
+mounted-packages runs skip an image that is not built (`make images` builds all three).
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ from typing import Any
 import pytest
 
 from tests.container_harness import Container, image_config, podman
+from tests.server_harness import ROOT
 
 pytestmark = [pytest.mark.heavy, pytest.mark.container]
 
 IMAGE = os.environ.get("IMAGE", "localhost/edge-runtime:cpu-defaults")
+# Images without packages and the models file a site would mount with them.
+MOUNTED = {"localhost/edge-runtime:cpu": "models.container.yaml",
+           "localhost/edge-runtime:gpu": "models.container-gpu.yaml"}
 READY_WITHIN_S = 180.0  # loading, warming and self-checking both default models on 2 shared cores
 STOP_WITHIN_S = 30.0  # Docker's default stop timeout is 10 s; Kubernetes' grace period is 30 s
 DECISIONS = {"model": "sparrow-nano", "state": "I was charged twice for my order. Please refund me today.",
@@ -71,9 +78,8 @@ def test_the_image_carries_no_build_settings(rootfs: Path) -> None:
     assert not list((rootfs / "opt" / "venv").glob("**/torch/__init__.py"))  # torch stayed in the builder
 
 
-def test_serves_as_uid_10001_with_a_read_only_root(container: Container) -> None:
-    # /health/live answers at once: well inside the HEALTHCHECK's start period, whatever the models do.
-    start_period = container.config["Healthcheck"]["StartPeriod"] / 1e9
+def wait_ready(container: Container) -> tuple[float, set[str]]:
+    """Poll until /health is ready: (seconds to the first /health/live 200, /health statuses seen)."""
     first_live = None
     statuses: set[str] = set()
     deadline = container.started + READY_WITHIN_S
@@ -87,13 +93,20 @@ def test_serves_as_uid_10001_with_a_read_only_root(container: Container) -> None
             time.sleep(0.05)
             continue
         statuses.add(health.json()["status"])
-        if health.status_code == 200:
-            break
-        assert health.status_code == 503 and health.headers["retry-after"] == "5", health.text
+        if health.status_code == 200 and first_live is not None:
+            return first_live, statuses
+        assert health.status_code in (200, 503), health.text
+        if health.status_code == 503:
+            assert health.headers["retry-after"] == "5", health.headers
         time.sleep(0.1)
-    else:
-        pytest.fail(f"not ready after {READY_WITHIN_S}s (saw {statuses}):\n{container.log()}")
-    assert first_live is not None and first_live < start_period, (first_live, start_period)
+    pytest.fail(f"not ready after {READY_WITHIN_S}s (saw {statuses}):\n{container.log()}")
+
+
+def test_serves_as_uid_10001_with_a_read_only_root(container: Container) -> None:
+    # /health/live answers at once: well inside the HEALTHCHECK's start period, whatever the models do.
+    start_period = container.config["Healthcheck"]["StartPeriod"] / 1e9
+    first_live, statuses = wait_ready(container)
+    assert first_live < start_period, (first_live, start_period)
     assert statuses <= {"loading", "ready"}, statuses
     print(f"\n/health/live after {first_live:.2f}s; ready after {time.monotonic() - container.started:.1f}s "
           f"(statuses seen: {sorted(statuses)}); {container.describe()}")
@@ -143,3 +156,33 @@ def test_sigterm_stops_pid_1_cleanly(container: Container) -> None:
     assert code == 0, f"exit {code}:\n{log}"
     assert "Traceback" not in log, log
     print(f"\nexit 0 {took:.2f}s after SIGTERM")
+
+
+@pytest.mark.parametrize("image", sorted(MOUNTED), ids=lambda i: i.rsplit(":", 1)[1])
+def test_image_without_packages_serves_a_mounted_models_directory(
+        image: str, rootfs: Path, tmp_path: Path) -> None:
+    if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
+        pytest.skip(f"{image} is not built: make images")
+    # The site's directory: its models.yaml and the packages (here the baked image's, bound in place).
+    site = tmp_path / "models"
+    site.mkdir()
+    shutil.copy(ROOT / "deploy" / MOUNTED[image], site / "models.yaml")
+    binds: list[tuple[Path, str]] = [(site, "/models")]
+    for name in ("minilm-embedding", "sparrow-nano"):
+        (site / name).mkdir()
+        binds.append((rootfs / "models" / name, f"/models/{name}"))
+    root = Path(podman("image", "mount", image))
+    c = Container(root, image_config(image), tmp_path / "container.log", binds=tuple(binds))
+    try:
+        wait_ready(c)
+        models = {m["id"]: m for m in c.request("GET", "/v1/models").json()["data"]}
+        # No GPU here: the GPU image's `device: auto` falls back to the CPU and says so.
+        assert {m["device"] for m in models.values()} == {"cpu"}, models
+        emb = c.request("POST", "/v1/embeddings", json={"model": "minilm-embedding", "input": "hello"})
+        assert emb.status_code == 200, emb.text
+        assert c.request("POST", "/v1/decisions", json=DECISIONS).status_code == 200
+        assert c.terminate(STOP_WITHIN_S) == 0, c.log()
+        print("\n" + "\n".join(line for line in c.log().splitlines() if "ready in" in line or "CUDA" in line))
+    finally:
+        c.close()
+        podman("image", "unmount", image)
