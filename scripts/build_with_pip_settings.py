@@ -54,8 +54,22 @@ def unquote(value: str) -> str:
 
 def effective_settings(python: str) -> dict[tuple[str, str], str]:
     """(section, option) -> value after pip's own precedence, read from `pip config debug`."""
-    out = subprocess.run([python, "-m", "pip", "config", "debug"], check=True, capture_output=True, text=True,
-                         env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")).stdout
+    try:
+        result = subprocess.run([python, "-m", "pip", "config", "debug"], capture_output=True, text=True,
+                                env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    except OSError as exc:
+        raise SystemExit(f"build_with_pip_settings: cannot run {python}: {exc}") from exc
+    if result.returncode != 0:
+        # No pip for that interpreter (Debian's python3 without python3-pip): no settings to pass on,
+        # but the CA bundle from the environment still is.
+        print(f"build_with_pip_settings: no pip settings from {python}: {result.stderr.strip()[-200:]}",
+              file=sys.stderr)
+        return {}
+    return parse_config_debug(result.stdout)
+
+
+def parse_config_debug(out: str) -> dict[tuple[str, str], str]:
+    """`pip config debug`'s listing merged as pip merges it: (section, option) -> value."""
     by_variant: dict[str, list[tuple[tuple[str, str], str]]] = {v: [] for v in VARIANT_ORDER}
     variant = ""
     for raw in out.splitlines():

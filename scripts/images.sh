@@ -25,7 +25,15 @@ REPORT="$OUT/report.tsv"
 
 # Scratch directories (the base root filesystem, an empty build context): removed however the script ends.
 SCRATCH=()
-trap 'rm -rf "${SCRATCH[@]}"' EXIT
+cleanup() {
+    local d
+    for d in "${SCRATCH[@]}"; do
+        # debootstrap mounts /proc and /sys inside its target; an interrupted run leaves them there.
+        awk -v d="$d/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | xargs -r umount -l
+        rm -rf --one-file-system "$d"
+    done
+}
+trap cleanup EXIT
 scratch() { local -n dir=$1; dir=$(mktemp -d "$2"); SCRATCH+=("$dir"); }
 
 log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -45,7 +53,10 @@ need_tools() {
 have_image() { podman image exists "$1"; }
 
 # One minbase bookworm root filesystem, imported as an image; both stand-ins are built on it.
+BASES_READY=0
 make_bases() {
+    [ "$BASES_READY" = 0 ] || return 0
+    BASES_READY=1
     if [ "${REBUILD_BASES:-0}" != 1 ] && have_image "$PY_BASE" && have_image "$CUDA_BASE"; then
         log "stand-in bases present ($PY_BASE, $CUDA_BASE)"
         return
