@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 DOCKERFILES = [ROOT / "Dockerfile.cpu", ROOT / "Dockerfile.gpu"]
+# The models file each image carries as /models/models.yaml.
+CONTAINER_MODELS = {"Dockerfile.cpu": "models.container.yaml", "Dockerfile.gpu": "models.container-gpu.yaml"}
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -232,7 +233,7 @@ def test_dockerfile_cmd_healthcheck_and_models_file(path: Path) -> None:
     assert probe[:2] == ["python", "-c"]
     assert f"http://127.0.0.1:{flag(cmd, '--port')}/health/live" in probe[2]
     copies = [rest for word, rest in dockerfile_instructions(path) if word == "COPY"]
-    assert "deploy/models.container.yaml /models/models.yaml" in copies
+    assert f"deploy/{CONTAINER_MODELS[path.name]} /models/models.yaml" in copies
 
 
 def test_dockerfiles_copy_only_paths_that_exist_and_are_not_ignored() -> None:
@@ -252,24 +253,60 @@ def test_dockerfiles_copy_only_paths_that_exist_and_are_not_ignored() -> None:
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
-def test_bake_defaults_selects_a_stage_that_exists(path: Path) -> None:
-    stages = {
-        m.group(1)
-        for word, rest in dockerfile_instructions(path)
-        if word == "FROM" and (m := re.search(r"\bAS\s+(\S+)$", rest, re.IGNORECASE))
-    }
-    assert {"packages-0", "packages-1", "packages"} <= stages
-    froms = [rest for word, rest in dockerfile_instructions(path) if word == "FROM"]
-    assert "packages-${BAKE_DEFAULTS} AS packages" in froms
+def test_every_from_names_a_base_argument_or_an_earlier_stage(path: Path) -> None:
+    # buildah (podman build) does not resolve a stage name built from an ARG (`FROM packages-${X}`):
+    # it looks for an image of that name. Bases come from ARGs; stages are named literally.
+    stages: list[str] = []
+    for word, rest in dockerfile_instructions(path):
+        if word != "FROM":
+            continue
+        source, *alias = rest.split()
+        assert source in ("${PYTHON_IMAGE}", "${CUDA_IMAGE}") or source in stages, f"{path.name}: FROM {source}"
+        if alias:
+            assert alias[0].upper() == "AS" and "$" not in alias[1]
+            stages.append(alias[1])
+    assert "packages" in stages
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_bake_defaults_converts_in_the_packages_stage_with_a_cpu_torch(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert "python -m converters default --out /models" in text
-    assert '"torch==2.13.0" --index-url "${TORCH_INDEX_URL}"' in text
+    assert 'if [ "${BAKE_DEFAULTS}" = 1 ]' in text and "else mkdir /models" in text
+    assert '"torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"}' in text
+    assert "torch.version.cuda is None" in text  # a CUDA torch fails the build
 
 
-def test_container_models_file_points_at_the_packages_under_models() -> None:
-    models = load_models_file(DEPLOY / "models.container.yaml")
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_every_network_step_mounts_the_package_index_secrets(path: Path) -> None:
+    # scripts/build_with_pip_settings.py passes the building machine's pip settings this way; a RUN
+    # that installs without them cannot reach the indexes behind a proxy, and a COPY would leave them.
+    mounts = "--mount=type=secret,id=pip.conf,target=/etc/pip.conf --mount=type=secret,id=pip-ca,target=/etc/pip-ca.crt"
+    runs = [rest for word, rest in dockerfile_instructions(path) if word == "RUN"]
+    installing = [r for r in runs if "pip install" in r]
+    assert installing
+    for run in installing:
+        assert run.startswith(mounts), run[:120]
+    assert "pip.conf" not in " ".join(rest for word, rest in dockerfile_instructions(path) if word in ("COPY", "ADD"))
+
+
+@pytest.mark.parametrize("name", sorted(CONTAINER_MODELS.values()))
+def test_container_models_files_point_at_the_packages_under_models(name: str) -> None:
+    models = load_models_file(DEPLOY / name)
     assert {m.name: str(m.package) for m in models} == {
         "minilm-embedding": "/models/minilm-embedding",
         "sparrow-nano": "/models/sparrow-nano",
     }
-    assert {m.device for m in models} == {"auto"}
+    assert all(m.threads for m in models)  # a container's CPUs are few: threads are explicit
+
+
+def test_cpu_image_serves_the_variants_and_devices_of_models_yaml() -> None:
+    repo = {m.name: (m.variant, m.device, m.aliases) for m in load_models_file(ROOT / "models.yaml")}
+    image = {m.name: (m.variant, m.device, m.aliases) for m in load_models_file(DEPLOY / "models.container.yaml")}
+    assert image == repo
+
+
+def test_gpu_image_serves_float_variants_that_may_use_cuda() -> None:
+    # int8 is built for CPUs (integer GEMMs); the GPU profile serves fp32 and lets CUDA take it.
+    models = load_models_file(DEPLOY / "models.container-gpu.yaml")
+    assert {m.variant for m in models} == {"fp32"} and {m.device for m in models} == {"auto"}
