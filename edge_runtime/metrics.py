@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 PREFIX = "edge_runtime"
@@ -23,6 +23,12 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         self.requests = Counter(f"{PREFIX}_requests", "Requests by endpoint and status.",
                                 ["endpoint", "status"], registry=r)
+        # Only served names (or their aliases' models) become label values: a client's model field
+        # cannot grow the series.
+        self.model_requests = Counter(f"{PREFIX}_model_requests", "Requests that named a served model, by "
+                                      "model, endpoint and status.", ["model", "endpoint", "status"], registry=r)
+        # process_resident_memory_bytes and the other process_* series, for the memory panels
+        ProcessCollector(registry=r)
         self.request_duration = Histogram(f"{PREFIX}_request_duration_seconds", "Handler time by endpoint.",
                                           ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
         self.queue_duration = Histogram(f"{PREFIX}_queue_duration_seconds", "Wait before a job's forwards.",
@@ -70,9 +76,11 @@ class Metrics:
 
     # runtime hooks ------------------------------------------------------------------------------
 
-    def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
+    def observe_request(self, endpoint: str, status: int, seconds: float, model: str | None = None) -> None:
         self._child(self.requests, endpoint, str(status)).inc()
         self._child(self.request_duration, endpoint).observe(seconds)
+        if model is not None:
+            self._child(self.model_requests, model, endpoint, str(status)).inc()
 
     def set_ready(self, ready: bool) -> None:
         self.ready.set(1.0 if ready else 0.0)

@@ -88,6 +88,13 @@ class Runtime:
 
     # -- serving ------------------------------------------------------------------------------
 
+    def served_name(self, name: str | None) -> str | None:
+        """The served model a requested name or alias names, None for any other name."""
+        if name is None:
+            return None
+        canonical = canonical_name(self.config.models, name)
+        return canonical if canonical in self.models else None
+
     def resolve(self, surface: str, name: str | None) -> ServedModel:
         """The model a request names (or the only one serving the surface); 404, 422 or 503 otherwise."""
         if name is None:

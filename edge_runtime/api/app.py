@@ -118,7 +118,8 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
                 status = 499  # the client went away; its queued rows were dropped
                 raise
             finally:
-                metrics.observe_request(endpoint, status, time.perf_counter() - started)
+                metrics.observe_request(endpoint, status, time.perf_counter() - started,
+                                        runtime.served_name(getattr(request.ctx, "model", None)))
             return await runtime.work.run(surface_response, answer, status, timing, headers)
 
         route.__name__ = endpoint.strip("/").replace("/", "_")
