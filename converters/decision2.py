@@ -50,6 +50,7 @@ from edge_runtime.families.decision2.candidate import CandidateHead
 from edge_runtime.families.decision2.pipeline import Decision2Assets, pad_rows
 from edge_runtime.families.decision2.prompt import PromptRow, render
 from edge_runtime.packages.card import CARD_FORMAT
+from edge_runtime.packages.golden import npz_bytes
 
 KIND = "decision2"
 CONFIG_FORMAT = "decision2-package/1"
@@ -259,15 +260,6 @@ def verify_parity(model: Any, session: Any, tok: Any, head_arrays: dict[str, np.
 # ---- export --------------------------------------------------------------------------------------
 
 
-def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    # numpy's stub types **kwds as its allow_pickle flag
-    np.savez(buf, **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sorted(arrays.items())})  # type: ignore[arg-type]
-    return buf.getvalue()
-
-
 def export_decision2(src: str | Path, out: Path, opts: Decision2Options) -> ExportResult:
     """Convert the Decision 2.0 package at ``src`` into an edge-runtime package at ``out``."""
     from converters.package_writer import check_replaceable
@@ -352,7 +344,8 @@ def export_decision2(src: str | Path, out: Path, opts: Decision2Options) -> Expo
                        "lora_merged": source.profile == "qwen-adapter"},
         }
         files: dict[str, Path | bytes] = {
-            "model.onnx": graph, "tokenizer.json": tok.to_str().encode("utf-8"), "head.npz": _npz_bytes(head_arrays),
+            "model.onnx": graph, "tokenizer.json": tok.to_str().encode("utf-8"),
+            "head.npz": npz_bytes({k: np.asarray(v, dtype=np.float32) for k, v in head_arrays.items()}),
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2) + "\n").encode("utf-8"),
         }
         outputs_diff = {"candidate_logits": float(f"{parity.logits:.3g}")}

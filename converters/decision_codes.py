@@ -63,6 +63,7 @@ from edge_runtime.families.decision_codes.family import (
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages.card import CARD_FORMAT
+from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest, file_sha256
 
 KIND = "decision-codes"
@@ -605,7 +606,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
         files: dict[str, Path | bytes] = {
             "model.onnx": graph,
             "tokenizer.json": tok.to_str().encode("utf-8"),
-            "head.npz": _npz_bytes(head),
+            "head.npz": npz_bytes(head),
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
         files.update(q_files)
@@ -683,14 +684,6 @@ def _graph_names(path: Path) -> tuple[list[str], list[str]]:
     if "last_hidden_state" not in outputs:
         raise ConversionError(f"the exported graph has no last_hidden_state output ({outputs})")
     return [i.name for i in model.graph.input], outputs
-
-
-def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as its allow_pickle flag
-    return buf.getvalue()
 
 
 # ---- fixture -------------------------------------------------------------------------------

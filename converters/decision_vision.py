@@ -47,7 +47,6 @@ from converters import CONVERTER_VERSION
 from converters.decision_codes import (
     MAX_CODES,
     _lm_head,
-    _npz_bytes,
     _stamp,
     _text_tokenizer,
     chat_markup,
@@ -63,6 +62,7 @@ from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, R
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA, digit_tree, edge_distribution
 from edge_runtime.families.decision_vision.family import BOX_READOUT, VISION_GOLDEN
 from edge_runtime.packages.card import CARD_FORMAT
+from edge_runtime.packages.golden import npz_bytes
 
 KIND = "decision-vision"
 OPSET = 18
@@ -559,7 +559,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
             head[BOX_READOUT] = box_readout
         files: dict[str, Path | bytes] = {
             **{f.name: f for f in graph_files}, "embeddings.npy": work / "onnx" / "embeddings.npy",
-            "tokenizer.json": tok.to_str().encode("utf-8"), "head.npz": _npz_bytes(head),
+            "tokenizer.json": tok.to_str().encode("utf-8"), "head.npz": npz_bytes(head),
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
         with Step("checking the server's path against Transformers (images, video, state-once)") as s:
@@ -644,7 +644,7 @@ def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
     feeds = {PATCHES: patches.patches, POS_IDX: idx, POS_W: w,
              ROWCOL: rowcol(patches.grid_h, patches.grid_w, planner.settings.merge_size)}
     out = session.run(feeds, session.output_names)
-    return _npz_bytes({**{f"in/{k}": v for k, v in feeds.items()}, **{f"out/{k}": v for k, v in out.items()}})
+    return npz_bytes({**{f"in/{k}": v for k, v in feeds.items()}, **{f"out/{k}": v for k, v in out.items()}})
 
 
 def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:

@@ -41,6 +41,7 @@ from edge_runtime.families.vela2.marker import LN_EPS, NORM_EPS, MarkerHead
 from edge_runtime.families.vela2.pipeline import SCAN_INPUTS_CPU, Readout, RequestResult, graph_readout, run_request
 from edge_runtime.families.vela2.state import PRESETS
 from edge_runtime.packages.card import CARD_FORMAT
+from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest
 
 KIND = "vela2"
@@ -262,15 +263,6 @@ def package_config(source: Vela2Source) -> dict[str, Any]:
     }
 
 
-def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    # numpy's stub types **kwds as its allow_pickle flag
-    np.savez(buf, **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sorted(arrays.items())})  # type: ignore[arg-type]
-    return buf.getvalue()
-
-
 def _goldens(session: Any, seqs: Sequence[Any]) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     cases = []
     for s in seqs:
@@ -352,7 +344,7 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
         files: dict[str, Path | bytes] = {
             "model.onnx": graph,
             "tokenizer.json": json.dumps(stripped, ensure_ascii=False).encode("utf-8"),
-            "head.npz": _npz_bytes(head_arrays),
+            "head.npz": npz_bytes({k: np.asarray(v, dtype=np.float32) for k, v in head_arrays.items()}),
             "decision_config.json": (json.dumps(package_config(source), sort_keys=True, indent=2,
                                                 ensure_ascii=False) + "\n").encode("utf-8"),
         }

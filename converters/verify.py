@@ -29,13 +29,11 @@ Row = dict[str, np.ndarray]  # one tokenized input: 1-D int64 arrays by graph in
 
 
 def create_session(path: Path) -> ort.InferenceSession:
-    """An ONNX Runtime CPU session with the server's pinned optimisation level, one thread."""
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    """The server's own CPU session (edge_runtime.engine.session: its pinned optimisation level and
+    settings) with one thread, so goldens and parity are measured as the server will run the graph."""
+    from edge_runtime.engine.session import create_session as server_session
+
+    return server_session(path, "cpu", 1).session
 
 
 def encode_rows(tokenizer: Tokenizer, items: Sequence[str | tuple[str, str]], max_tokens: int) -> list[Row]:

@@ -46,13 +46,20 @@ def golden_bytes(cases: Iterable[tuple[Mapping[str, np.ndarray], Mapping[str, np
                 if not _KEY.match(key):
                     raise ValueError(f"golden array name {key!r} is not allowed")
                 arrays[key] = arr
+    return npz_bytes(arrays)
+
+
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """The bytes of an npz file of ``arrays`` that depend on nothing else: names sorted, fixed zip
+    timestamps, no compression, no pickles (np.savez stamps the time, so a package's digest would
+    change with every conversion). Every npz a package holds is written by this function."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
         for key in sorted(arrays):
             info = zipfile.ZipInfo(key + ".npy", date_time=_ZIP_EPOCH)
             info.external_attr = 0o644 << 16
             member = io.BytesIO()
-            np.lib.format.write_array(member, arrays[key], allow_pickle=False)
+            np.lib.format.write_array(member, np.ascontiguousarray(arrays[key]), allow_pickle=False)
             zf.writestr(info, member.getvalue())
     return buf.getvalue()
 
