@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from converters.errors import ConversionError
@@ -212,6 +212,53 @@ def _decision2(args: argparse.Namespace) -> object:
         revision=args.revision, license=args.license, source_name=args.source_name, base=args.base))
 
 
+def _encoder(args: argparse.Namespace) -> object:
+    """export/fixture for the encoder kinds (embedding, the classify heads, rerank)."""
+    from converters.decision_codes import reject_cli_arguments
+
+    reject_cli_arguments(args)
+    if args.command == "fixture":
+        from converters.fixture import build_fixture_result
+
+        if args.arch or args.keep_source:
+            raise ConversionError("--arch and --keep-source apply to image-text-embedding and audio-embedding")
+        return build_fixture_result(args.kind, args.out, seed=args.seed, quantize=args.quantize)
+    from converters.export import ExportOptions, export_model
+
+    opts = ExportOptions(
+        kind=args.kind, name=args.name, quantize=args.quantize, layers=args.layers,
+        dimensions=args.dimensions, thresholds=args.thresholds, pooling=args.pooling,
+        normalize=args.normalize, max_input_tokens=args.max_input_tokens, description=args.description,
+        version=args.version, release_date=args.release_date, revision=args.revision,
+        license=args.license, source_name=args.source_name)
+    return export_model(args.src, args.out, opts)
+
+
+def _decision_codes(args: argparse.Namespace) -> object:
+    from converters import decision_codes
+
+    return (decision_codes.export_from_args if args.command == "export" else decision_codes.fixture_from_args)(args)
+
+
+def _decision_vision(args: argparse.Namespace) -> object:
+    from converters import decision_vision
+
+    return (decision_vision.export_from_args if args.command == "export" else decision_vision.fixture_from_args)(args)
+
+
+#: The converter of every kind `export` and `fixture` take: ``run(args)`` returns the written package's
+#: result for the summary, or None when it printed its own.
+CONVERTERS: dict[str, Callable[[argparse.Namespace], object]] = {
+    **dict.fromkeys(("embedding", "sequence-classification", "multi-label", "token-classification", "rerank"),
+                    _encoder),
+    **dict.fromkeys(MULTIMODAL_KINDS, _multimodal),
+    "decision-codes": _decision_codes,
+    "decision-vision": _decision_vision,
+    **dict.fromkeys(("vela2", "vela2-source"), _vela2),
+    **dict.fromkeys(("decision2", "decision2-source", "decision2-lora-source"), _decision2),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 with a one-line message for a conversion error)."""
     args = _parser().parse_args(argv)
@@ -224,42 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConversionError("--check-requests and --parity-tolerance apply to kind vela2 only")
         if args.command == "export" and args.base is not None and args.kind != "decision2":
             raise ConversionError("--base applies to kind decision2 only")
-        if args.command in ("export", "fixture") and args.kind in ("vela2", "vela2-source"):
-            _summary(_vela2(args))
-        elif args.command in ("export", "fixture") and args.kind.startswith("decision2"):
-            _summary(_decision2(args))
-        elif args.command in ("export", "fixture") and args.kind == "decision-vision":
-            from converters import decision_vision
-
-            run = decision_vision.export_from_args if args.command == "export" else decision_vision.fixture_from_args
-            _summary(run(args))
-        elif args.command in ("export", "fixture") and args.kind == "decision-codes":
-            from converters import decision_codes
-
-            run = decision_codes.export_from_args if args.command == "export" else decision_codes.fixture_from_args
-            _summary(run(args))
-        elif args.command in ("export", "fixture") and args.kind in MULTIMODAL_KINDS:
-            _summary(_multimodal(args))
-        elif args.command == "export":
-            from converters.decision_codes import reject_cli_arguments
-            from converters.export import ExportOptions, export_model
-
-            reject_cli_arguments(args)
-            opts = ExportOptions(
-                kind=args.kind, name=args.name, quantize=args.quantize, layers=args.layers,
-                dimensions=args.dimensions, thresholds=args.thresholds, pooling=args.pooling,
-                normalize=args.normalize, max_input_tokens=args.max_input_tokens, description=args.description,
-                version=args.version, release_date=args.release_date, revision=args.revision,
-                license=args.license, source_name=args.source_name)
-            _summary(export_model(args.src, args.out, opts))
-        elif args.command == "fixture":
-            from converters.decision_codes import reject_cli_arguments
-            from converters.fixture import build_fixture_result
-
-            reject_cli_arguments(args)
-            if args.arch or args.keep_source:
-                raise ConversionError("--arch and --keep-source apply to image-text-embedding and audio-embedding")
-            _summary(build_fixture_result(args.kind, args.out, seed=args.seed, quantize=args.quantize))
+        if args.command in ("export", "fixture"):
+            _summary(CONVERTERS[args.kind](args))
         else:
             from converters.default import build_defaults
 
