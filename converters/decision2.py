@@ -45,11 +45,11 @@ from converters.decision2_source import (
 )
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, sanitize_name
+from converters.package_writer import card_start
 from converters.progress import Step, log
 from edge_runtime.families.decision2.candidate import CandidateHead
 from edge_runtime.families.decision2.pipeline import Decision2Assets, pad_rows
 from edge_runtime.families.decision2.prompt import PromptRow, render
-from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.packages.golden import npz_bytes
 
 KIND = "decision2"
@@ -352,11 +352,10 @@ def export_decision2(src: str | Path, out: Path, opts: Decision2Options) -> Expo
         if merge_diff is not None:
             outputs_diff["lora_merge_hidden"] = float(f"{merge_diff:.3g}")
         card = {
-            "format": CARD_FORMAT, "name": name, "family": KIND, "kind": KIND, "surfaces": ["decisions"],
-            **identity_card(opts, Path(src), source_name=opts.source_name or source.pointer.get("model_name")
-                            or Path(src).name, architecture=source.config["architecture"], stamp=source.identity,
-                            description=f"Decision 2.0 ({source.profile}) converted from {Path(src).name}"),
-            "modalities": ["text"], "labels": [],
+            **card_start(name, KIND, KIND, identity_card(
+                opts, Path(src), source_name=opts.source_name or source.pointer.get("model_name") or Path(src).name,
+                architecture=source.config["architecture"], stamp=source.identity,
+                description=f"Decision 2.0 ({source.profile}) converted from {Path(src).name}")),
             "head": {"output": "last_hidden_state", "readout": "candidate", "weights": "head.npz",
                      "head_dim": int(source.config["head_dim"])},
             "limits": {"max_input_tokens": int(source.manifest["max_input_tokens"])},

@@ -48,6 +48,7 @@ from converters.export import (
     package_tokenizer,
     sanitize_name,
 )
+from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes.family import (
@@ -62,7 +63,6 @@ from edge_runtime.families.decision_codes.family import (
     check_config,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
-from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest, file_sha256
 
@@ -620,16 +620,9 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
         reference = (f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
                      f"{architecture} " + reference_target)
         card = {
-            "format": CARD_FORMAT,
-            "name": name,
-            "family": KIND,
-            "kind": KIND,
-            "surfaces": ["decisions"],
-            **identity_card(opts, src_dir, source_name=opts.source_name or src_dir.name,
-                            architecture=architecture, stamp=stamp,
-                            description=f"{architecture} decision model (codes readout) from {src_dir.name}"),
-            "modalities": ["text"],
-            "labels": [],
+            **card_start(name, KIND, KIND, identity_card(
+                opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture, stamp=stamp,
+                description=f"{architecture} decision model (codes readout) from {src_dir.name}")),
             "head": {"output": "last_hidden_state", "pooling": "last", "readout": f"head.npz:{READOUT}",
                      "codes": len(codes), "source": config["readout"]},
             "limits": limits,

@@ -56,12 +56,12 @@ from converters.decision_codes import (
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.graph_files import EXTERNAL_DATA_BYTES, gather_graph
+from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA, digit_tree, edge_distribution
 from edge_runtime.families.decision_vision.family import BOX_READOUT, VISION_GOLDEN
-from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.packages.golden import npz_bytes
 
 KIND = "decision-vision"
@@ -591,12 +591,10 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
                      f"{architecture} last-position hidden state and LM logits at the code tokens, "
                      "slow Qwen2VLImageProcessor")
         card = {
-            "format": CARD_FORMAT, "name": name, "family": KIND, "kind": KIND, "surfaces": ["decisions"],
-            **identity_card(opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture,
-                            stamp=stamp,
-                            description=f"{architecture} vision-language decision model from {src_dir.name}"),
-            "modalities": ["text", "image", "video"],
-            "labels": [],
+            **card_start(name, KIND, KIND, identity_card(
+                opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture, stamp=stamp,
+                description=f"{architecture} vision-language decision model from {src_dir.name}"),
+                modalities=("text", "image", "video")),
             "head": {"output": "last_hidden_state", "pooling": "last", "readout": f"head.npz:{READOUT}",
                      "codes": len(codes), "source": "lm_head", "embeddings": "embeddings.npy"},
             "limits": limits,

@@ -19,6 +19,7 @@ from typing import Any
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
+from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import (
     SentenceTransformerInfo,
@@ -27,7 +28,7 @@ from converters.source import (
     resolve_source,
     source_stamp,
 )
-from edge_runtime.packages import KIND_SURFACES, read_package
+from edge_runtime.packages import read_package
 
 KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")
 QUANTIZE = ("int8", "int8-dynamic")  # int8: per-token, exact; int8-dynamic: approximate
@@ -321,15 +322,9 @@ def _card(opts: ExportOptions, *, name: str, src_dir: Path, architecture: str, l
     source_name = opts.source_name or src_dir.name
     inputs, outputs, opset = graph
     return {
-        "format": "edge-runtime-package/1",
-        "name": name,
-        "family": "encoder",
-        "kind": opts.kind,
-        "surfaces": list(KIND_SURFACES[opts.kind]),
-        **identity_card(opts, src_dir, source_name=source_name, architecture=architecture, stamp=stamp,
-                        description=f"{architecture} {opts.kind} model exported from {source_name}"),
-        "modalities": ["text"],
-        "labels": labels,
+        **card_start(name, "encoder", opts.kind, identity_card(
+            opts, src_dir, source_name=source_name, architecture=architecture, stamp=stamp,
+            description=f"{architecture} {opts.kind} model exported from {source_name}"), labels=labels),
         "head": head,
         "limits": {"max_input_tokens": max_tokens},
         "graph": {"inputs": inputs, "outputs": outputs, "opset": opset},

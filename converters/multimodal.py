@@ -32,6 +32,7 @@ from converters import CONVERTER_VERSION
 from converters.ctranslate2_whisper import is_ct2_whisper
 from converters.errors import ConversionError
 from converters.export import PackageIdentity
+from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source, source_stamp
 from edge_runtime.packages import read_package
@@ -499,10 +500,9 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
         space = "-".join(sorted(towers, key=lambda t: (t == "text", t)))  # image-text, audio-text, audio
         worst = max(v["max_abs_diff"] for v in extra["verification"].values())
         card = {
-            "format": "edge-runtime-package/1", "name": name, "family": "multimodal-embedding", "kind": opts.kind,
-            "surfaces": ["embeddings"], "modalities": sorted(towers), "labels": [],
-            **identity_card(opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture,
-                            stamp=stamp, description=f"{architecture} {opts.kind} ({', '.join(sorted(towers))})"),
+            **card_start(name, "multimodal-embedding", opts.kind, identity_card(
+                opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture, stamp=stamp,
+                description=f"{architecture} {opts.kind} ({', '.join(sorted(towers))})"), modalities=sorted(towers)),
             # Dual encoders and Whisper are compared by cosine: the runtime returns unit vectors.
             "head": {"normalize": True, "dimension": dim, "dimensions": dims},
             "space": {"name": space, "towers": sorted(towers)},

@@ -32,7 +32,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from converters import CONVERTER_VERSION
-from converters.package_writer import write_package
+from converters.package_writer import card_start, write_package
 from converters.progress import log
 from edge_runtime.engine import GraphSession
 from edge_runtime.engine.probe import bitwise_equal
@@ -50,7 +50,6 @@ from edge_runtime.families.sparrow.family import (
     content,
     state_feed,
 )
-from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.questions import Question
 from edge_runtime.requests.decisions import parse_decisions_request
 
@@ -529,22 +528,17 @@ def build_sparrow_package(out_dir: Path) -> Path:
 
     source_stamp = hashlib.sha256(source_bytes).hexdigest()
     card = {
-        "format": CARD_FORMAT,
-        "name": PACKAGE_NAME,
-        "family": "sparrow",
-        "kind": "sparrow",
-        "surfaces": ["decisions"],
-        "description": CARD_DESCRIPTION,
-        "version": "1.1.0",
-        "release_date": _release_date(src),
-        "revision": f"{SOURCE_DIST}-{version}/{cfg['name']}@{source_stamp[:12]}",
-        "source": {
-            "name": f"{SOURCE_DIST}=={version}:{cfg['name']}",
-            "architecture": "static WordPiece embeddings (int8 table, potion-base-8M) + 768-128-128-1 GELU MLP",
-            "license": "Apache-2.0 (code); MIT (potion-base-8M weights)",
-        },
-        "modalities": ["text"],
-        "labels": [],
+        **card_start(PACKAGE_NAME, "sparrow", "sparrow", {
+            "description": CARD_DESCRIPTION,
+            "version": "1.1.0",
+            "release_date": _release_date(src),
+            "revision": f"{SOURCE_DIST}-{version}/{cfg['name']}@{source_stamp[:12]}",
+            "source": {
+                "name": f"{SOURCE_DIST}=={version}:{cfg['name']}",
+                "architecture": "static WordPiece embeddings (int8 table, potion-base-8M) + 768-128-128-1 GELU MLP",
+                "license": "Apache-2.0 (code); MIT (potion-base-8M weights)",
+            },
+        }),
         "head": {"output": "probs", "activation": "softmax", "temperature": "per question kind"},
         "limits": {"max_input_tokens": MAX_SEGMENT_TOKENS},
         "graph": {"inputs": list(INPUTS), "outputs": list(OUTPUTS), "opset": OPSET},

@@ -32,6 +32,7 @@ import numpy as np
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.vela2_requests import generated_requests, golden_request
 from converters.vela2_source import Vela2Source, load_tensors, read_source, write_source_fixture
@@ -40,7 +41,6 @@ from edge_runtime.families.vela2.layout import LayoutConfig, Tokens, pad_batch, 
 from edge_runtime.families.vela2.marker import LN_EPS, NORM_EPS, MarkerHead
 from edge_runtime.families.vela2.pipeline import SCAN_INPUTS_CPU, Readout, RequestResult, graph_readout, run_request
 from edge_runtime.families.vela2.state import PRESETS
-from edge_runtime.packages.card import CARD_FORMAT
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest
 
@@ -351,12 +351,10 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
         files.update(notice_files(src_dir, opts))
         architecture = "Vela2Model (ModernBERT + marker head)"
         card = {
-            "format": CARD_FORMAT, "name": name, "family": KIND, "kind": KIND, "surfaces": ["decisions"],
-            **identity_card(opts, src_dir, source_name=opts.source_name or source.config.get("model_name")
-                            or src_dir.name, architecture=architecture, stamp=stamp,
-                            description=f"Vela 2.0 encoder decision model converted from {src_dir.name}"),
-            "modalities": ["text"],
-            "labels": [],
+            **card_start(name, KIND, KIND, identity_card(
+                opts, src_dir, source_name=opts.source_name or source.config.get("model_name") or src_dir.name,
+                architecture=architecture, stamp=stamp,
+                description=f"Vela 2.0 encoder decision model converted from {src_dir.name}")),
             "head": {"output": "last_hidden_state", "readout": "marker", "mode": source.config["readout"],
                      "weights": "head.npz", "proj_dim": int(source.config["proj_dim"]),
                      "hidden_size": head.hidden},
