@@ -94,7 +94,7 @@ def inline_or_pool(rounds: int) -> Table:
             sent = encode(body)
             assert decode_small(sent, coding, 8 * MIB, INLINE_BODY_BYTES) == body
             t = _timed(partial(decode_small, sent, coding, 8 * MIB, INLINE_BODY_BYTES), n)
-            rows.append([f"{coding} of prose, {len(body) >> 10} KiB decoded", f"{len(sent):,}", fmt_ms(t[0], 3),
+            rows.append([f"{coding} of prose, {len(body):,} bytes decoded", f"{len(sent):,}", fmt_ms(t[0], 3),
                          fmt_ms(t[1], 3), "loop"])
     prose = long_text(8 * MIB).encode()
     noise = base64.b64encode(random.Random(23).randbytes(6 * MIB))
