@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="on SIGTERM/SIGINT, how long accepted requests may take before queued work gets 503")
         p.add_argument("--max-prep-queue", type=_at_least_one, default=cfg.DEFAULT_MAX_PREP_QUEUE,
                        help="jobs that may wait for a preparation thread (body decoding and parsing, tokenizing, "
-                            "media) before a request is answered 429 overloaded")
+                            "media) before a request is refused overloaded (429)")
     serve = sub.choices["serve"]
     serve.add_argument("--api-key-file", type=Path, default=None,
                        help="require Authorization: Bearer <key> on /v1/*; one key per line, re-read on SIGHUP "

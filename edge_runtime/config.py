@@ -15,7 +15,7 @@ DEFAULT_MAX_BUNDLE_TASKS = 64
 DEFAULT_MAX_INPUTS = 2048
 DEFAULT_MAX_QUEUE = 256
 # Jobs that may wait for a preparation thread (decoding, parsing, tokenizing, media) before more
-# requests are refused 429 overloaded: at 100 ms for the largest bodies' jobs, 4 threads clear it
+# requests are refused overloaded: at 100 ms for the largest bodies' jobs, 4 threads clear it
 # in a few seconds, and it holds two full bundles' tasks (--max-bundle-tasks 64).
 DEFAULT_MAX_PREP_QUEUE = 128
 DEFAULT_FORWARD_TIMEOUT_SECONDS = 60.0

@@ -24,7 +24,7 @@ class Runtime:
         self.models: dict[str, ServedModel] = {m.name: ServedModel(m) for m in config.models}
         self.started = False
         self.draining = False
-        # A full preparation queue is refused as a full model queue is: 429 overloaded, Retry-After.
+        # A full preparation queue is refused as a full model queue is: the engine's Overloaded.
         self.work = WorkPool(max_queue=config.max_prep_queue, refuse=Overloaded)
 
     # -- loading ------------------------------------------------------------------------------

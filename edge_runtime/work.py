@@ -8,8 +8,8 @@ microseconds of a sub-millisecond answer). Media never stays on the loop: what a
 costs to decode is not bounded by its bytes (a 12 KB PNG may claim four million pixels).
 
 The queue of jobs waiting for a thread is bounded: a job that would wait behind ``max_queue``
-others is refused at once (the runtime makes that the contract's 429 overloaded with Retry-After,
-as a full model queue is), except the jobs that finish an answer already paid for.
+others is refused at once (the runtime makes that the contract's overloaded, as a full model
+queue is: api/statuses.py gives it its status), except the jobs that finish an answer already paid for.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class WorkPool:
 
     ``max_queue`` bounds the jobs waiting for a thread (``--max-prep-queue``, config.py).
     ``refuse`` is the exception type raised (with a message) for a job that finds the queue full;
-    the runtime passes the engine's ``Overloaded``, which the status table answers 429 overloaded.
+    the runtime passes the engine's ``Overloaded``, which the status table answers as overloaded.
     """
 
     def __init__(self, threads: int | None = None, *, max_queue: int,
