@@ -9,6 +9,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -149,6 +150,39 @@ def test_requests_say_whether_they_carry_media(surface: str, body: dict[str, Any
     parse = {"decisions": parse_decisions_request, "embeddings": parse_embeddings,
              "classify": parse_classify, "rerank": parse_rerank}[surface]
     assert parse(body, 64).has_media is media
+
+
+def test_a_small_request_with_media_is_planned_on_the_pool() -> None:
+    from edge_runtime.errors import ApiError
+    from edge_runtime.runtime import Runtime
+    from edge_runtime.service import serve
+    from edge_runtime.timing import Timing
+
+    planned_on: list[str] = []
+
+    class Family:  # records where planning ran, then ends the request before any model is needed
+        def plan(self, surface: str, request: Any) -> Any:
+            planned_on.append(threading.current_thread().name)
+            raise ApiError("invalid_request", "planned")
+
+    runtime = Runtime(ServeConfig(models_file=Path("m.yaml"), models=()))
+    runtime.resolve = lambda surface, name: SimpleNamespace(family=Family())  # type: ignore[method-assign]
+    questions = {"q": {"type": "noul", "instructions": "x"}}
+
+    async def request(body: dict[str, Any]) -> None:
+        keep_inline(len(orjson.dumps(body)))  # as the app does once the body is read
+        with pytest.raises(ApiError, match="planned"):
+            await serve(runtime, "decisions", body, Timing())
+
+    try:
+        asyncio.run(request({"state": "s", "questions": questions}))
+        asyncio.run(request({"state": "s", "images": [PNG], "questions": questions}))
+        asyncio.run(request({"state": "x" * INLINE_BODY_BYTES, "questions": questions}))
+    finally:
+        runtime.close()
+    here = threading.current_thread().name
+    assert planned_on[0] == here  # small and text only: inline
+    assert planned_on[1].startswith("edge-prep") and planned_on[2].startswith("edge-prep"), planned_on
 
 
 # -- over HTTP: the real app in this process, its pool held full ------------------------------

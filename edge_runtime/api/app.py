@@ -126,7 +126,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
                 raise
             finally:
                 metrics.observe_request(endpoint, status, time.perf_counter() - started)
-            if status != 200:  # an error body is small, and a refusal must not wait for a busy pool
+            if "Retry-After" in headers:  # overloaded or not ready: a small body, never queued behind the pool
                 return surface_response(answer, status, timing, headers)
             return await runtime.work.finish(surface_response, answer, status, timing, headers)
 
