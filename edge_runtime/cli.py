@@ -22,12 +22,20 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
         systemone_schema=args.systemone_schema,
         max_bundle_tasks=args.max_bundle_tasks,
         drain_seconds=args.drain_seconds,
+        max_prep_queue=args.max_prep_queue,
         api_key_file=getattr(args, "api_key_file", None),
         metrics_require_key=getattr(args, "metrics_require_key", False),
         tls_cert=getattr(args, "tls_cert", None),
         tls_key=getattr(args, "tls_key", None),
         access_log=getattr(args, "access_log", True),
     )
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--max-bundle-tasks", type=int, default=cfg.DEFAULT_MAX_BUNDLE_TASKS)
         p.add_argument("--drain-seconds", type=float, default=cfg.DEFAULT_DRAIN_SECONDS,
                        help="on SIGTERM/SIGINT, how long accepted requests may take before queued work gets 503")
+        p.add_argument("--max-prep-queue", type=_at_least_one, default=cfg.DEFAULT_MAX_PREP_QUEUE,
+                       help="jobs that may wait for a preparation thread (body decoding and parsing, tokenizing, "
+                            "media) before a request is refused overloaded (429)")
     serve = sub.choices["serve"]
     serve.add_argument("--api-key-file", type=Path, default=None,
                        help="require Authorization: Bearer <key> on /v1/*; one key per line, re-read on SIGHUP "

@@ -14,6 +14,10 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_BUNDLE_TASKS = 64
 DEFAULT_MAX_INPUTS = 2048
 DEFAULT_MAX_QUEUE = 256
+# Jobs that may wait for a preparation thread (decoding, parsing, tokenizing, media) before more
+# requests are refused overloaded: at 100 ms for the largest bodies' jobs, 4 threads clear it
+# in a few seconds, and it holds two full bundles' tasks (--max-bundle-tasks 64).
+DEFAULT_MAX_PREP_QUEUE = 128
 DEFAULT_FORWARD_TIMEOUT_SECONDS = 60.0
 # Under Kubernetes' default 30 s termination grace period (deploy/ sets it to match).
 DEFAULT_DRAIN_SECONDS = 25.0
@@ -59,6 +63,8 @@ class ServeConfig:
     max_bundle_tasks: int = DEFAULT_MAX_BUNDLE_TASKS
     max_inputs: int = DEFAULT_MAX_INPUTS
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    # The preparation pool's bounded queue (edge_runtime/work.py).
+    max_prep_queue: int = DEFAULT_MAX_PREP_QUEUE
     # Access control and transport (edge_runtime/api/auth.py, access.py); keys also come from
     # the environment variable EDGE_RUNTIME_API_KEY.
     api_key_file: Path | None = None

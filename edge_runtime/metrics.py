@@ -43,6 +43,8 @@ class Metrics:
         self.dropped_rows = Counter(f"{PREFIX}_dropped_rows", "Rows never run because their client left.",
                                     ["model"], registry=r)
         self.input_tokens = Counter(f"{PREFIX}_input_tokens", "Input tokens read.", ["model"], registry=r)
+        self.prep_queue_depth = Gauge(f"{PREFIX}_prep_queue_depth", "Jobs waiting for a preparation thread.",
+                                      registry=r)
         self.ready = Gauge(f"{PREFIX}_ready", "1 when every model is ready.", registry=r)
         self.info = Gauge(f"{PREFIX}_model_info", "Served models (value 1).",
                           ["model", "family", "kind", "variant", "dtype", "device", "numerics", "revision"],
@@ -81,6 +83,10 @@ class Metrics:
         self._child(self.request_duration, endpoint).observe(seconds)
         if model is not None:
             self._child(self.model_requests, model, endpoint, str(status)).inc()
+
+    def watch_prep_queue(self, pool: Any) -> None:
+        """Report ``pool.waiting`` (a WorkPool's jobs waiting for a thread) at each scrape."""
+        self.prep_queue_depth.set_function(lambda: pool.waiting)
 
     def set_ready(self, ready: bool) -> None:
         self.ready.set(1.0 if ready else 0.0)

@@ -7,7 +7,7 @@ from typing import Any
 
 from edge_runtime import API_VERSION
 from edge_runtime.config import ServeConfig, canonical_name, served_names
-from edge_runtime.engine import DeadlineExceeded
+from edge_runtime.engine import DeadlineExceeded, Overloaded
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan
 from edge_runtime.loading import ServedModel, load_model
@@ -24,7 +24,8 @@ class Runtime:
         self.models: dict[str, ServedModel] = {m.name: ServedModel(m) for m in config.models}
         self.started = False
         self.draining = False
-        self.work = WorkPool()
+        # A full preparation queue is refused as a full model queue is: the engine's Overloaded.
+        self.work = WorkPool(max_queue=config.max_prep_queue, refuse=Overloaded)
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -143,5 +144,5 @@ class Runtime:
                 timing.add("queue", result.queue_s)
                 timing.add("forward", result.forward_s)
         with timing.phase("post"):
-            return await self.work.run(plan.finish, outputs)
+            return await self.work.finish(plan.finish, outputs)
 

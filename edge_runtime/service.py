@@ -17,6 +17,7 @@ from edge_runtime.requests.decisions import parse_decisions_request
 from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
 from edge_runtime.runtime import Runtime
 from edge_runtime.timing import Timing
+from edge_runtime.work import offloaded
 
 Parser = Callable[[Any, int], Any]
 PARSERS: dict[str, Parser] = {
@@ -27,12 +28,22 @@ PARSERS: dict[str, Parser] = {
 }
 
 
-def _prepare(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedModel, Plan]:
-    """Validate, resolve the model and plan its rows (tokenization): the request's CPU work before the engine."""
+def _resolve(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedModel]:
+    """Validate the request and resolve its model."""
     request = PARSERS[surface](body, runtime.config.max_inputs)
-    model = runtime.resolve(surface, request.model)
+    return request, runtime.resolve(surface, request.model)
+
+
+def _plan(surface: str, request: Any, model: ServedModel) -> Plan:
+    """Plan the request's rows on its model: tokenization, and media decoding where it has media."""
     assert model.family is not None  # resolve answers ready models only
-    return request, model, model.family.plan(surface, request)
+    return model.family.plan(surface, request)
+
+
+def _prepare(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedModel, Plan]:
+    """Validate, resolve the model and plan its rows: the request's CPU work before the engine."""
+    request, model = _resolve(runtime, surface, body)
+    return request, model, _plan(surface, request, model)
 
 
 def deadline_at(deadline_ms: float | None, started: float) -> float | None:
@@ -45,7 +56,14 @@ async def serve(
     """Answer one surface request; raises ApiError (or an engine error) for request-level failures."""
     started = time.monotonic()
     with timing.phase("tokenize"):
-        request, model, plan = await runtime.work.run(_prepare, runtime, surface, body)
+        if offloaded():  # a large body: all of it in one hand-off
+            request, model, plan = await runtime.work.run(_prepare, runtime, surface, body)
+        else:
+            # A small body is read here, but its media go to the pool: what an image or a video
+            # costs to decode is not bounded by the body's size.
+            request, model = _resolve(runtime, surface, body)
+            run = runtime.work.offload if request.has_media else runtime.work.run
+            plan = await run(_plan, surface, request, model)
     deadline = deadline_at(request.options.deadline_ms, started)
     if bundle_deadline is not None:
         deadline = bundle_deadline if deadline is None else min(deadline, bundle_deadline)

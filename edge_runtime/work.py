@@ -1,9 +1,15 @@
 """The preparation pool: request work that must never run on Sanic's event loop.
 
-Parsing large bodies, validation, tokenization, readout and serializing large answers run here,
-on a few threads owned by the runtime, so that /health/live and every other request keep being
-answered while one request is prepared. A request whose body is small stays on the loop: the
-thread hand-off costs more than its work (a few hundred microseconds of a sub-millisecond answer).
+Decoding compressed bodies, parsing large bodies, validation, tokenization, media decoding,
+readout and serializing large answers run here, on a few threads owned by the runtime, so that
+/health/live and every other request keep being answered while one request is prepared. A request
+whose body is small stays on the loop: the thread hand-off costs more than its work (a few hundred
+microseconds of a sub-millisecond answer). Media never stays on the loop: what an image or a video
+costs to decode is not bounded by its bytes (a 12 KB PNG may claim four million pixels).
+
+The queue of jobs waiting for a thread is bounded: a job that would wait behind ``max_queue``
+others is refused at once (the runtime makes that the contract's overloaded, as a full model
+queue is: api/statuses.py gives it its status), except the jobs that finish an answer already paid for.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -19,7 +26,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # Bodies up to this many bytes are prepared on the loop. Measured: a 16 KiB decisions body
-# parses, validates and tokenizes in well under a millisecond.
+# parses, validates and tokenizes in well under a millisecond; a compressed body whose decoded
+# form fits in it decodes in 15-110 us, a hand-off costs 30-120 us (docs/benchmarks.md).
 INLINE_BODY_BYTES = 16 * 1024
 
 # True while the current request (a contextvar, so bundle tasks inherit it) must not use the loop.
@@ -31,6 +39,11 @@ def keep_inline(body_bytes: int) -> None:
     _offloaded.set(body_bytes > INLINE_BODY_BYTES)
 
 
+def offloaded() -> bool:
+    """Whether the current request's work goes to the pool (its body is large, or not read yet)."""
+    return _offloaded.get()
+
+
 def pool_threads() -> int:
     """Two threads per usable CPU, at least two: preparation is short and mostly releases the GIL."""
     try:
@@ -40,20 +53,83 @@ def pool_threads() -> int:
     return max(2, 2 * cpus)
 
 
-class WorkPool:
-    """A small thread pool for request preparation, with an inline path for small requests."""
+class PoolFull(Exception):
+    """A job found ``max_queue`` jobs already waiting for a preparation thread."""
 
-    def __init__(self, threads: int | None = None) -> None:
-        self._pool = ThreadPoolExecutor(threads or pool_threads(), thread_name_prefix="edge-prep")
+
+class WorkPool:
+    """A small thread pool for request preparation, with an inline path for small requests.
+
+    ``max_queue`` bounds the jobs waiting for a thread (``--max-prep-queue``, config.py).
+    ``refuse`` is the exception type raised (with a message) for a job that finds the queue full;
+    the runtime passes the engine's ``Overloaded``, which the status table answers as overloaded.
+    """
+
+    def __init__(self, threads: int | None = None, *, max_queue: int,
+                 refuse: Callable[[str], Exception] = PoolFull) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1, not {max_queue}")
+        self.threads = threads or pool_threads()
+        self.max_queue = max_queue
+        self._refuse = refuse
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="edge-prep")
+        # Jobs handed over and not yet started by a thread: the loop adds, the threads take away.
+        self._waiting = 0
+        self._lock = threading.Lock()
+
+    @property
+    def waiting(self) -> int:
+        """Jobs waiting for a preparation thread now (the /metrics gauge reads it at scrape time)."""
+        return self._waiting
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)``: on a pool thread when the current request is large, else right here."""
+        """``fn(*args)``: on a pool thread when the current request is large, else right here.
+
+        Raises ``refuse`` when the job would have to wait behind ``max_queue`` others.
+        """
         if not _offloaded.get():
             return fn(*args)
+        return await self._submit(fn, args, refusable=True)
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a pool thread whatever the body's size (decoding compressed bodies and
+        media); raises ``refuse`` when the queue is full."""
+        return await self._submit(fn, args, refusable=True)
+
+    async def finish(self, fn: Callable[..., T], *args: Any) -> T:
+        """As :meth:`run`, never refused: the readout and serializing of an answer whose forward
+        already ran (refusing them would throw that work away)."""
+        if not _offloaded.get():
+            return fn(*args)
+        return await self._submit(fn, args, refusable=False)
+
+    async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], refusable: bool) -> T:
+        with self._lock:
+            if refusable and self._waiting >= self.max_queue:
+                raise self._refuse(f"the preparation queue is full: {self._waiting} waiting for "
+                                   f"{self.threads} threads, at most {self.max_queue}")
+            self._waiting += 1
+        # Whichever comes first, the thread starting the job or the caller giving up on it (a
+        # cancelled job may never start), takes it off the waiting count, once.
+        taken = [False]
+
+        def stop_waiting() -> None:
+            with self._lock:
+                if not taken[0]:
+                    taken[0] = True
+                    self._waiting -= 1
+
+        def started() -> T:
+            stop_waiting()
+            return fn(*args)
+
         loop = asyncio.get_running_loop()
         # copy_context: the pool thread sees the same request context (timing phases, offload flag).
         ctx = contextvars.copy_context()
-        return await loop.run_in_executor(self._pool, partial(ctx.run, fn, *args))
+        try:
+            return await loop.run_in_executor(self._pool, partial(ctx.run, started))
+        finally:
+            stop_waiting()
 
     def close(self) -> None:
         """Finish what was handed over, then stop the threads."""

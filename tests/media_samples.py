@@ -66,3 +66,23 @@ def data_url(raw: bytes, mime: str) -> str:
 
 def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
+
+
+def video_bytes(seconds: float, fps: int, size: tuple[int, int], fmt: str = "mp4", codec: str = "mpeg4") -> bytes:
+    """A clip of ``size`` (width, height) whose frame k is a flat grey of luma 16 + 8 * k: cheap to
+    encode and small at any size, while decoding it still costs every frame's full size."""
+    width, height = size
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format=fmt) as out:
+        stream = out.add_stream(codec, rate=fps)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for k in range(int(round(seconds * fps))):
+            # yuv420p planes stacked (Y, then U and V at half size): no RGB conversion to pay per frame
+            planes = np.full((height * 3 // 2, width), 128, dtype=np.uint8)
+            planes[:height] = min(16 + 8 * k, 235)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(planes, format="yuv420p")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()

@@ -18,6 +18,7 @@ from edge_runtime.api.body import (
     ZSTD_MAX_WINDOW,
     content_coding,
     decode_body,
+    decode_small,
     parse_json,
     parse_multipart,
     read_body,
@@ -198,10 +199,64 @@ def test_corrupt_zstd_checksum_is_malformed() -> None:
     assert error.reason == "encoding_malformed"
 
 
-def test_zstd_window_over_8_mib_is_refused() -> None:
+# -- where decoding runs: a small body on the spot, the rest handed on (api/app.py) -------------
+
+SMALL = 16 * 1024
+ZSTD = zstandard.ZstdCompressor(level=3).compress
+
+
+def _wide_window_frame() -> bytes:
+    """A small zstd frame whose header asks for a 16 MiB window."""
     params = zstandard.ZstdCompressionParameters.from_level(3, window_log=24)
     stream = zstandard.ZstdCompressor(compression_params=params).compressobj()
-    frame = stream.compress(b'{"a": 1}') + stream.flush()
+    return stream.compress(b'{"a": 1}') + stream.flush()
+
+
+@pytest.mark.parametrize("encoding,encode", [("gzip", gzip.compress), ("zstd", ZSTD)])
+def test_decode_small_decodes_only_what_stays_small(encoding: str, encode: Callable[[bytes], bytes]) -> None:
+    small = b'{"input": "' + b"x" * 1000 + b'"}'
+    assert decode_small(encode(small), encoding, LIMIT, SMALL) == small
+    # A few hundred bytes as sent, 8 MiB once decoded: handed on after about SMALL bytes of output.
+    inflating = b"a" * (8 * MIB)
+    sent = encode(inflating)
+    assert len(sent) < SMALL
+    assert decode_small(sent, encoding, LIMIT, SMALL) is None
+    assert decode_body(sent, encoding, LIMIT) == inflating
+    # Larger than SMALL as sent: handed on without decoding a byte (corrupt data raises nothing here).
+    corrupt = encode(small)[:8] + os.urandom(SMALL)
+    assert decode_small(corrupt, encoding, LIMIT, SMALL) is None
+    assert refused(lambda: decode_body(corrupt, encoding, LIMIT)).reason == "encoding_malformed"
+
+
+def test_decode_small_returns_an_identity_body_as_it_is() -> None:
+    large = PAYLOAD * 4
+    for encoding in (None, "identity"):
+        assert decode_small(large, encoding, LIMIT, SMALL) is large
+
+
+@pytest.mark.parametrize("encoding,sent,status,reason", [
+    ("gzip", gzip.compress(PAYLOAD)[:20], 400, "encoding_malformed"),
+    ("zstd", b"not zstd at all", 400, "encoding_malformed"),
+    ("br", b"{}", 415, "encoding_unsupported"),
+    ("zstd", _wide_window_frame(), 415, "zstd_window_too_large"),
+])
+def test_decode_small_raises_what_decode_body_raises(encoding: str, sent: bytes, status: int, reason: str) -> None:
+    error = refused(lambda: decode_small(sent, encoding, LIMIT, SMALL))
+    assert (status_of(error), error.reason) == (status, reason)
+    again = refused(lambda: decode_body(sent, encoding, LIMIT))
+    assert (status_of(again), again.reason) == (status, reason)
+
+
+def test_decode_small_refuses_a_body_past_a_limit_below_small() -> None:
+    # With a limit under SMALL, passing the limit is the refusal, not a hand-off.
+    for encoding, encode in (("gzip", gzip.compress), ("zstd", ZSTD)):
+        sent = encode(b"a" * 2000)
+        error = refused(lambda sent=sent, encoding=encoding: decode_small(sent, encoding, 1000, SMALL))
+        assert (status_of(error), error.reason, error.limit) == (413, "decoded_body_too_large", 1000)
+
+
+def test_zstd_window_over_8_mib_is_refused() -> None:
+    frame = _wide_window_frame()
     assert zstandard.get_frame_parameters(frame).window_size == 16 * MIB
     error = refused(lambda: decode_body(frame, "zstd", LIMIT))
     assert (status_of(error), error.code, error.reason, error.limit) == (

@@ -18,7 +18,7 @@ from sanic.response import HTTPResponse
 from edge_runtime import API_VERSION
 from edge_runtime.api import access
 from edge_runtime.api.auth import ApiKeys
-from edge_runtime.api.body import inline_parts, parse_json, parse_multipart, read_body
+from edge_runtime.api.body import decode_body, decode_small, inline_parts, parse_json, parse_multipart, read_raw_body
 from edge_runtime.api.bundle import serve_bundle
 from edge_runtime.api.listing import list_models
 from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
@@ -32,7 +32,7 @@ from edge_runtime.metrics import Metrics
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
-from edge_runtime.work import keep_inline
+from edge_runtime.work import INLINE_BODY_BYTES, keep_inline
 
 _app_ids = itertools.count()
 log = logging.getLogger("edge_runtime.api")
@@ -45,6 +45,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     metrics = Metrics()
     runtime = runtime or Runtime(config, metrics)
     runtime.metrics = metrics
+    metrics.watch_prep_queue(runtime.work)
     app = Sanic(f"edge_runtime_{next(_app_ids)}")
     app.config.MOTD = False
     app.config.ACCESS_LOG = False
@@ -80,12 +81,18 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
 
     async def read_request(request: Request, multipart: bool) -> Any:
         """The decoded JSON request; decisions routes also read multipart/form-data bodies."""
-        raw = await read_body(
+        encoding = request.headers.get("content-encoding")
+        limit = config.max_request_bytes
+        raw = await read_raw_body(
             _stream_chunks(request, partial(access.count_bytes_in, request)),
-            _content_length(request),
-            request.headers.get("content-encoding"),
-            config.max_request_bytes,
+            _content_length(request), encoding, limit,
         )
+        # A compressed body is decoded here only while that is cheaper than the hand-off (at most
+        # INLINE_BODY_BYTES in and out); a larger one, or one that inflates past that, on the pool.
+        decoded = decode_small(raw, encoding, limit, INLINE_BODY_BYTES)
+        if decoded is None:
+            decoded = await runtime.work.offload(decode_body, raw, encoding, limit)
+        raw = decoded
         keep_inline(len(raw))
         content_type = request.headers.get("content-type", "")
         if content_type.lower().startswith("multipart/"):
@@ -120,7 +127,9 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
             finally:
                 metrics.observe_request(endpoint, status, time.perf_counter() - started,
                                         runtime.served_name(getattr(request.ctx, "model", None)))
-            return await runtime.work.run(surface_response, answer, status, timing, headers)
+            if "Retry-After" in headers:  # overloaded or not ready: a small body, never queued behind the pool
+                return surface_response(answer, status, timing, headers)
+            return await runtime.work.finish(surface_response, answer, status, timing, headers)
 
         route.__name__ = endpoint.strip("/").replace("/", "_")
         return route

@@ -1,6 +1,7 @@
 """Request bodies: the size limit, Content-Encoding, JSON and multipart/form-data.
 
-Pure functions over bytes (and one coroutine over a stream of chunks); no Sanic, no models.
+Pure functions over bytes (and coroutines over a stream of chunks); no Sanic, no models. Where the
+work runs is the caller's choice: :func:`decode_small` decodes only what is cheap to decode on the spot.
 
 The size limit applies twice: to the body as sent (Content-Length first, then the bytes as they
 arrive, never holding more than the limit) and to the body once decoded. Decoding is incremental
@@ -150,7 +151,19 @@ async def read_body(
     content_encoding: str | None,
     max_bytes: int,
 ) -> bytes:
-    """Read a body from `stream` chunk by chunk and decode it (see :func:`decode_body`).
+    """Read a body from `stream` chunk by chunk and decode it (see :func:`read_raw_body` and
+    :func:`decode_body`)."""
+    raw = await read_raw_body(stream, content_length, content_encoding, max_bytes)
+    return decode_body(raw, content_encoding, max_bytes)
+
+
+async def read_raw_body(
+    stream: AsyncIterator[bytes],
+    content_length: int | None,
+    content_encoding: str | None,
+    max_bytes: int,
+) -> bytes:
+    """Read a body from `stream` chunk by chunk, as sent (still encoded).
 
     The coding and Content-Length are checked before any byte is read; while reading, a chunk
     that would take the body past `max_bytes` is refused before it is kept.
@@ -173,9 +186,31 @@ async def read_body(
         raise ApiError(
             "invalid_request", f"the body has {size} bytes but Content-Length says {content_length}"
         )
-    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    del chunks
-    return decode_body(raw, content_encoding, max_bytes)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def decode_small(raw: bytes, content_encoding: str | None, max_bytes: int, small_bytes: int) -> bytes | None:
+    """The decoded body when decoding it is small work, else None (then :func:`decode_body` it elsewhere).
+
+    An identity body is returned as it is. A compressed body is decoded here only when it is at
+    most `small_bytes` as sent and once decoded: decoding stops as soon as its output passes
+    `small_bytes`, so a small body that inflates to megabytes costs about `small_bytes` of work
+    here before None hands it on. Errors found before that point are raised as decode_body raises them.
+    """
+    coding = content_coding(content_encoding)
+    if len(raw) > max_bytes:
+        raise _too_large_as_sent(max_bytes, len(raw))
+    if coding == "identity":
+        return raw
+    if len(raw) > small_bytes:
+        return None
+    cap = min(small_bytes, max_bytes)
+    try:
+        return _gunzip(raw, cap) if coding == "gzip" else _unzstd(raw, cap)
+    except ApiError as exc:
+        if exc.reason == DECODED_BODY_TOO_LARGE and cap < max_bytes:
+            return None  # larger than small, maybe within the limit: the caller decodes it whole
+        raise
 
 
 def _gunzip(raw: bytes, max_bytes: int) -> bytes:

@@ -30,7 +30,8 @@ class EngineError(Exception):
 
 
 class Overloaded(EngineError):
-    """The model's queue is full, or a shared forward ran out of memory; the client should retry."""
+    """The model's queue (or the preparation pool's) is full, or a shared forward ran out of memory;
+    the client should retry."""
 
 
 class RequestTooLarge(EngineError):

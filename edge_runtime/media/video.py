@@ -148,6 +148,19 @@ SEEK_GAP_SECONDS = 2.0
 FrameSize = Callable[[int, int], tuple[int, int]]
 
 
+def rgb_image(frame: Any) -> Image.Image:
+    """A decoded video frame as an RGB image: ``frame.to_image()``'s pixels, copied once.
+
+    to_image copies the converted frame row by row, then whole twice more, holding the GIL:
+    74 ms per 3840 x 2160 frame, all of which /health/live waited for. The same rgb24 conversion
+    read by Pillow's raw decoder is one copy that lets other threads run (8 ms at most).
+    """
+    plane = frame.reformat(format="rgb24").planes[0]
+    if plane.line_size < 0:  # bottom-up rows: to_image knows how to turn them
+        return frame.to_image()
+    return Image.frombytes("RGB", (plane.width, plane.height), plane, "raw", "RGB", plane.line_size, 1)
+
+
 def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode | None = None,
                   frame_size: FrameSize | None = None) -> Frames:
     """The frames the model reads (see the module docstring), each the decoded frame nearest its time."""
@@ -170,7 +183,7 @@ def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode 
         # converted (and shrunk) once when picked, keyed by its time (unique in a stream): later
         # frames never hold a full-size copy, and a frame picked for two targets is converted once
         if t not in kept:
-            image = frame.to_image().convert("RGB")
+            image = rgb_image(frame)
             if image.size != (size[1], size[0]):
                 image = image.resize((size[1], size[0]), resample=Image.Resampling.BICUBIC)
             kept.clear()  # targets are in order: only the latest pick can be picked again

@@ -73,6 +73,11 @@ class DecisionsRequest:
     def is_batch(self) -> bool:
         return self.states is not None
 
+    @property
+    def has_media(self) -> bool:
+        """Whether an entry carries images or videos, or the request assets: media to decode."""
+        return self.assets is not None or any(e.images or e.videos for _, e in self.entries())
+
     def entries(self) -> tuple[tuple[str | None, DecisionState], ...]:
         """(name, entry) pairs: one unnamed entry for a standard request, the batch's otherwise."""
         if self.states is not None:

@@ -38,6 +38,9 @@ class ClassifyRequest:
     options: Options
     head: str | None = None
 
+    #: Classify inputs are text: no media to decode.
+    has_media = False
+
 
 @dataclass(frozen=True)
 class EmbeddingsRequest:
@@ -57,6 +60,11 @@ class EmbeddingsRequest:
         """The modalities the inputs use."""
         return frozenset(modality_of(p) for p in self.parts) if self.parts else frozenset({"text"})
 
+    @property
+    def has_media(self) -> bool:
+        """Whether an input is an image or audio: media to decode."""
+        return self.modalities != {"text"}
+
 
 @dataclass(frozen=True)
 class RerankRequest:
@@ -68,6 +76,9 @@ class RerankRequest:
     options: Options
     layer: int | None = None
     dimensions: int | None = None
+
+    #: Rerank inputs are text: no media to decode.
+    has_media = False
 
 
 def _string(value: Any, where: str) -> str:
