@@ -9,7 +9,8 @@ from tests.server_harness import ROOT
 
 # a document's name: lowercase words joined by hyphens (package files such as LICENSE.md or vocab.txt are not)
 _CITED = re.compile(r"\b((?:docs/)?(?:reference/)?[a-z0-9]+(?:-[a-z0-9]+)+\.(?:md|txt))\b")
-_MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|home|root|Users)/[\w.-]+")
+# the checkouts, worktrees and shared notes of the machines this was written on
+_MACHINE_PATH = re.compile(r"(?<![\w.])/work/[\w.-]+")
 
 
 def _tracked(*patterns: str) -> list[str]:
