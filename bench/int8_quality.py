@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from bench.report import conditions
-from converters.quantize import DEFAULT_RECIPE, Int8Recipe, quantize_int8_exact
+from converters.quantize import CALIBRATED_RECIPE, DEFAULT_RECIPE, Int8Recipe, quantize_int8_exact
 from converters.readout import pool
 from edge_runtime.engine import create_session
 
@@ -55,7 +55,7 @@ class Saturating(Int8Recipe):
 #: Named candidates (`--recipes`); `sweep` adds one per matmul kind and one per layer kept in fp32.
 CANDIDATES: dict[str, Int8Recipe] = {
     "w127-a127 (the old recipe; saturates on AVX2)": Saturating(weight_max=127, activation_max=127),
-    "w64-a127 (unsmoothed)": Int8Recipe(weight_max=64),
+    "w64-a127 (unsmoothed: DEFAULT_RECIPE, what decision-codes backbones get)": DEFAULT_RECIPE,
     "w127-a63-s0.6": Int8Recipe(weight_max=127, activation_max=63, smooth_alpha=0.6),
     "w64-a127-s0.5": Int8Recipe(weight_max=64, smooth_alpha=0.5),
     "w64-a127-s0.7": Int8Recipe(weight_max=64, smooth_alpha=0.7),
@@ -210,10 +210,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "recipes": {}}
     results["recipes"]["fp32"] = quality(ref, ref, ref_nn, pairs, index)
     print("fp32", json.dumps(results["recipes"]["fp32"]), flush=True)
-    candidates: dict[str, Int8Recipe] = {"default": DEFAULT_RECIPE}
+    candidates: dict[str, Int8Recipe] = {"default": CALIBRATED_RECIPE}
     for name in args.recipes:
         if name == "sweep":
-            candidates.update(sweep(DEFAULT_RECIPE))
+            candidates.update(sweep(CALIBRATED_RECIPE))
         else:
             key = next(k for k in CANDIDATES if k.split(" ")[0] == name)
             candidates[key] = CANDIDATES[key]
@@ -240,6 +240,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def served(args: argparse.Namespace) -> dict[str, Any]:
+    """The package's fp32 and int8 as the server serves them (HTTP, base64 vectors, batches of 32 in
+    dev order): Spearman of each, and int8's agreement with fp32."""
+    from bench.runners import HttpContestant
+    from bench.server import ServerProcess
+
+    pairs = read_sts(args.stsb_dev)
+    texts = sorted({s for p in pairs for s in p[:2]})
+    index = {t: i for i, t in enumerate(texts)}
+    vecs: dict[str, np.ndarray] = {}
+    for variant in ("fp32", "int8"):
+        server = ServerProcess(args.package, variant, args.threads)
+        try:
+            server.wait_ready()
+            client = HttpContestant(variant, server, "base64")
+            vecs[variant] = np.concatenate([client.embed(texts[i:i + BATCH]) for i in range(0, len(texts), BATCH)])
+        finally:
+            server.stop()
+    ref_nn = nearest(vecs["fp32"].astype(np.float64))
+    out = {v: quality(x.astype(np.float64), vecs["fp32"].astype(np.float64), ref_nn, pairs, index)
+           for v, x in vecs.items()}
+    for v, q in out.items():
+        print(f"served {v}", json.dumps(q), flush=True)
+    return {"conditions": conditions(args.threads, 0), "served": out,
+            "data": f"{args.stsb_dev.name}: {len(pairs)} pairs, {len(texts)} unique sentences"}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.int8_quality", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -250,9 +277,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (0: no timing)")
     parser.add_argument("--calls", type=int, default=4, help="timed batch-32 calls per round")
+    parser.add_argument("--served", action="store_true",
+                        help="measure the package's own fp32 and int8 through the server over HTTP instead")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    results = run(args)
+    results = served(args) if args.served else run(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
