@@ -41,6 +41,8 @@ from converters.verify import Row
 
 #: Variant name -> how its graph is built and what numerics it promises.
 QUANTIZATIONS: dict[str, str] = {"int8": "per-token", "int8-dynamic": "dynamic"}
+#: The opset whose QuantizeLinear takes blocks (a scale per token on any rank).
+BLOCKED_QUANTIZE_OPSET = 21
 #: Guards all-zero activation rows (padding positions): their q is 0, their output the bias.
 ACTIVATION_EPS = 1e-8
 #: The largest magnitude a 16-bit lane holds. ONNX Runtime's U8S8 kernels for AVX2 and AVX-512 without
@@ -141,7 +143,7 @@ class _Rewriter:
         self.graph = model.graph
         self.inits = {t.name: t for t in self.graph.initializer}
         self.new_inits: list[TensorProto] = []
-        self.quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, row scale, prefix)
+        self.quantized_inputs: dict[str, tuple[str, str]] = {}  # activation -> (codes, token scale)
         self.quantized_weights: dict[tuple[str, bool, float, str], tuple[str, str]] = {}
         #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
         self.smooth: dict[str, np.ndarray] = {}
@@ -152,8 +154,7 @@ class _Rewriter:
                   "er_q_inv_amax": np.array(1.0 / recipe.activation_max, np.float32),
                   "er_q_zp_u8": np.array(recipe.activation_zero_point, np.uint8),
                   "er_q_one": np.array(1.0, np.float32),
-                  "er_q_axes": np.array([-1], np.int64),
-                  "er_q_zero": np.array([0], np.int64)}
+                  "er_q_axes": np.array([-1], np.int64)}
         for name, value in shared.items():
             self.new_inits.append(_const(name, value))
 
@@ -166,42 +167,37 @@ class _Rewriter:
         self.used_names.add(name)
         return name
 
-    def quantize_rows(self, x: str, k: int, nodes: list[onnx.NodeProto]) -> tuple[str, str, str]:
-        """``x`` as rows [M, K]: uint8 codes (zero point 128), the per-row scale [M, 1], and x's
-        shape without its last axis (to shape the GEMM's output back). Built once per x.
+    def quantize_tokens(self, x: str, k: int, nodes: list[onnx.NodeProto]) -> tuple[str, str]:
+        """``x`` [..., K] as uint8 codes of its own shape and the per-token scale [..., 1]. Built once per x.
 
-        One QuantizeLinear(axis 0, a scale per row) does the divide, round (half to even), shift and
-        saturating cast that would otherwise take four passes over the activation.
+        One blocked QuantizeLinear (opset 21: axis -1, one block of K, so a scale per token) does the
+        divide, round (half to even), shift and saturating cast in place, on x's own shape: no
+        reshapes to rows and back, which at batch 1 cost more than the arithmetic.
         """
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
         p = self._name(f"er_q/{x}")
-        rows_shape = self._name(f"{p}/rows_shape")
-        self.new_inits.append(_const(rows_shape, np.array([-1, k], np.int64)))
-        rows, absx, amax, floor, scale, shape, zp, q, col, xshape, prefix = (
-            f"{p}/{s}" for s in ("rows", "abs", "amax", "floor", "scale", "shape", "zp", "q", "col", "xshape",
-                                 "prefix"))
-        nodes.append(helper.make_node("Reshape", [x, rows_shape], [rows], name=f"{p}/Rows"))
+        src, absx, amax, floor, scale, shape, zp, q = (
+            f"{p}/{s}" for s in ("smoothed", "abs", "amax", "floor", "scale", "shape", "zp", "q"))
         if x in self.smooth:
             inv = self._name(f"{p}/inv_smooth")
             self.new_inits.append(_const(inv, (1.0 / self.smooth[x]).astype(np.float32)))
-            nodes.append(helper.make_node("Mul", [rows, inv], [f"{p}/smoothed"], name=f"{p}/Smooth"))
-            rows = f"{p}/smoothed"
+            nodes.append(helper.make_node("Mul", [x, inv], [src], name=f"{p}/Smooth"))
+        else:
+            src = x
         nodes += [
-            helper.make_node("Abs", [rows], [absx], name=f"{p}/Abs"),
-            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=0),
+            helper.make_node("Abs", [src], [absx], name=f"{p}/Abs"),
+            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=1),
             helper.make_node("Max", [amax, "er_q_eps"], [floor], name=f"{p}/Max"),
             helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"),
-            # a zero point per row (QuantizeLinear wants it shaped like the scale): 128 each
+            # a zero point per token (a blocked QuantizeLinear wants it shaped like the scale)
             helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
             helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints"),
-            helper.make_node("QuantizeLinear", [rows, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=0),
-            helper.make_node("Unsqueeze", [scale, "er_q_axes"], [col], name=f"{p}/ScaleColumn"),
-            helper.make_node("Shape", [x], [xshape], name=f"{p}/Shape"),
-            helper.make_node("Slice", [xshape, "er_q_zero", "er_q_axes"], [prefix], name=f"{p}/Prefix"),
+            helper.make_node("QuantizeLinear", [src, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=-1,
+                             block_size=k),
         ]
-        self.quantized_inputs[x] = (q, col, prefix)
-        return q, col, prefix
+        self.quantized_inputs[x] = (q, scale)
+        return q, scale
 
     def weight_matrix(self, name: str, transpose: bool, alpha: float) -> np.ndarray:
         """The fp32 weight as [K, N], alpha applied."""
@@ -269,25 +265,19 @@ class _Rewriter:
             self.count += 1
             x = node.input[0]
             wq, ws = self.quantize_constant_weight(*found, node.input[0])
-            k, n = (int(d) for d in self.inits[found[0]].dims)
-            if found[1]:  # Gemm transB: the weight is stored [N, K]
-                k, n = n, k
-            q, scale, prefix = self.quantize_rows(x, k, out)
+            k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
+            q, scale = self.quantize_tokens(x, k, out)
             p = self._name(f"er_q/{node.name or node.output[0]}")
             y = node.output[0]
-            acc, scaled_rows, out_shape = f"{p}/acc", f"{p}/scaled_rows", f"{p}/out_shape"
+            acc = f"{p}/acc"
             has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
             scaled = f"{p}/scaled" if has_bias else y
-            n_const = self._name(f"{p}/n")
-            self.new_inits.append(_const(n_const, np.array([n], np.int64)))
-            # integer GEMM (int32 accumulation) with the per-channel weight scale in its output stage;
-            # a_scale must be a scalar, so the per-token scale is a separate Mul
+            # integer GEMM (int32 accumulation) on x's own shape, with the per-channel weight scale in its
+            # output stage; a_scale must be a scalar, so the per-token scale is a separate Mul
             out += [
                 helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [acc],
                                  name=f"{p}/MatMulIntegerToFloat", domain="com.microsoft"),
-                helper.make_node("Mul", [acc, scale], [scaled_rows], name=f"{p}/TokenScale"),
-                helper.make_node("Concat", [prefix, n_const], [out_shape], name=f"{p}/OutShape", axis=0),
-                helper.make_node("Reshape", [scaled_rows, out_shape], [scaled], name=f"{p}/Unrows"),
+                helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"),
             ]
             if has_bias:
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -360,6 +350,11 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     if rewriter.rewrite() == 0:
         raise ValueError(f"{src}: no MatMul or Gemm with a constant weight to quantize")
     rewriter.drop_unused_initializers()
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version < BLOCKED_QUANTIZE_OPSET:
+            # blocked QuantizeLinear needs opset 21; the exported ops (BERT's and causal LMs') mean
+            # the same from 18 to 21
+            o.version = BLOCKED_QUANTIZE_OPSET
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
