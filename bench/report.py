@@ -110,7 +110,7 @@ def cpu_model(cpuinfo: str) -> str | None:
     return fallback
 
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8")
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
 
 
 def cpu_flags(cpuinfo: str, wanted: Sequence[str] = CPU_FLAGS) -> list[str]:

@@ -595,7 +595,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
                 agreement = _agreement(graph, q_path, groups, readout, bias, config["logit_softcap"], int(pad_id))
             timings["quantize"] = s.seconds
             log(f"{opts.quantize} agreement with fp32: {agreement}")
-            variants[opts.quantize] = quantize.variant_entry(opts.quantize, agreement)
+            variants[opts.quantize] = quantize.variant_entry(opts.quantize, agreement, quantize.DEFAULT_RECIPE)
             goldens[opts.quantize] = _goldens(q_path, groups, int(pad_id))
             q_files[quantize.variant_file(opts.quantize)] = q_path
             if q_path.with_name(q_path.name + ".data").is_file():

@@ -408,16 +408,25 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         if opts.quantize is not None:
             variant = opts.quantize
             how = quantize.QUANTIZATIONS[variant]
+            # encoders have calibration rows (the samples), so their exact int8 is smoothed
+            recipe = quantize.CALIBRATED_RECIPE if variant == "int8" else None
             with Step(f"quantizing to {variant} ({how} activation scales, per-channel int8 weights)") as s:
-                q_path = quantize.quantize_variant(variant, graph_path, work / quantize.variant_file(variant))
+                q_path = quantize.quantize_variant(variant, graph_path, work / quantize.variant_file(variant),
+                                                   recipe or quantize.DEFAULT_RECIPE, rows)
                 q_session = verify.create_session(q_path)
-                agreement = quantize.measure_agreement(opts.kind, head, labels, session, q_session, rows)
+                if opts.kind == "embedding":
+                    # stated on real text: the corpus's sentences, not the generated samples
+                    corpus = verify.encode_rows(tok, quantize.real_sentences(), max_tokens)
+                    agreement = quantize.measure_corpus_agreement(head, session, q_session, corpus, pad_id,
+                                                                  quantize.REAL_SENTENCES_SOURCE)
+                else:
+                    agreement = quantize.measure_agreement(opts.kind, head, labels, session, q_session, rows)
                 if opts.int8_min_cosine is not None and "min_cosine" in agreement:
                     agreement["floor"] = {"min_cosine": opts.int8_min_cosine,
                                           "met": agreement["min_cosine"] >= opts.int8_min_cosine}
             timings["quantize"] = s.seconds
             log(f"{variant} agreement with fp32: {agreement}")
-            variants[variant] = quantize.variant_entry(variant, agreement)
+            variants[variant] = quantize.variant_entry(variant, agreement, recipe)
             goldens[variant] = verify.record_goldens(q_session, golden_rows)
             files[quantize.variant_file(variant)] = q_path
 

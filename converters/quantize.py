@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +41,74 @@ from converters.verify import Row
 
 #: Variant name -> how its graph is built and what numerics it promises.
 QUANTIZATIONS: dict[str, str] = {"int8": "per-token", "int8-dynamic": "dynamic"}
+#: The opset whose QuantizeLinear takes blocks (a scale per token on any rank).
+BLOCKED_QUANTIZE_OPSET = 21
 #: Guards all-zero activation rows (padding positions): their q is 0, their output the bias.
 ACTIVATION_EPS = 1e-8
-#: uint8 activations with zero point 128 take ONNX Runtime's fast U8S8 (VNNI) kernel; signed int8
-#: activations gave the same answers 2.7x slower (docs/reference/exact-int8-feasibility.md).
-ACTIVATION_ZERO_POINT = 128
+#: The largest magnitude a 16-bit lane holds. ONNX Runtime's U8S8 kernels for AVX2 and AVX-512 without
+#: VNNI multiply with vpmaddubsw: u8 x s8 products summed in adjacent pairs into int16 with saturation.
+#: An integer product is exact on every kernel (those, VNNI, AMX, ARM, CUDA) only when every such pair
+#: sum fits, whatever the data: 2 x (largest activation code) x (largest |weight code|) <= INT16_MAX.
+INT16_MAX = 32767
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How the exact int8 graph quantizes: code ranges and which matmuls stay fp32.
+
+    Activations are uint8 (the fast U8S8 kernels) with codes ``zero point +- activation_max``; weights
+    are symmetric int8 with codes ``+- weight_max``, one scale per output channel. ``fp32``: regular
+    expressions searched in MatMul/Gemm node names; a match keeps that matmul in fp32.
+    """
+
+    weight_max: int = 64
+    activation_max: int = 127
+    fp32: tuple[str, ...] = ()
+    #: SmoothQuant's migration strength: each input channel j of a matmul is divided by
+    #: s_j = max|x_j|^alpha / max|W_j|^(1 - alpha) (from calibration rows) and W's row j multiplied by
+    #: it, so outlier channels stop eating every token's resolution. 0: off.
+    smooth_alpha: float = 0.0
+
+    @property
+    def activation_zero_point(self) -> int:
+        """uint8 zero point centring the codes: 128 for +-127; activation_max + 1 for fewer bits (codes from 1)."""
+        return 128 if self.activation_max == 127 else self.activation_max + 1
+
+    @property
+    def pair_sum_bound(self) -> int:
+        """The largest |a0*b0 + a1*b1| any input can produce (a: uint8 activation codes, b: weight codes)."""
+        return 2 * (self.activation_zero_point + self.activation_max) * self.weight_max
+
+    def check(self) -> None:
+        """ValueError unless the codes fit their types and no 16-bit pair sum can saturate."""
+        if not 0.0 <= self.smooth_alpha <= 1.0:
+            raise ValueError(f"int8 recipe: smooth_alpha must be in [0, 1], got {self.smooth_alpha}")
+        if not (1 <= self.weight_max <= 127 and 1 <= self.activation_max <= 127):
+            raise ValueError(f"int8 recipe: weight_max and activation_max must be in 1..127, got {self}")
+        if self.activation_zero_point + self.activation_max > 255:
+            raise ValueError(f"int8 recipe: activation codes exceed uint8 ({self})")
+        if self.pair_sum_bound > INT16_MAX:
+            raise ValueError(f"int8 recipe: pair sums up to {self.pair_sum_bound} saturate 16-bit kernels "
+                             f"(AVX2 without VNNI); need <= {INT16_MAX}")
+        for pattern in self.fp32:
+            re.compile(pattern)
+
+    def describe(self) -> dict[str, Any]:
+        """The card's record of the recipe (what a reader needs to judge exactness and cost)."""
+        return {"activations": f"uint8 per token, codes {self.activation_zero_point} +- {self.activation_max}",
+                "weights": f"int8 per output channel, symmetric, codes +- {self.weight_max}",
+                "activation_max": self.activation_max, "activation_zero_point": self.activation_zero_point,
+                "weight_max": self.weight_max, "pair_sum_bound": self.pair_sum_bound,
+                "fp32_matmuls": list(self.fp32), "smooth_alpha": self.smooth_alpha}
+
+
+#: Weights +-64 against 8-bit activations: 2 x 255 x 64 = 32,640 fits int16, so AVX2's vpmaddubsw
+#: cannot saturate (with +-127 it reached 64,770). Every converter's exact int8 has at least this.
+DEFAULT_RECIPE = Int8Recipe(weight_max=64)
+#: The encoder converters' recipe (they have calibration rows): DEFAULT_RECIPE plus smoothing at alpha
+#: 0.6, which wins back what the weights' lost bit cost and more. Chosen by measurement on the STS
+#: Benchmark dev split (bench/int8_quality.py; docs/benchmarks.md).
+CALIBRATED_RECIPE = Int8Recipe(weight_max=64, smooth_alpha=0.6)
 
 
 def variant_file(variant: str) -> str:
@@ -55,36 +120,41 @@ def _const(name: str, array: np.ndarray) -> TensorProto:
     return numpy_helper.from_array(np.ascontiguousarray(array), name)
 
 
-def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-output-channel int8 of a [K, N] weight: (int8 [K, N], fp32 scale [N]).
+def quantize_weight(w: np.ndarray, max_code: int = 127) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-output-channel int8 of a [K, N] weight: (int8 [K, N], fp32 scale [N]), codes in
+    +-``max_code``.
 
     A channel of zeros gets scale 1 (its q is 0 either way) so nothing divides by zero.
     """
     w = np.asarray(w, dtype=np.float32)
     amax = np.abs(w).max(axis=0)
-    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
-    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+    scale = np.where(amax > 0, amax / np.float32(max_code), 1.0).astype(np.float32)
+    q = np.clip(np.rint(w / scale), -max_code, max_code).astype(np.int8)
     return q, scale
 
 
 class _Rewriter:
     """Builds the exact int8 graph: one quantization per distinct activation, one per weight."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, recipe: Int8Recipe) -> None:
+        self.recipe = recipe
+        self.keep = [re.compile(p) for p in recipe.fp32]
+        self.kept: list[str] = []
         self.graph = model.graph
         self.inits = {t.name: t for t in self.graph.initializer}
         self.new_inits: list[TensorProto] = []
-        self.quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, row scale, prefix)
-        self.quantized_weights: dict[tuple[str, bool, float], tuple[str, str]] = {}
+        self.quantized_inputs: dict[str, tuple[str, str]] = {}  # activation -> (codes, token scale)
+        self.quantized_weights: dict[tuple[str, bool, float, str], tuple[str, str]] = {}
+        #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
+        self.smooth: dict[str, np.ndarray] = {}
         self.count = 0
         self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
         self.used_names |= set(self.inits)
         shared: dict[str, np.ndarray] = {"er_q_eps": np.array(ACTIVATION_EPS, np.float32),
-                  "er_q_inv127": np.array(1.0 / 127.0, np.float32),
-                  "er_q_zp_u8": np.array(ACTIVATION_ZERO_POINT, np.uint8),
+                  "er_q_inv_amax": np.array(1.0 / recipe.activation_max, np.float32),
+                  "er_q_zp_u8": np.array(recipe.activation_zero_point, np.uint8),
                   "er_q_one": np.array(1.0, np.float32),
-                  "er_q_axes": np.array([-1], np.int64),
-                  "er_q_zero": np.array([0], np.int64)}
+                  "er_q_axes": np.array([-1], np.int64)}
         for name, value in shared.items():
             self.new_inits.append(_const(name, value))
 
@@ -97,46 +167,52 @@ class _Rewriter:
         self.used_names.add(name)
         return name
 
-    def quantize_rows(self, x: str, k: int, nodes: list[onnx.NodeProto]) -> tuple[str, str, str]:
-        """``x`` as rows [M, K]: uint8 codes (zero point 128), the per-row scale [M, 1], and x's
-        shape without its last axis (to shape the GEMM's output back). Built once per x.
+    def quantize_tokens(self, x: str, k: int, nodes: list[onnx.NodeProto]) -> tuple[str, str]:
+        """``x`` [..., K] as uint8 codes of its own shape and the per-token scale [..., 1]. Built once per x.
 
-        One QuantizeLinear(axis 0, a scale per row) does the divide, round (half to even), shift and
-        saturating cast that would otherwise take four passes over the activation.
+        One blocked QuantizeLinear (opset 21: axis -1, one block of K, so a scale per token) does the
+        divide, round (half to even), shift and saturating cast in place, on x's own shape: no
+        reshapes to rows and back, which at batch 1 cost more than the arithmetic.
         """
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
         p = self._name(f"er_q/{x}")
-        rows_shape = self._name(f"{p}/rows_shape")
-        self.new_inits.append(_const(rows_shape, np.array([-1, k], np.int64)))
-        rows, absx, amax, floor, scale, shape, zp, q, col, xshape, prefix = (
-            f"{p}/{s}" for s in ("rows", "abs", "amax", "floor", "scale", "shape", "zp", "q", "col", "xshape",
-                                 "prefix"))
+        src, absx, amax, floor, scale, shape, zp, q = (
+            f"{p}/{s}" for s in ("smoothed", "abs", "amax", "floor", "scale", "shape", "zp", "q"))
+        if x in self.smooth:
+            inv = self._name(f"{p}/inv_smooth")
+            self.new_inits.append(_const(inv, (1.0 / self.smooth[x]).astype(np.float32)))
+            nodes.append(helper.make_node("Mul", [x, inv], [src], name=f"{p}/Smooth"))
+        else:
+            src = x
         nodes += [
-            helper.make_node("Reshape", [x, rows_shape], [rows], name=f"{p}/Rows"),
-            helper.make_node("Abs", [rows], [absx], name=f"{p}/Abs"),
-            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=0),
+            helper.make_node("Abs", [src], [absx], name=f"{p}/Abs"),
+            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=1),
             helper.make_node("Max", [amax, "er_q_eps"], [floor], name=f"{p}/Max"),
-            helper.make_node("Mul", [floor, "er_q_inv127"], [scale], name=f"{p}/Scale"),
-            # a zero point per row (QuantizeLinear wants it shaped like the scale): 128 each
+            helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"),
+            # a zero point per token (a blocked QuantizeLinear wants it shaped like the scale)
             helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
             helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints"),
-            helper.make_node("QuantizeLinear", [rows, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=0),
-            helper.make_node("Unsqueeze", [scale, "er_q_axes"], [col], name=f"{p}/ScaleColumn"),
-            helper.make_node("Shape", [x], [xshape], name=f"{p}/Shape"),
-            helper.make_node("Slice", [xshape, "er_q_zero", "er_q_axes"], [prefix], name=f"{p}/Prefix"),
+            helper.make_node("QuantizeLinear", [src, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=-1,
+                             block_size=k),
         ]
-        self.quantized_inputs[x] = (q, col, prefix)
-        return q, col, prefix
+        self.quantized_inputs[x] = (q, scale)
+        return q, scale
 
-    def quantize_constant_weight(self, name: str, transpose: bool, alpha: float) -> tuple[str, str]:
-        """int8 weight [K, N] and its per-channel scale [N] as new initializers, built once per weight."""
-        key = (name, transpose, alpha)
+    def weight_matrix(self, name: str, transpose: bool, alpha: float) -> np.ndarray:
+        """The fp32 weight as [K, N], alpha applied."""
+        w = numpy_helper.to_array(self.inits[name]).astype(np.float32)
+        return (w.T if transpose else w) * np.float32(alpha)
+
+    def quantize_constant_weight(self, name: str, transpose: bool, alpha: float, x: str) -> tuple[str, str]:
+        """int8 weight [K, N] and its per-channel scale [N] as new initializers, built once per weight
+        (and activation ``x``, whose smoothing factors multiply the weight's rows)."""
+        key = (name, transpose, alpha, x if x in self.smooth else "")
         if key not in self.quantized_weights:
-            w = numpy_helper.to_array(self.inits[name]).astype(np.float32)
-            if transpose:
-                w = w.T
-            q, scale = quantize_weight(w * np.float32(alpha))
+            w = self.weight_matrix(name, transpose, alpha)
+            if x in self.smooth:
+                w = w * self.smooth[x][:, None].astype(np.float32)
+            q, scale = quantize_weight(w, self.recipe.weight_max)
             qn, sn = self._name(f"{name}_int8"), self._name(f"{name}_int8_scale")
             self.new_inits += [_const(qn, q), _const(sn, scale)]
             self.quantized_weights[key] = (qn, sn)
@@ -150,12 +226,33 @@ class _Rewriter:
             return None
         if self.inits[node.input[1]].data_type != TensorProto.FLOAT:
             return None
+        if any(p.search(node.name) for p in self.keep):
+            self.kept.append(node.name)  # the recipe keeps this one in fp32
+            return None
         if node.op_type == "MatMul":
             return node.input[1], False, 1.0
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if attrs.get("transA", 0):
             return None  # never exported by Optimum; stays fp32
         return node.input[1], bool(attrs.get("transB", 0)), float(attrs.get("alpha", 1.0))
+
+    def plan_smoothing(self, ranges: dict[str, np.ndarray]) -> None:
+        """Smoothing factors of every quantized activation with calibration ranges (max|x| per channel):
+        s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), W_j over every weight that reads x (Q, K and V share)."""
+        alpha = self.recipe.smooth_alpha
+        wmax: dict[str, np.ndarray] = {}
+        for node in self.graph.node:
+            found = self.weight_of(node)
+            if found is None or node.input[0] not in ranges:
+                continue
+            rows = np.abs(self.weight_matrix(*found)).max(axis=1)
+            x = node.input[0]
+            wmax[x] = rows if x not in wmax else np.maximum(wmax[x], rows)
+        self.kept.clear()  # weight_of records kept matmuls; rewrite() records them again
+        for x, w in wmax.items():
+            a = ranges[x].astype(np.float64)
+            s = np.where((a > 0) & (w > 0), a ** alpha / np.maximum(w, 1e-12) ** (1 - alpha), 1.0)
+            self.smooth[x] = s.astype(np.float32)
 
     def rewrite(self) -> int:
         """Replace every constant-weight MatMul/Gemm in place; returns how many were replaced."""
@@ -167,26 +264,20 @@ class _Rewriter:
                 continue
             self.count += 1
             x = node.input[0]
-            wq, ws = self.quantize_constant_weight(*found)
-            k, n = (int(d) for d in self.inits[found[0]].dims)
-            if found[1]:  # Gemm transB: the weight is stored [N, K]
-                k, n = n, k
-            q, scale, prefix = self.quantize_rows(x, k, out)
+            wq, ws = self.quantize_constant_weight(*found, node.input[0])
+            k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
+            q, scale = self.quantize_tokens(x, k, out)
             p = self._name(f"er_q/{node.name or node.output[0]}")
             y = node.output[0]
-            acc, scaled_rows, out_shape = f"{p}/acc", f"{p}/scaled_rows", f"{p}/out_shape"
+            acc = f"{p}/acc"
             has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
             scaled = f"{p}/scaled" if has_bias else y
-            n_const = self._name(f"{p}/n")
-            self.new_inits.append(_const(n_const, np.array([n], np.int64)))
-            # integer GEMM (int32 accumulation) with the per-channel weight scale in its output stage;
-            # a_scale must be a scalar, so the per-token scale is a separate Mul
+            # integer GEMM (int32 accumulation) on x's own shape, with the per-channel weight scale in its
+            # output stage; a_scale must be a scalar, so the per-token scale is a separate Mul
             out += [
                 helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [acc],
                                  name=f"{p}/MatMulIntegerToFloat", domain="com.microsoft"),
-                helper.make_node("Mul", [acc, scale], [scaled_rows], name=f"{p}/TokenScale"),
-                helper.make_node("Concat", [prefix, n_const], [out_shape], name=f"{p}/OutShape", axis=0),
-                helper.make_node("Reshape", [scaled_rows, out_shape], [scaled], name=f"{p}/Unrows"),
+                helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"),
             ]
             if has_bias:
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -214,22 +305,56 @@ class _Rewriter:
         self.graph.initializer.extend(keep)
 
 
-def quantize_int8_exact(src: Path, dst: Path) -> Path:
+def activation_ranges(model: onnx.ModelProto, names: Sequence[str], rows: Sequence[Row]) -> dict[str, np.ndarray]:
+    """max |x| per channel (last axis) of the activations ``names`` over the calibration ``rows``,
+    each run alone (so no padding enters the maxima)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    have = {o.name for o in probe.graph.output}
+    for n in names:
+        if n not in have:
+            probe.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    inputs = [i.name for i in session.get_inputs()]
+    out: dict[str, np.ndarray] = {}
+    for row in rows:
+        values = session.run(list(names), {n: row[n][None, :] for n in inputs})
+        for n, v in zip(names, values):
+            m = np.abs(v.reshape(-1, v.shape[-1])).max(axis=0)
+            out[n] = m if n not in out else np.maximum(out[n], m)
+    return out
+
+
+def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIPE,
+                        calibration: Sequence[Row] = ()) -> Path:
     """Write the per-token ("exact") int8 copy of the graph ``src`` to ``dst``.
 
-    Every MatMul/Gemm with a constant fp32 weight becomes, on x reshaped to rows [M, K]: per-token
-    scale s = max(max|x| over the row, eps) / 127; q = QuantizeLinear(x, s, 128, axis 0) as uint8;
-    MatMulIntegerToFloat(q, Wq, 1, w_scale, 128) with symmetric per-channel int8 weights; times s;
+    Every MatMul/Gemm with a constant fp32 weight (but those the recipe keeps in fp32) becomes, on x
+    reshaped to rows [M, K]: per-token scale s = max(max|x| over the row, eps) / A;
+    q = QuantizeLinear(x, s, zp, axis 0) as uint8; MatMulIntegerToFloat(q, Wq, 1, w_scale, zp) with
+    symmetric per-channel int8 weights of codes +-W; times s (A, W, zp: the recipe's activation_max,
+    weight_max and zero point, chosen so no 16-bit pair sum of any kernel can saturate);
     reshaped back; then the original bias. (QuantizeLinear per row measured ~10% faster at batch 32
     than Div/Round/Add/Cast, with the same invariance.) Activations are quantized once per producer
     (Q, K and V share theirs). Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
     fp32. Raises ValueError when the graph has no constant-weight MatMul (nothing to quantize).
     """
+    recipe.check()
     model = onnx.load(str(src))
-    rewriter = _Rewriter(model)
+    rewriter = _Rewriter(model, recipe)
+    if recipe.smooth_alpha > 0:
+        if not calibration:
+            raise ValueError("int8 recipe: smoothing needs calibration rows")
+        xs = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
+        rewriter.plan_smoothing(activation_ranges(model, xs, calibration))
     if rewriter.rewrite() == 0:
         raise ValueError(f"{src}: no MatMul or Gemm with a constant weight to quantize")
     rewriter.drop_unused_initializers()
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version < BLOCKED_QUANTIZE_OPSET:
+            # blocked QuantizeLinear needs opset 21; the exported ops (BERT's and causal LMs') mean
+            # the same from 18 to 21
+            o.version = BLOCKED_QUANTIZE_OPSET
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
@@ -263,10 +388,12 @@ def quantize_int8_dynamic(src: Path, dst: Path) -> Path:
     return dst
 
 
-def quantize_variant(variant: str, src: Path, dst: Path) -> Path:
-    """Build the quantized variant ``variant`` (a key of QUANTIZATIONS) of ``src`` at ``dst``."""
+def quantize_variant(variant: str, src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIPE,
+                     calibration: Sequence[Row] = ()) -> Path:
+    """Build the quantized variant ``variant`` (a key of QUANTIZATIONS) of ``src`` at ``dst``
+    (``recipe`` and its ``calibration`` rows: the exact variant's; the dynamic one is ONNX Runtime's own)."""
     if variant == "int8":
-        return quantize_int8_exact(src, dst)
+        return quantize_int8_exact(src, dst, recipe, calibration)
     if variant == "int8-dynamic":
         return quantize_int8_dynamic(src, dst)
     raise ValueError(f"unknown quantization {variant!r} (one of {', '.join(QUANTIZATIONS)})")
@@ -314,12 +441,73 @@ def measure_agreement(kind: str, head: dict[str, Any], labels: Sequence[str], fp
     return result
 
 
-def variant_entry(variant: str, agreement: dict[str, Any]) -> dict[str, Any]:
-    """The card's variants entry of a quantized graph: file, dtype, construction, numerics, agreement.
+#: Real sentences the embedding agreement is measured on (converters/data/README.md says whence).
+REAL_SENTENCES = Path(__file__).resolve().parent / "data" / "stsb-train-sentences.txt"
+REAL_SENTENCES_SOURCE = ("STS Benchmark train split, images and headlines genres, none also in dev or test "
+                         "(converters/data/README.md)")
+#: Sentences per batch when measuring corpus agreement (length-sorted, so little padding).
+AGREEMENT_BATCH = 32
+
+
+def real_sentences() -> list[str]:
+    """The 2,500 real English sentences of REAL_SENTENCES."""
+    return [line for line in REAL_SENTENCES.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _embed_sorted(session: ort.InferenceSession, rows: Sequence[Row], order: np.ndarray, head: dict[str, Any],
+                  pad_id: int) -> np.ndarray:
+    from converters.verify import pad_batch
+
+    names = [i.name for i in session.get_inputs()]
+    out: np.ndarray | None = None
+    for start in range(0, len(order), AGREEMENT_BATCH):
+        idx = order[start:start + AGREEMENT_BATCH]
+        feeds = pad_batch([rows[i] for i in idx], names, pad_id)
+        (hidden,) = session.run(["last_hidden_state"], feeds)
+        vecs = pool(hidden, feeds["attention_mask"], head["pooling"], True)
+        if out is None:
+            out = np.zeros((len(rows), vecs.shape[1]), np.float64)
+        out[idx] = vecs
+    assert out is not None
+    return out
+
+
+def measure_corpus_agreement(head: dict[str, Any], fp32: ort.InferenceSession, int8: ort.InferenceSession,
+                             rows: Sequence[Row], pad_id: int, corpus: str) -> dict[str, Any]:
+    """Agreement of an int8 embedder with its fp32 on the real sentences ``rows`` (``corpus`` names them).
+
+    Cosine of each sentence's int8 embedding to its fp32 one (min, 1st percentile, mean), and
+    nearest-neighbour agreement: the share of sentences whose nearest other sentence of the corpus (by
+    cosine) is the same under int8 as under fp32, which is what a semantic cache's hit depends on. Runs
+    in length-sorted batches of 32: the exact variant's rows do not depend on their batch, and fp32's
+    move by ~1e-7, far below what is stated (6 decimals).
+    """
+    order = np.argsort([len(r["input_ids"]) for r in rows], kind="stable")
+    a = _embed_sorted(fp32, rows, order, head, pad_id)
+    b = _embed_sorted(int8, rows, order, head, pad_id)
+    cos = cosine(a, b)
+
+    def nearest(v: np.ndarray) -> np.ndarray:
+        sims = v @ v.T
+        np.fill_diagonal(sims, -np.inf)
+        return np.asarray(sims.argmax(axis=1))
+
+    return {"metric": "cosine", "corpus": corpus, "cases": len(rows),
+            "min_cosine": round(float(cos.min()), 6), "p1_cosine": round(float(np.percentile(cos, 1)), 6),
+            "mean_cosine": round(float(cos.mean()), 6),
+            "nearest_neighbour_agreement": round(float(np.mean(nearest(a) == nearest(b))), 6)}
+
+
+def variant_entry(variant: str, agreement: dict[str, Any], recipe: Int8Recipe | None = None) -> dict[str, Any]:
+    """The card's variants entry of a quantized graph: file, dtype, construction, numerics, agreement,
+    and for the exact variant the recipe it was built with.
 
     ``numerics`` is what the construction promises: per-token int8 is batch-invariant (the server's
     probe still proves it at load); dynamic int8 changes a row's answer with its batch neighbours.
     """
     how = QUANTIZATIONS[variant]
-    return {"file": variant_file(variant), "dtype": "int8", "quantization": how,
-            "numerics": "exact" if how == "per-token" else "approximate", "agreement": agreement}
+    entry = {"file": variant_file(variant), "dtype": "int8", "quantization": how,
+             "numerics": "exact" if how == "per-token" else "approximate", "agreement": agreement}
+    if recipe is not None and how == "per-token":
+        entry["recipe"] = recipe.describe()
+    return entry

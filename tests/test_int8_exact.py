@@ -15,7 +15,14 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.quantize import quantize_weight
+from converters.quantize import (
+    DEFAULT_RECIPE,
+    INT16_MAX,
+    Int8Recipe,
+    quantize_int8_exact,
+    quantize_weight,
+    real_sentences,
+)
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.probe import bitwise_equal
@@ -77,15 +84,91 @@ def test_exact_int8_rows_alone_equal_rows_in_a_padded_batch(fixture_package: Cal
         assert bitwise_equal(alone, got)
 
 
-def test_quantize_weight_is_symmetric_per_channel() -> None:
+@pytest.mark.parametrize("max_code", [127, 64])
+def test_quantize_weight_is_symmetric_per_channel(max_code: int) -> None:
     rng = np.random.default_rng(0)
     w = rng.normal(size=(48, 5)).astype(np.float32) * np.array([1, 10, 0.01, 1e3, 0], np.float32)
-    q, scale = quantize_weight(w)
-    assert q.dtype == np.int8 and scale.shape == (5,) and np.all(np.abs(q) <= 127)
+    q, scale = quantize_weight(w, max_code)
+    assert q.dtype == np.int8 and scale.shape == (5,) and np.all(np.abs(q) <= max_code)
     assert np.all(q[:, 4] == 0) and scale[4] == 1.0  # a zero channel neither divides by zero nor moves
-    # each channel's largest weight maps to +-127 and no weight is off by more than half a step
-    assert np.all(np.abs(q[:, :4]).max(axis=0) == 127)
+    # each channel's largest weight maps to +-max_code and no weight is off by more than half a step
+    assert np.all(np.abs(q[:, :4]).max(axis=0) == max_code)
     assert np.all(np.abs(q * scale - w) <= scale / 2 + 1e-6 * np.abs(w))
+
+
+def test_recipes_that_could_saturate_16_bit_pair_sums_are_refused(tmp_path: Path) -> None:
+    """u8 x s8 pair sums must fit int16 whatever the data (AVX2's vpmaddubsw saturates beyond)."""
+    assert DEFAULT_RECIPE.pair_sum_bound == 2 * 255 * 64 <= INT16_MAX
+    assert Int8Recipe(weight_max=127, activation_max=63).pair_sum_bound == 2 * 127 * 127 <= INT16_MAX
+    for bad in (Int8Recipe(weight_max=127), Int8Recipe(weight_max=65), Int8Recipe(smooth_alpha=1.5)):
+        with pytest.raises(ValueError):
+            bad.check()
+    with pytest.raises(ValueError, match="saturate"):
+        quantize_int8_exact(tmp_path / "unused.onnx", tmp_path / "out.onnx", Int8Recipe(weight_max=127))
+
+
+def _integer_operands(graph_path: Path, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Every MatMulIntegerToFloat of the graph with its own operands on ``feeds``: the uint8 activation
+    codes it read, its int8 weight, weight scale and activation zero point, and the float it returned."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(graph_path))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    nodes = [n for n in model.graph.node if n.op_type == "MatMulIntegerToFloat"]
+    names: list[str] = []
+    for n in nodes:
+        for name, kind in ((n.input[0], TensorProto.UINT8), (n.output[0], TensorProto.FLOAT)):
+            if name not in names:
+                names.append(name)
+                model.graph.output.append(helper.make_tensor_value_info(name, kind, None))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    inputs = {i.name for i in session.get_inputs()}
+    values = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in inputs})))
+    return [{"name": n.name, "q": values[n.input[0]], "w": inits[n.input[1]], "w_scale": inits[n.input[3]],
+             "zp": int(inits[n.input[4]].reshape(-1)[0]), "out": values[n.output[0]]} for n in nodes]
+
+
+def _check_integer_products(graph_path: Path, tokenizer_path: Path, recipe: Int8Recipe) -> None:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok.enable_padding()
+    tok.enable_truncation(64)
+    texts = real_sentences()[::150]  # 17 real sentences of both genres, padded into one batch
+    encs = tok.encode_batch(texts)
+    ids = np.array([e.ids for e in encs], np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in encs], np.int64),
+             "token_type_ids": np.zeros_like(ids)}
+    operands = _integer_operands(graph_path, feeds)
+    assert operands
+    for op in operands:
+        q, w = op["q"], op["w"]
+        assert q.dtype == np.uint8 and w.dtype == np.int8 and op["zp"] == recipe.activation_zero_point
+        # the proof for every input: uint8 codes are <= 255 and |w| <= weight_max, so any two adjacent
+        # products sum inside int16 and no kernel ONNX Runtime may pick (vpmaddubsw on AVX2 and
+        # AVX-512 without VNNI, VNNI, AMX, ARM dot products, CUDA) can saturate
+        assert int(np.abs(w.astype(np.int64)).max()) <= recipe.weight_max
+        assert 2 * 255 * recipe.weight_max <= INT16_MAX
+        codes = q.astype(np.int64) - op["zp"]
+        assert int(np.abs(codes).max()) <= recipe.activation_max, op["name"]
+        # what the kernel returned is the exact integer product (int64 numpy), times the channel scale
+        exact = codes.reshape(-1, codes.shape[-1]) @ w.astype(np.int64)
+        assert np.abs(exact).max() < 2**24  # so float32(exact) is the integer itself
+        want = exact.astype(np.float32) * op["w_scale"].astype(np.float32)
+        got = op["out"].reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=op["name"])
+
+
+def test_integer_products_are_exact_and_cannot_saturate(fixture_package: Callable[..., Path]) -> None:
+    """Every integer GEMM of an exact int8 graph computes the exact product of its own operands on this
+    CPU, and its operand ranges make that so on every CPU class (the 16-bit pair-sum bound)."""
+    package = read_package(fixture_package("embedding", quantize=True))
+    recipe = Int8Recipe(**{k: v for k, v in package.card.raw["variants"]["int8"]["recipe"].items()
+                           if k in ("weight_max", "activation_max", "smooth_alpha")})
+    _check_integer_products(package.graph("int8"), package.file("tokenizer.json"), recipe)
 
 
 @pytest.mark.minilm
@@ -97,8 +180,21 @@ def test_default_minilm_serves_exact_int8_within_its_floor(minilm_package: Path)
     assert (entry["quantization"], entry["numerics"]) == ("per-token", "exact")
     agreement = entry["agreement"]
     assert agreement["floor"] == {"min_cosine": MINILM_INT8_MIN_COSINE, "met": True}
-    assert MINILM_INT8_MIN_COSINE <= agreement["min_cosine"] <= agreement["mean_cosine"] < 1.0
+    assert MINILM_INT8_MIN_COSINE <= agreement["min_cosine"] <= agreement["p1_cosine"] <= agreement["mean_cosine"] < 1
+    # measured on the shipped real sentences, and says so
+    assert agreement["cases"] == len(real_sentences()) >= 2000 and "STS Benchmark" in agreement["corpus"]
+    assert 0.9 <= agreement["nearest_neighbour_agreement"] <= 1.0
     assert _probe(_served(minilm_package, "int8")) == "padded"
+
+
+@pytest.mark.minilm
+def test_default_minilm_integer_products_are_exact_and_cannot_saturate(minilm_package: Path) -> None:
+    """The same proof on the real MiniLM: its 36 integer GEMMs on real sentences, exact and bounded."""
+    from converters.quantize import CALIBRATED_RECIPE
+
+    package = read_package(minilm_package)
+    assert package.card.raw["variants"]["int8"]["recipe"] == CALIBRATED_RECIPE.describe()
+    _check_integer_products(package.graph("int8"), package.file("tokenizer.json"), CALIBRATED_RECIPE)
 
 
 def test_state_once_int8_branches_equal_each_question_alone(tmp_path: Path) -> None:
