@@ -158,7 +158,7 @@ def liveness(rounds: int, work: Path) -> Table:
     """The slowest /health/live answered while each heavy request was handled."""
     from converters.decision_vision import build_decision_vision_fixture_result
     from converters.sparrow import build_sparrow_package
-    from tests.media_samples import image_bytes, picture, video_bytes
+    from tests.support.media_samples import image_bytes, picture, video_bytes
 
     sparrow = build_sparrow_package(work / "sparrow")
     vision = build_decision_vision_fixture_result(work / "vision").path

@@ -1,2 +1,2 @@
-from tests.conftest_fixtures import *  # noqa: F401,F403  (fixture packages, built once per session)
-from tests.conftest_server import *  # noqa: F401,F403  (session servers over those packages)
+# Fixture packages (built once per session) and session servers over them.
+pytest_plugins = ["tests.support.fixtures", "tests.support.servers"]

@@ -27,7 +27,7 @@ from edge_runtime.api.auth import ApiKeys, KeyFileError, bearer_token, needs_key
 from edge_runtime.api.request_ids import request_id
 from edge_runtime.api.schema import validate_response
 from edge_runtime.config import ConfigError, load_models_file
-from tests.server_harness import ROOT, Server, write_models_file
+from tests.support.server_harness import ROOT, Server, write_models_file
 
 DECIDER = "sparrow-nano"
 KEY = "k-first-8c1f0e5a9b7d4e2f"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 PACKAGE = ROOT / "edge_runtime"
 _SECTION = re.compile(r"^( {2}| {4})([a-z_0-9]+/)")

@@ -11,7 +11,7 @@ from tokenizers import AddedToken, Tokenizer, normalizers
 from edge_runtime.text.ascii_words import MAX_CACHED_WORDS, MAX_CHARS, AsciiWords
 from edge_runtime.text.bounds import BudgetReader
 from edge_runtime.text.tokenizer import analyze
-from tests.test_text_bounds import load_minilm, train_bytelevel_bpe, train_wordpiece
+from tests.support.tokenizers import load_minilm, train_bytelevel_bpe, train_wordpiece
 
 
 @pytest.fixture(scope="module")

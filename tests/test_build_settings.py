@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 SCRIPT = ROOT / "scripts" / "build_with_pip_settings.py"
 

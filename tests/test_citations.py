@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 # a document's name: lowercase words joined by hyphens (package files such as LICENSE.md or vocab.txt are not)
 _CITED = re.compile(r"\b((?:docs/)?(?:reference/)?[a-z0-9]+(?:-[a-z0-9]+)+\.(?:md|txt))\b")

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.container_harness import Container, image_config, podman
-from tests.server_harness import ROOT
+from tests.support.container_harness import Container, image_config, podman
+from tests.support.server_harness import ROOT
 
 pytestmark = [pytest.mark.heavy, pytest.mark.container]
 

@@ -27,7 +27,7 @@ from edge_runtime.questions import answer
 from edge_runtime.questions.sets import DEFAULT_THRESHOLD
 from edge_runtime.requests.decisions import parse_decisions_request
 from edge_runtime.requests.systemone import SCHEMA_4
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 STATE = "My card was charged twice and the parcel never arrived. Write to me at jane.doe@example.com."
 PROBLEMS = {

@@ -11,7 +11,7 @@ from edge_runtime.api.statuses import status_of
 from edge_runtime.errors import ApiError
 from edge_runtime.questions import DecisionOption, InvalidQuestion, Question
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
-from tests.contract_examples import (
+from tests.support.contract_examples import (
     BUNDLE_EXAMPLE,
     DECISIONS_EXAMPLE_1,
     DECISIONS_EXAMPLE_2,

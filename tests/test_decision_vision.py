@@ -29,6 +29,7 @@ from edge_runtime.families.decision_vision.family import DecisionVisionFamily
 from edge_runtime.families.decision_vision.vision_lm import Block, position_taps, rope_positions, rowcol, torch_linspace
 from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import parse_decisions_request
+from tests.support.vision import BODY_QUESTIONS, png_b64, png_url, sample_image
 
 PROBABILITY_TOLERANCE = 1e-5
 
@@ -55,22 +56,6 @@ def torch_vlm(built):
 
     torch.set_num_threads(1)
     return Qwen3VLForConditionalGeneration.from_pretrained(built["root"] / "src", dtype=torch.float32).eval()
-
-
-def png_url(image: Any, fmt: str = "PNG") -> str:
-    buf = io.BytesIO()
-    image.save(buf, format=fmt)
-    mime = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}[fmt]
-    return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def test_image(height: int, width: int, seed: int) -> Any:
-    from converters.decision_vision import _test_image
-
-    return _test_image(height, width, seed)
-
-
-test_image.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
 def family_limits(built: dict[str, Any]) -> dict[str, Any]:
@@ -214,16 +199,8 @@ def _probabilities(answer: dict[str, Any]) -> np.ndarray:
     return np.array(list(answer["probabilities"].values()))
 
 
-BODY_QUESTIONS = {
-    "colour": {"type": "choice", "instructions": "Which colour dominates?",
-               "criteria": {"red": "mostly red", "green": "mostly green", "blue": "mostly blue"}},
-    "busy": {"type": "noul", "instructions": "Is the picture busy?"},
-    "quality": {"type": "score", "instructions": "How sharp is it?", "levels": ["blurry", "fair", "sharp", "crisp"]},
-}
-
-
 def test_answers_equal_transformers_with_images(family, torch_vlm) -> None:
-    images = [test_image(70, 120, 1), test_image(90, 64, 2)]
+    images = [sample_image(70, 120, 1), sample_image(90, 64, 2)]
     body = {"state": "Two photos from the shop.", "images": [png_url(images[0]), png_url(images[1], "WEBP")],
             "questions": BODY_QUESTIONS}
     # WebP is lossy by default in Pillow: the reference reads the decoded image, as the server does
@@ -252,12 +229,12 @@ def test_graphs_with_external_data_serve_the_same_answers(built, family, tmp_pat
     assert names == {p.name for p in built["result"].path.iterdir()} | {"model.onnx.data", "vision.onnx.data"}
     package = read_package(result.path)  # every file, the data files too, checked against the manifest
     external = DecisionVisionFamily(package, create_session(package.graph("fp32"), "cpu", 1))
-    body = {"state": "A photo.", "images": [png_url(test_image(64, 96, 5))], "questions": BODY_QUESTIONS}
+    body = {"state": "A photo.", "images": [png_url(sample_image(64, 96, 5))], "questions": BODY_QUESTIONS}
     assert run(external, body)[1]["answers"] == run(family, body)[1]["answers"]
 
 
 def test_state_once_equals_each_question_alone(family) -> None:
-    url = png_url(test_image(64, 96, 3))
+    url = png_url(sample_image(64, 96, 3))
     _, together = run(family, {"state": "s", "images": [url], "questions": BODY_QUESTIONS})
     for qid, q in BODY_QUESTIONS.items():
         _, alone = run(family, {"state": "s", "images": [url], "questions": {qid: q}})
@@ -268,7 +245,7 @@ def test_video_answers_equal_transformers(family, torch_vlm) -> None:
     import torch
 
     from edge_runtime.families.decision_vision.processor import VideoClip, pair_frames
-    from tests.test_media_video import encode_video
+    from tests.support.media_samples import encode_video
 
     data = encode_video("mp4", seconds=2.0, fps=10, size=(96, 64))
     body = {"state": "A clip.", "videos": ["data:video/mp4;base64," + base64.b64encode(data).decode()],
@@ -307,7 +284,7 @@ def test_media_refusals_fail_the_request_or_the_batch_entry(family) -> None:
     assert e.value.reason == "video_format_unsupported"
     _, body = run(family, {"states": {
         "bad": {"state": "s", "images": ["data:image/png;base64,!!"], "questions": q},
-        "good": {"state": "s", "images": [png_url(test_image(40, 40, 4))], "questions": q}}})
+        "good": {"state": "s", "images": [png_url(sample_image(40, 40, 4))], "questions": q}}})
     assert body["states"]["bad"]["answers"]["n"]["error"] == "invalid_input"
     assert body["states"]["good"]["answers"]["n"]["type"] == "noul"
     with pytest.raises(ApiError) as e:
@@ -342,18 +319,18 @@ def test_serving_through_the_runtime(built) -> None:
         listed = list_models(runtime)
         validate_response("/v1/models", "get", 200, listed)
         assert listed["data"][0]["limits"]["image_max_pixels"] == family_limits(built)["image_max_pixels"]
-        body = {"model": "vision", "state": "Is it paid?", "images": [png_url(test_image(50, 80, 5))],
+        body = {"model": "vision", "state": "Is it paid?", "images": [png_url(sample_image(50, 80, 5))],
                 "questions": {"paid": BODY_QUESTIONS["busy"]}}
         got = asyncio.run(serve(runtime, "decisions", body, Timing()))
         assert got["answers"]["paid"]["type"] == "noul"
         validate_response("/v1/decisions", "post", 200, got)
         # the contract's System One media examples (images and videos; assets), in the 4.0 schema
         from edge_runtime.api.systemone import serve_systemone
-        from tests.test_media_video import encode_video
+        from tests.support.media_samples import encode_video
 
         clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
         turbo = {"model": "vision", "state": "Is the attached receipt complete, and does the clip show it being paid?",
-                 "images": [png_url(test_image(60, 40, 13), "JPEG")], "videos": [clip],
+                 "images": [png_url(sample_image(60, 40, 13), "JPEG")], "videos": [clip],
                  "questions": {"complete": {"type": "noul",
                                             "instructions": "Does the receipt show a total, a date and a merchant?"},
                                "paid": {"type": "noul", "instructions": "Does the clip show the receipt being paid?"}}}
@@ -361,7 +338,7 @@ def test_serving_through_the_runtime(built) -> None:
         assert status == 200 and set(out["answers"]) == {"complete", "paid"}, out
         validate_response("/v1/systemone", "post", 200, out)
         lite = {"model": "vision", "state": {"receipt": "<receipt>", "note": "Uploaded by the customer."},
-                "assets": {"<receipt>": {"type": "image", "data_base64": _b64(test_image(50, 70, 14))}},
+                "assets": {"<receipt>": {"type": "image", "data_base64": png_b64(sample_image(50, 70, 14))}},
                 "questions": {"complete": {"type": "noul",
                                            "instructions": "Does <receipt> show a total, a date and a merchant?"}}}
         status, out, _ = asyncio.run(serve_systemone(runtime, lite, Timing(), "vllm-sr/4.0", {}, False))
@@ -389,17 +366,11 @@ def test_a_tower_with_deepstack_exports_and_matches(tmp_path) -> None:
     assert card["verification"]["outputs"]["state_once_vs_whole"] <= 1e-5
 
 
-def _b64(image: Any) -> str:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
 def test_assets_in_the_state_are_images_in_front_of_it(family) -> None:
-    img = test_image(48, 80, 6)
+    img = sample_image(48, 80, 6)
     q = {"n": BODY_QUESTIONS["busy"]}
     via_asset, body = run(family, {"state": {"receipt": "<r>", "note": "See <r> twice: <r>"},
-                                   "assets": {"<r>": {"type": "image", "data_base64": _b64(img)}},
+                                   "assets": {"<r>": {"type": "image", "data_base64": png_b64(img)}},
                                    "questions": q})
     # three uses: three images in front of the state, the text naming them [image 1..3]
     assert len(via_asset.rows[0].blocks) == 3
@@ -407,13 +378,13 @@ def test_assets_in_the_state_are_images_in_front_of_it(family) -> None:
     assert '"receipt": "[image 1]"' in text and "See [image 2] twice: [image 3]" in text
     # the same as sending the image three times under images with that text
     direct, body2 = run(family, {"state": {"receipt": "[image 1]", "note": "See [image 2] twice: [image 3]"},
-                                 "images": ["data:image/png;base64," + _b64(img)] * 3, "questions": q})
+                                 "images": ["data:image/png;base64," + png_b64(img)] * 3, "questions": q})
     assert body["answers"] == body2["answers"]
     assert np.array_equal(via_asset.rows[0].prefix, direct.rows[0].prefix)
 
 
 def test_asset_refusals(family) -> None:
-    img = {"type": "image", "data_base64": _b64(test_image(32, 32, 7))}
+    img = {"type": "image", "data_base64": png_b64(sample_image(32, 32, 7))}
     q = {"n": BODY_QUESTIONS["busy"]}
     with pytest.raises(ApiError) as e:
         run(family, {"state": "no reference here", "assets": {"<a>": img}, "questions": q})
@@ -432,15 +403,15 @@ def test_asset_refusals(family) -> None:
 
 
 def test_video_tokens_limit_and_batches_equal_entries_alone(family) -> None:
-    from tests.test_media_video import encode_video
+    from tests.support.media_samples import encode_video
 
     q = {"n": BODY_QUESTIONS["busy"]}
     long_clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 20.0, 2, (64, 48))).decode()
     with pytest.raises(ApiError) as e:
         run(family, {"state": "s", "videos": [long_clip], "questions": q})
     assert (e.value.reason, e.value.limit) == ("video_tokens", family.planner.video_max_tokens)
-    a = {"state": "first", "images": [png_url(test_image(40, 72, 8))], "questions": BODY_QUESTIONS}
-    b = {"state": "second", "images": [png_url(test_image(72, 40, 9))], "questions": q}
+    a = {"state": "first", "images": [png_url(sample_image(40, 72, 8))], "questions": BODY_QUESTIONS}
+    b = {"state": "second", "images": [png_url(sample_image(72, 40, 9))], "questions": q}
     _, batch = run(family, {"states": {"a": a, "b": b}})
     for name, entry in (("a", a), ("b", b)):
         _, alone = run(family, entry)
@@ -451,7 +422,7 @@ def test_video_tokens_limit_and_batches_equal_entries_alone(family) -> None:
 
 def test_video_tokens_are_refused_before_decoding(family, monkeypatch) -> None:
     import edge_runtime.media.video as video
-    from tests.test_media_video import encode_video
+    from tests.support.media_samples import encode_video
 
     long_clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 30.0, 2, (64, 48))).decode()
     decoded: list[int] = []
@@ -521,7 +492,7 @@ def test_box_answers_and_transformers_brute_force(family, torch_vlm) -> None:
 
     from edge_runtime.api.schema import validate_response
 
-    image = test_image(80, 120, 11)
+    image = sample_image(80, 120, 11)
     body = {"state": "Find it.", "images": [png_url(image)],
             "questions": {"where": {"type": "box", "instructions": "the brightest corner"},
                           "busy": BODY_QUESTIONS["busy"]}}
@@ -571,7 +542,7 @@ def test_box_needs_one_image(family) -> None:
     box = {"type": "box", "instructions": "the receipt"}
     _, none = run(family, {"state": "s", "questions": {"b": box, "n": BODY_QUESTIONS["busy"]}})
     assert none["answers"]["b"]["reason"] == "box_needs_image"
-    url = png_url(test_image(40, 40, 12))
+    url = png_url(sample_image(40, 40, 12))
     _, two = run(family, {"state": "s", "images": [url, url], "questions": {"b": box, "n": BODY_QUESTIONS["busy"]}})
     assert two["answers"]["b"]["reason"] == "box_target_ambiguous"
     _, at = run(family, {"state": "s", "images": [url],
@@ -584,7 +555,7 @@ def test_box_needs_one_image(family) -> None:
 
 def test_box_at_a_moment_and_track(family) -> None:
     from edge_runtime.api.schema import validate_response
-    from tests.test_media_video import _Pipe, _write, encode_video
+    from tests.support.media_samples import Pipe, encode_video, write_clip
 
     clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
     target = "the grey square"
@@ -606,8 +577,8 @@ def test_box_at_a_moment_and_track(family) -> None:
     assert abs(track[1]["visible"] - noul["answers"]["v"]["noul"]) <= 1e-6
     # box_video_max_seconds (3 s on the fixture): a longer clip, or one whose container states no length
     longer = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 4.0, 10, (64, 48))).decode()
-    pipe = _Pipe()
-    _write(pipe, "webm", "libvpx", list(range(20)))
+    pipe = Pipe()
+    write_clip(pipe, "webm", "libvpx", list(range(20)))
     live = "data:video/webm;base64," + base64.b64encode(bytes(pipe.data)).decode()
     for url in (longer, live):
         _, out = run(family, {"state": "s", "videos": [url], "questions": {
@@ -619,7 +590,7 @@ def test_box_at_a_moment_and_track(family) -> None:
 
 
 def test_a_box_locates_the_image_its_instructions_reference(family) -> None:
-    a, b = _b64(test_image(40, 60, 15)), _b64(test_image(60, 40, 16))
+    a, b = png_b64(sample_image(40, 60, 15)), png_b64(sample_image(60, 40, 16))
     assets = {"<a>": {"type": "image", "data_base64": a}, "<b>": {"type": "image", "data_base64": b}}
     plan, got = run(family, {"state": {"first": "<a>", "second": "<b>"}, "assets": assets, "questions": {
         "where": {"type": "box", "instructions": "the corner of <b>"}}})
@@ -650,7 +621,7 @@ def test_the_vision_core_is_self_checked_when_the_graphs_open(built) -> None:
 
 def test_batched_trees_read_what_each_tree_reads_alone(family) -> None:
     """A request's boxes and track moments share each step's forward; each reads what it reads alone."""
-    from tests.test_media_video import encode_video
+    from tests.support.media_samples import encode_video
 
     clip = "data:video/mp4;base64," + base64.b64encode(encode_video("mp4", 2.0, 10, (64, 48))).decode()
     plan = family.plan_request(parse_decisions_request({"state": "A clip.", "videos": [clip], "questions": {
@@ -684,7 +655,7 @@ def test_cli_export_from_a_source_directory(built, tmp_path) -> None:
 def test_over_http_with_json_and_multipart_bodies(built, tmp_path) -> None:
     """The real server on 127.0.0.1: an image in JSON, an asset as a multipart part, a refused image."""
     from edge_runtime.api.schema import validate_response
-    from tests.server_harness import Server, write_models_file
+    from tests.support.server_harness import Server, write_models_file
 
     models = write_models_file(tmp_path / "models.yaml", [
         {"name": "vision", "package": str(built["result"].path), "device": "cpu", "threads": 1}])
@@ -693,11 +664,11 @@ def test_over_http_with_json_and_multipart_bodies(built, tmp_path) -> None:
         server.wait()
         q = {"n": BODY_QUESTIONS["busy"]}
         r = server.client.post("/v1/decisions", json={"model": "vision", "state": "s",
-                                                      "images": [png_url(test_image(40, 56, 17))], "questions": q})
+                                                      "images": [png_url(sample_image(40, 56, 17))], "questions": q})
         assert r.status_code == 200, r.text
         validate_response("/v1/decisions", "post", 200, r.json())
         buf = io.BytesIO()
-        test_image(56, 40, 18).save(buf, format="PNG")
+        sample_image(56, 40, 18).save(buf, format="PNG")
         request = {"model": "vision", "state": {"photo": "<p>"}, "assets": {"<p>": {"type": "image", "part": "p1"}},
                    "questions": q}
         r = server.client.post("/v1/decisions", files=[

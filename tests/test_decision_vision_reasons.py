@@ -27,9 +27,9 @@ from PIL import Image
 
 from converters.decision_vision import build_decision_vision_fixture_result
 from edge_runtime.api.schema import validate_response
-from tests.server_harness import Server, write_models_file
-from tests.test_decision_vision import BODY_QUESTIONS, _b64, png_url, test_image
-from tests.test_media_video import _Pipe, _write, encode_video
+from tests.support.media_samples import Pipe, encode_video, write_clip
+from tests.support.server_harness import Server, write_models_file
+from tests.support.vision import BODY_QUESTIONS, png_b64, png_url, sample_image
 
 #: The tight copy's limits: small enough that small bodies break them.
 TIGHT_LIMITS = {"image_max_bytes": 3000, "image_source_max_pixels": 100 * 100, "video_max_bytes": 20_000,
@@ -102,7 +102,7 @@ def answered(server: Server, body: dict[str, Any], model: str = "vision") -> dic
 
 def still_serving(server: Server) -> None:
     """A good image request right after a refusal is answered: the refusal cost the server nothing."""
-    got = answered(server, {"state": "s", "images": [png_url(test_image(40, 56, 30))], "questions": NOUL})
+    got = answered(server, {"state": "s", "images": [png_url(sample_image(40, 56, 30))], "questions": NOUL})
     assert got["n"]["type"] == "noul"
 
 
@@ -176,7 +176,7 @@ def mp4_claiming_hours(hours: float) -> bytes:
 
 
 def animated(fmt: str) -> bytes:
-    frames = [test_image(24, 24, s) for s in (31, 32, 33)]
+    frames = [sample_image(24, 24, s) for s in (31, 32, 33)]
     buf = io.BytesIO()
     frames[0].save(buf, format=fmt, save_all=True, append_images=frames[1:], duration=100)
     return buf.getvalue()
@@ -210,7 +210,7 @@ HOSTILE = {
     "animated_webp": (lambda: data_url("image/webp", animated("WEBP")), "images", "image_animated", None),
     # GIF is not served at all, animated or not: named unsupported without a frame read
     "animated_gif": (lambda: data_url("image/gif", animated("GIF")), "images", "image_format_unsupported", None),
-    "truncated_png": (lambda: data_url("image/png", encoded(test_image(64, 64, 34))[:300]), "images",
+    "truncated_png": (lambda: data_url("image/png", encoded(sample_image(64, 64, 34))[:300]), "images",
                       "image_malformed", None),
     "video_claiming_hours": (lambda: video_url(mp4_claiming_hours(10)), "videos", "video_too_long", 300),
     "truncated_video": (lambda: video_url(encode_video("mp4", 2.0, 10, (64, 48))[:700]),
@@ -236,7 +236,7 @@ def test_hostile_media_are_refused_and_the_server_keeps_serving(server: Server, 
 
 
 def test_image_limits_of_the_card(server: Server) -> None:
-    noisy = image_url(test_image(60, 60, 35))  # noisy pixels: PNG keeps them, > 3,000 bytes
+    noisy = image_url(sample_image(60, 60, 35))  # noisy pixels: PNG keeps them, > 3,000 bytes
     refused(server, {"state": "s", "images": [noisy], "questions": NOUL}, "image_too_large",
             TIGHT_LIMITS["image_max_bytes"], model="tight")
     flat = image_url(Image.new("RGB", (120, 100), (9, 99, 199)))  # a few hundred bytes, 12,000 pixels
@@ -258,7 +258,7 @@ def test_image_intake_reasons(server: Server) -> None:
             "image_url_unsupported")
     # the format comes from the bytes: JPEG and WebP bytes under a PNG label are read as what they are
     for fmt in ("JPEG", "WEBP"):
-        url = image_url(test_image(40, 40, 36), fmt).replace(f"image/{fmt.lower()}", "image/png")
+        url = image_url(sample_image(40, 40, 36), fmt).replace(f"image/{fmt.lower()}", "image/png")
         assert answered(server, {"state": "s", "images": [url], "questions": NOUL})["n"]["type"] == "noul"
 
 
@@ -291,7 +291,7 @@ def test_video_intake_reasons(server: Server, card: dict[str, Any]) -> None:
 
 
 def test_asset_reasons(server: Server) -> None:
-    img = {"type": "image", "data_base64": _b64(test_image(32, 32, 37))}
+    img = {"type": "image", "data_base64": png_b64(sample_image(32, 32, 37))}
     refused(server, {"state": "no reference here", "assets": {"<a>": img}, "questions": NOUL}, "asset_unreferenced")
     refused(server, {"state": "x" * 1025, "assets": {"x" * 1025: img}, "questions": NOUL},
             "asset_reference_too_long", 1024)
@@ -307,14 +307,14 @@ def test_asset_reasons(server: Server) -> None:
             "image_format_unsupported")
     refused(server, {"state": "<a>", "assets": {"<a>": {"type": "image", "data_base64": base64.b64encode(
         animated("PNG")).decode()}}, "questions": NOUL}, "image_animated")
-    noisy = {"type": "image", "data_base64": _b64(test_image(60, 60, 38))}  # over the tight 3,000 bytes
+    noisy = {"type": "image", "data_base64": png_b64(sample_image(60, 60, 38))}  # over the tight 3,000 bytes
     refused(server, {"state": "<a>", "assets": {"<a>": noisy}, "questions": NOUL}, "image_too_large",
             TIGHT_LIMITS["image_max_bytes"], model="tight")
     assert answered(server, {"state": "<a>", "assets": {"<a>": img}, "questions": NOUL})["n"]["type"] == "noul"
 
 
 def test_multipart_asset_reasons(server: Server) -> None:
-    png = encoded(test_image(32, 32, 39))
+    png = encoded(sample_image(32, 32, 39))
 
     def multipart(request: dict[str, Any], parts: dict[str, bytes]) -> Any:
         files = [("request", (None, json.dumps({"model": "vision", **request}).encode(), "application/json")),
@@ -339,7 +339,7 @@ def test_multipart_asset_reasons(server: Server) -> None:
 def test_image_placements_refuse_images_in_questions_and_options(server: Server) -> None:
     listed = {m["id"]: m for m in server.client.get("/v1/models").json()["data"]}
     assert listed["vision"]["image_placements"] == ["state"]
-    img = {"type": "image", "data_base64": _b64(test_image(32, 48, 40))}
+    img = {"type": "image", "data_base64": png_b64(sample_image(32, 48, 40))}
     got = answered(server, {"state": "A shop. <shared>", "assets": {"<shared>": img, "<own>": img, "<opt>": img},
                             "questions": {
         "n": BODY_QUESTIONS["busy"],
@@ -359,14 +359,14 @@ def test_image_placements_refuse_images_in_questions_and_options(server: Server)
 
 
 def test_box_reasons(server: Server) -> None:
-    url = png_url(test_image(40, 40, 41))
+    url = png_url(sample_image(40, 40, 41))
     box = {"type": "box", "instructions": "the receipt"}
     got = answered(server, {"state": "s", "questions": {"b": box, "t": {"type": "track", "instructions": "it"},
                                                         **NOUL}})
     assert got["b"]["reason"] == got["t"]["reason"] == "box_needs_image" and got["n"]["type"] == "noul"
     got = answered(server, {"state": "s", "images": [url, url], "questions": {"b": box, **NOUL}})
     assert got["b"]["reason"] == "box_target_ambiguous"
-    img = {"type": "image", "data_base64": _b64(test_image(40, 40, 42))}
+    img = {"type": "image", "data_base64": png_b64(sample_image(40, 40, 42))}
     got = answered(server, {"state": {"a": "<a>", "b": "<b>"}, "assets": {"<a>": img, "<b>": img, "<c>": img},
                             "questions": {"both": {"type": "box", "instructions": "<a> or <b>"},
                                           "outside": {"type": "box", "instructions": "in <c>"},
@@ -376,8 +376,8 @@ def test_box_reasons(server: Server) -> None:
     assert got["one"]["type"] == "box"
     # box_video_too_long: past box_video_max_seconds (3 s), or a clip whose container states no length
     longer = video_url(encode_video("mp4", 4.0, 10, (64, 48)))
-    pipe = _Pipe()
-    _write(pipe, "webm", "libvpx", list(range(20)))
+    pipe = Pipe()
+    write_clip(pipe, "webm", "libvpx", list(range(20)))
     live = video_url(bytes(pipe.data), "video/webm")
     for clip in (longer, live):
         got = answered(server, {"state": "s", "videos": [clip], "questions": {
@@ -396,7 +396,7 @@ def test_request_tokens_and_batch_entries(server: Server, card: dict[str, Any]) 
             card["limits"]["max_request_tokens"])
     r = server.client.post("/v1/decisions", json={"model": "vision", "states": {
         "bad": {"state": "s", "images": [image_url(Image.new("L", (1, 20_000)))], "questions": NOUL},
-        "good": {"state": "s", "images": [png_url(test_image(40, 40, 43))], "questions": NOUL}}})
+        "good": {"state": "s", "images": [png_url(sample_image(40, 40, 43))], "questions": NOUL}}})
     assert r.status_code == 200, r.text
     states = r.json()["states"]
     assert (states["bad"]["answers"]["n"]["error"], states["bad"]["answers"]["n"]["reason"]) == (
@@ -410,9 +410,9 @@ def test_request_tokens_and_batch_entries(server: Server, card: dict[str, Any]) 
 
 
 def test_media_sent_to_a_model_without_the_modality(server: Server) -> None:
-    url = png_url(test_image(40, 40, 44))
+    url = png_url(sample_image(40, 40, 44))
     refused(server, {"state": "s", "images": [url], "questions": NOUL}, "image_unsupported", model="blind")
-    img = {"type": "image", "data_base64": _b64(test_image(40, 40, 45))}
+    img = {"type": "image", "data_base64": png_b64(sample_image(40, 40, 45))}
     refused(server, {"state": "<a>", "assets": {"<a>": img}, "questions": NOUL}, "image_unsupported", model="blind")
     clip = video_url(encode_video("mp4", 1.0, 10, (40, 40)))
     refused(server, {"state": "s", "videos": [clip], "questions": NOUL}, "video_unsupported", model="blind")
@@ -493,7 +493,7 @@ def test_systemone_question_images_unsupported_fails_the_request(server: Server)
     question_failed, invalid_question, the first such question named and every one listed in
     ``detail``; a /v1/systemone/batch request fails alone, as it would alone; in a batch under
     ``states`` the failing entry is named."""
-    img = {"type": "image", "data_base64": _b64(test_image(32, 48, 46))}
+    img = {"type": "image", "data_base64": png_b64(sample_image(32, 48, 46))}
     body = {"model": "vision", "state": "A shop. <shared>", "assets": {"<shared>": img, "<own>": img, "<opt>": img},
             "questions": {
                 "n": BODY_QUESTIONS["busy"],

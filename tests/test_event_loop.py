@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +186,7 @@ def _refused(server: Server, body: dict[str, Any], reason: str) -> None:
 def test_liveness_stays_under_100_ms_while_the_largest_image_is_decoded(vision_server: Server) -> None:
     from PIL import Image
 
-    from tests.media_samples import data_url, image_bytes, picture
+    from tests.support.media_samples import data_url, image_bytes, picture
 
     # 16,000,000 pixels, the contract's largest image (the card allows as many): a 7 MB JPEG.
     largest = image_bytes(picture(4000, 4000, seed=23), "JPEG", quality=90)
@@ -199,7 +199,7 @@ def test_liveness_stays_under_100_ms_while_the_largest_image_is_decoded(vision_s
 
 
 def test_liveness_stays_under_100_ms_while_the_largest_video_is_decoded(vision_server: Server) -> None:
-    from tests.media_samples import data_url, video_bytes
+    from tests.support.media_samples import data_url, video_bytes
 
     # Frames of 3840 x 2160 (the card's video_source_max_pixels), 20 s at the card's 2 fps: 40
     # frames, the most its 256 video tokens admit; a second more is refused before any decoding.

@@ -11,7 +11,7 @@ import pytest
 
 from converters.sparrow import build_sparrow_package
 from edge_runtime.examples import DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, answer_problems
-from tests.server_harness import ROOT, Server, write_models_file
+from tests.support.server_harness import ROOT, Server, write_models_file
 
 
 def test_answer_problems_finds_wrong_shapes() -> None:

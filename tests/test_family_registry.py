@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import converters.__main__ as converter_cli
 from edge_runtime.families.registry import FAMILIES
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 #: family -> (the converter kinds that write its packages, the test that checks their parity with the
 #: source model's own implementation, and a test name in it that does).

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 
 def test_the_gpu_check_runs_against_the_cpu(fixture_package: Callable[..., Path]) -> None:

@@ -13,7 +13,7 @@ import promql_parser
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 PACKAGE = ROOT / "edge_runtime"
 
@@ -114,3 +114,17 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from edge_runtime.api.statuses import status_of\nfrom edge_runtime import API_VERSION\n")
     assert _our_layers(module) == {"api", "__init__"}
+
+
+def test_no_test_module_imports_another_and_none_imports_a_star() -> None:
+    """What tests share lives in tests/support/ (pytest plugins and helpers), never in a test module."""
+    wrong = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                last = node.module.split(".")[-1]
+                if node.module.startswith("tests.") and last.startswith("test_"):
+                    wrong.append(f"{path.relative_to(ROOT)} imports {node.module}")
+                if any(alias.name == "*" for alias in node.names):
+                    wrong.append(f"{path.relative_to(ROOT)} imports * from {node.module}")
+    assert not wrong, "\n".join(wrong)

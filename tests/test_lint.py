@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 
 def _tool(name: str) -> str:

@@ -13,7 +13,7 @@ from bench.texts import shaped_text
 from edge_runtime.text.bounds import BudgetReader
 from edge_runtime.text.longwords import MIN_RUN, MIN_SPACE_RUN, SCAN_CHUNK, LongWords, long_runs, space_mask
 from edge_runtime.text.tokenizer import analyze
-from tests.test_text_bounds import load_minilm, train_bytelevel_bpe, train_wordpiece
+from tests.support.tokenizers import load_minilm, train_bytelevel_bpe, train_wordpiece
 
 
 @pytest.fixture(scope="module")

@@ -17,31 +17,9 @@ from edge_runtime.media.video import (
     sample_frames,
     sniff_container,
 )
+from tests.support.media_samples import Pipe, encode_video, write_clip
 
 LIMITS = VideoLimits(max_bytes=4_000_000, max_seconds=10, source_max_pixels=200 * 200, fps=2, max_frames=16)
-_CODEC = {"mp4": ("mp4", "mpeg4"), "webm": ("webm", "libvpx"), "mov": ("mov", "mpeg4"), "mkv": ("matroska", "mpeg4")}
-
-
-def encode_video(kind: str, seconds: float, fps: int, size: tuple[int, int]) -> bytes:
-    """A clip whose frame k is a flat grey of level 8 * k (so a frame's index is readable back)."""
-    import av
-
-    fmt, codec = _CODEC[kind]
-    buf = io.BytesIO()
-    with av.open(buf, mode="w", format=fmt) as out:
-        stream = out.add_stream(codec, rate=fps)
-        stream.width, stream.height = size
-        stream.pix_fmt = "yuv420p"
-        for k in range(int(round(seconds * fps))):
-            arr = np.full((size[1], size[0], 3), min(8 * k, 255), dtype=np.uint8)
-            frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
-
-
 encode_video.__test__ = False  # type: ignore[attr-defined]
 
 
@@ -104,43 +82,11 @@ def test_pairs_are_timestamped_at_the_mean_of_their_frames() -> None:
         assert pair.patches.grid_t == 1 and pair.patches.grid_h * pair.patches.grid_w * 256 <= 64 * 64
 
 
-class _Pipe(io.RawIOBase):
-    """A write-only, unseekable sink: the muxer cannot go back to write the duration."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def write(self, b) -> int:  # type: ignore[override]
-        self.data += bytes(b)
-        return len(b)
-
-
-def _write(sink, fmt: str, codec: str, pts: list[int], fps: int = 10) -> None:
-    import av
-
-    with av.open(sink, mode="w", format=fmt) as out:
-        stream = out.add_stream(codec, rate=fps)
-        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
-        for k, p in enumerate(pts):
-            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 8 * k, dtype=np.uint8), format="rgb24")
-            frame.pts = p
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-
-
 def test_a_live_webm_without_duration_gets_one_from_a_packet_scan() -> None:
     import av
 
-    pipe = _Pipe()
-    _write(pipe, "webm", "libvpx", list(range(30)))
+    pipe = Pipe()
+    write_clip(pipe, "webm", "libvpx", list(range(30)))
     data = bytes(pipe.data)
     assert av.open(io.BytesIO(data)).duration is None  # the premise: no duration in the container
     frames = sample_frames(data, LIMITS)
@@ -149,7 +95,7 @@ def test_a_live_webm_without_duration_gets_one_from_a_packet_scan() -> None:
 
 def test_a_header_that_claims_hours_is_refused_before_decoding() -> None:
     buf = io.BytesIO()
-    _write(buf, "matroska", "mpeg4", [0, 1, 10 * 3600 * 10])  # three frames, the last at 10 hours
+    write_clip(buf, "matroska", "mpeg4", [0, 1, 10 * 3600 * 10])  # three frames, the last at 10 hours
     with pytest.raises(ApiError) as e:
         sample_frames(buf.getvalue(), LIMITS)
     assert (e.value.reason, e.value.limit) == ("video_too_long", 10)

@@ -23,8 +23,8 @@ from edge_runtime.families.multimodal_embedding.features import image_pixels, lo
 from edge_runtime.media.audio import AudioLimits, decode_audio
 from edge_runtime.media.errors import MediaError
 from edge_runtime.media.image import ImageLimits, decode_image
-from tests.media_samples import b64, data_url, encode_audio, image_bytes, picture, tone
-from tests.server_harness import Server, write_models_file
+from tests.support.media_samples import b64, data_url, encode_audio, image_bytes, picture, tone
+from tests.support.server_harness import Server, write_models_file
 
 PARITY = 1e-5
 ARCHS = ("siglip", "clip", "whisper", "clap")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edge_runtime.api.schema import validate_response
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 SPEECH = Path(__file__).parent / "data" / "speech"
 

@@ -28,7 +28,7 @@ from edge_runtime.api.schema import (
     schema_validator,
     validate_response,
 )
-from tests.contract_examples import (
+from tests.support.contract_examples import (
     BUNDLE_EXAMPLE,
     CLASSIFY_EXAMPLE,
     DECISIONS_EXAMPLE_1,
@@ -41,7 +41,7 @@ from tests.contract_examples import (
     SYSTEMONE_EXAMPLE_ASSETS,
     SYSTEMONE_EXAMPLE_MEDIA,
 )
-from tests.server_harness import ROOT
+from tests.support.server_harness import ROOT
 
 # The contract as the team received it, copied into the repository so the check runs everywhere.
 REFERENCE = ROOT / "docs" / "reference" / "http-api-reference.txt"

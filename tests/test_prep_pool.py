@@ -22,7 +22,7 @@ from edge_runtime.engine import Overloaded
 from edge_runtime.requests.decisions import parse_decisions_request
 from edge_runtime.requests.encoder import parse_classify, parse_embeddings, parse_rerank
 from edge_runtime.work import INLINE_BODY_BYTES, PoolFull, WorkPool, keep_inline
-from tests.server_harness import free_port
+from tests.support.server_harness import free_port
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from converters.sparrow import build_sparrow_package
-from tests.server_harness import ROOT, Server, write_models_file
+from tests.support.server_harness import ROOT, Server, write_models_file
 
 
 def _curl_examples() -> list[tuple[str, dict]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edge_runtime.api.schema import validate_response
-from tests.server_harness import ROOT, Server, write_models_file
+from tests.support.server_harness import ROOT, Server, write_models_file
 
 
 @pytest.fixture(scope="module")

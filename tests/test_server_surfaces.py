@@ -15,7 +15,7 @@ import pytest
 import zstandard
 
 from edge_runtime.api.schema import validate_response
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 PHASES = ("parse", "tokenize", "queue", "forward", "post", "serialize", "total")
 

@@ -32,14 +32,14 @@ from edge_runtime.requests.systemone import (
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
-from tests.contract_examples import (
+from tests.support.contract_examples import (
     DECISIONS_EXAMPLE_1,
     DECISIONS_EXAMPLE_2,
     DECISIONS_EXAMPLE_BATCH,
     SYSTEMONE_EXAMPLE_ASSETS,
     SYSTEMONE_EXAMPLE_MEDIA,
 )
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 MODEL = "sparrow-nano"
 SCHEMAS = (SCHEMA_5, SCHEMA_4)

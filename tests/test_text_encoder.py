@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from edge_runtime.text import Encoded, InputError, TextEncoder, Window
 from edge_runtime.text.windows import longest_first, window_starts
-from tests.test_text_bounds import ENGLISH, MINILM, spied_encoder, train_bytelevel_bpe, train_wordpiece
+from tests.support.tokenizers import ENGLISH, MINILM, spied_encoder, train_bytelevel_bpe, train_wordpiece
 
 
 @functools.cache

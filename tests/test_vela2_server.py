@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from edge_runtime.api.schema import validate_response
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 MODEL = "Vela-2.0-0.3B"  # served under the contract examples' own name
 

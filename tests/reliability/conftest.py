@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.reliability.support import StartServer
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 
 @pytest.fixture(scope="session")

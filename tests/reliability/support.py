@@ -11,7 +11,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from edge_runtime.api.schema import validate_response
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 MiB = 1 << 20
 #: The type of the module fixture start_server(models, *flags) -> Server (tests/reliability/conftest.py).

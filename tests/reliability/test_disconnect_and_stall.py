@@ -19,7 +19,7 @@ import pytest
 
 from edge_runtime.api.schema import validate_response
 from tests.reliability.support import StartServer, checked, metric, wait_until
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 pytestmark = pytest.mark.minilm
 

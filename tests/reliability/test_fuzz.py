@@ -43,7 +43,7 @@ from schemathesis.specs.openapi.checks import (
 
 from edge_runtime.api.schema import load_openapi, request_validator, validate_response
 from tests.reliability.support import StartServer, checked, encoder_entries
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 NORMAL_EXAMPLES = 11  # per operation and mode: 7 POST x 2 modes x 11 + 5 GET = 159 requests
 HEAVY_EXAMPLES = 80  # 7 x 2 x 80 + 5 = 1,125 requests

@@ -25,7 +25,7 @@ import zstandard
 from edge_runtime.api.body import MAX_JSON_DEPTH, ZSTD_MAX_WINDOW
 from edge_runtime.api.schema import load_openapi
 from tests.reliability.support import MiB, PeakGrowth, StartServer, checked, error_of
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 LIMIT = 4 * MiB  # --max-request-bytes: the 1 MB bomb passes as sent and is refused once decoded
 BOMB_DECODED = 1 << 30

@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from tests.reliability.support import StartServer, checked, metric
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 WORDS = ["alpha", "beta", "gamma", "δέλτα", "東京", "reset", "password", "queue", "overload", "x1", "🚀"]
 

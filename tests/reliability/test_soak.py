@@ -29,7 +29,7 @@ import orjson
 import pytest
 
 from tests.reliability.support import MiB, StartServer, checked, encoder_entries, memory
-from tests.server_harness import Server
+from tests.support.server_harness import Server
 
 WORDS = ["reset", "password", "login", "page", "settings", "security", "Paris", "Tom", "Baker", "東京",
          "δέλτα", "🚀", "offices", "closed", "Sunday", "invoice", "refund", "order", "shipping", "late",

@@ -12,7 +12,7 @@ import pytest
 
 from tests.router import api
 from tests.router.goshapes import decode
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 #: --max-bundle-tasks of the suite's server: small, so that a stage of the Router's splits.
 BUNDLE_CAP = 4

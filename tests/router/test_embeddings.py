@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.media_samples import data_url, image_bytes, picture
 from tests.router import api
 from tests.router.client import (
     bind_embedding,
@@ -18,6 +17,7 @@ from tests.router.client import (
     status_error,
 )
 from tests.router.conftest import EMBEDDERS, Router
+from tests.support.media_samples import data_url, image_bytes, picture
 
 TEXTS = ["How do I reset my password?", "Où est la gare ? 東京 🚀"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.server_harness import Server, write_models_file
+from tests.support.server_harness import Server, write_models_file
 
 ENCODER_KINDS = {
     "emb": "embedding",

@@ -86,3 +86,60 @@ def video_bytes(seconds: float, fps: int, size: tuple[int, int], fmt: str = "mp4
         for packet in stream.encode():
             out.mux(packet)
     return buf.getvalue()
+
+
+#: container -> (PyAV format, codec) of the test clips
+VIDEO_CODECS = {"mp4": ("mp4", "mpeg4"), "webm": ("webm", "libvpx"), "mov": ("mov", "mpeg4"),
+                "mkv": ("matroska", "mpeg4")}
+
+
+def encode_video(kind: str, seconds: float, fps: int, size: tuple[int, int]) -> bytes:
+    """A clip whose frame k is a flat grey of level 8 * k (so a frame's index is readable back)."""
+    import av
+
+    fmt, codec = VIDEO_CODECS[kind]
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format=fmt) as out:
+        stream = out.add_stream(codec, rate=fps)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for k in range(int(round(seconds * fps))):
+            arr = np.full((size[1], size[0], 3), min(8 * k, 255), dtype=np.uint8)
+            frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+class Pipe(io.RawIOBase):
+    """A write-only, unseekable sink: the muxer cannot go back to write the duration."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def write(self, b) -> int:  # type: ignore[override]
+        self.data += bytes(b)
+        return len(b)
+
+
+def write_clip(sink, fmt: str, codec: str, pts: list[int], fps: int = 10) -> None:
+    import av
+
+    with av.open(sink, mode="w", format=fmt) as out:
+        stream = out.add_stream(codec, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for k, p in enumerate(pts):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 8 * k, dtype=np.uint8), format="rgb24")
+            frame.pts = p
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
