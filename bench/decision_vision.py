@@ -34,7 +34,6 @@ harness imports neither torch nor onnxruntime).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import io
 import json
@@ -52,7 +51,7 @@ from bench.decision_codes import HttpDecider
 from bench.decisions import max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import Answer, WorkerProcess, offline_env, serve_worker, stay_offline
+from bench.runners import Answer, WorkerProcess, contestant_main, offline_env
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 
@@ -422,21 +421,7 @@ def agreement_table(answers: Mapping[str, Mapping[str, dict[str, Any]]]) -> Tabl
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.decision_vision")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="write the source at the 2B's shape when missing and convert it (imports torch)")
-    b.add_argument("--source", type=Path, required=True)
-    b.add_argument("--out", type=Path, required=True, help="the package directory")
-    t = sub.add_parser("torch", help="the Transformers contestant (imports torch)")
-    t.add_argument("--threads", type=int, required=True)
-    t.add_argument("--source", type=Path, required=True, help="the source (its weights)")
-    t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, processor)")
-    args = parser.parse_args(argv)
-    stay_offline()
-    if args.command == "build":
-        build(args.source, args.out)
-        return 0
-    return serve_worker(lambda: load_torch(args.source, args.package, args.threads))
+    return contestant_main(argv, "python -m bench.decision_vision", build, load_torch, "Transformers")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -200,3 +200,27 @@ class WorkerContestant(WorkerProcess):
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self._ask({"op": "embed", "texts": texts})["embeddings"], dtype=np.float32)
+
+
+def contestant_main(argv: Sequence[str] | None, prog: str, build: Callable[[Path, Path], None],
+                    load_torch: Callable[[Path, Path, int], Answer], what: str) -> int:
+    """The command line every per-family bench worker shares: ``build --source S --out PKG`` writes
+    the source when missing and converts it (imports torch), and ``torch --threads N --source S
+    --package PKG`` serves ``what`` (the torch contestant) as a worker for the bench's rounds."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write the source when missing and convert it (imports torch)")
+    b.add_argument("--source", type=Path, required=True)
+    b.add_argument("--out", type=Path, required=True, help="the package directory")
+    t = sub.add_parser("torch", help=f"the {what} contestant (imports torch)")
+    t.add_argument("--threads", type=int, required=True)
+    t.add_argument("--source", type=Path, required=True, help="the source (its weights)")
+    t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, layout)")
+    args = parser.parse_args(argv)
+    stay_offline()
+    if args.command == "build":
+        build(args.source, args.out)
+        return 0
+    return serve_worker(lambda: load_torch(args.source, args.package, args.threads))

@@ -27,7 +27,6 @@ harness imports neither torch nor onnxruntime).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -41,7 +40,7 @@ from bench.decision_codes import HttpDecider, fit_words
 from bench.decisions import max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import Answer, WorkerProcess, offline_env, serve_worker, stay_offline
+from bench.runners import Answer, WorkerProcess, contestant_main, offline_env
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize
 from bench.texts import sentences
@@ -308,21 +307,7 @@ def agreement_table(answers: Mapping[str, Mapping[str, dict[str, Any]]]) -> Tabl
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.vela2")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="write the upstream-format source when missing and convert it (imports torch)")
-    b.add_argument("--source", type=Path, required=True)
-    b.add_argument("--out", type=Path, required=True, help="the package directory")
-    t = sub.add_parser("torch", help="the PyTorch contestant (imports torch)")
-    t.add_argument("--threads", type=int, required=True)
-    t.add_argument("--source", type=Path, required=True, help="the upstream-format source (its weights)")
-    t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, layout)")
-    args = parser.parse_args(argv)
-    stay_offline()
-    if args.command == "build":
-        build(args.source, args.out)
-        return 0
-    return serve_worker(lambda: load_torch_pipeline(args.source, args.package, args.threads))
+    return contestant_main(argv, "python -m bench.vela2", build, load_torch_pipeline, "PyTorch")
 
 
 if __name__ == "__main__":
