@@ -20,7 +20,6 @@ import json
 import math
 import random
 import tempfile
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,19 +99,13 @@ def _load_weights(files: Sequence[Path]) -> dict[str, Any]:
 
 
 def build_model(cfg: dict[str, Any], weights: dict[str, Any]) -> Any:
+    """HF ``Qwen3Model`` (SDPA, fp32, eval) with the backbone's tensors (tied embeddings: nothing else
+    may be missing)."""
     from transformers import Qwen3Config, Qwen3Model
 
-    config = Qwen3Config(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
-    config._attn_implementation = "sdpa"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = Qwen3Model(config).float().eval()
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    # tied embeddings: nothing else may be missing
-    if missing or unexpected:
-        raise ConversionError(f"backbone tensors do not match Qwen3Model (missing {sorted(missing)[:3]}, "
-                              f"unexpected {sorted(unexpected)[:3]})")
-    return model
+    from converters.torch_models import load_backbone
+
+    return load_backbone(Qwen3Model, Qwen3Config, cfg, weights, "the backbone")
 
 
 def lora_factors(source: Decision2Source) -> tuple[dict[str, tuple[Any, Any]], float]:

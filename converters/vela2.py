@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,20 +72,10 @@ def load_backbone(source: Vela2Source, backbone: dict[str, Any]) -> Any:
     """HF ``ModernBertModel`` (SDPA, fp32, eval) with the source's backbone, every tensor accounted for."""
     from transformers import ModernBertConfig, ModernBertModel
 
-    enc = dict(source.config["encoder_config"])
-    try:
-        cfg = ModernBertConfig(**{k: v for k, v in enc.items() if k not in ("architectures", "model_type")})
-    except (TypeError, ValueError) as e:
-        raise ConversionError(f"config.json: encoder_config is not a ModernBERT config: {e}") from None
-    cfg._attn_implementation = "sdpa"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = ModernBertModel(cfg).float().eval()
-    missing, unexpected = model.load_state_dict(backbone, strict=False)
-    if missing or unexpected:
-        raise ConversionError(f"model.safetensors: backbone tensors do not match ModernBertModel "
-                              f"(missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]})")
-    return model
+    from converters.torch_models import load_backbone
+
+    return load_backbone(ModernBertModel, ModernBertConfig, dict(source.config["encoder_config"]), backbone,
+                         "model.safetensors (encoder_config)")
 
 
 def torch_readout(model: Any, head: dict[str, np.ndarray], readout: str, threads: int = 1) -> Readout:
