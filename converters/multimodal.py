@@ -31,7 +31,7 @@ import numpy as np
 from converters import CONVERTER_VERSION
 from converters.ctranslate2_whisper import is_ct2_whisper
 from converters.errors import ConversionError
-from converters.export import PackageIdentity
+from converters.export import ExportResult, PackageIdentity
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source, source_stamp
@@ -59,16 +59,6 @@ class MultimodalOptions(PackageIdentity):
     dimensions: list[int] = field(default_factory=list)
     #: card limits to write instead of DEFAULT_LIMITS (image_max_bytes, audio_max_seconds, ...)
     limits: dict[str, int | float] = field(default_factory=dict)
-
-
-@dataclass
-class MultimodalResult:
-    """A written package and what the export measured (same shape as ExportResult)."""
-
-    path: Path
-    digest: str
-    card: dict[str, Any]
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 # ---- tower wrappers (torch modules built lazily: the module imports without torch) --------------
@@ -418,7 +408,7 @@ def _goldens(session: Any, feeds_list: list[dict[str, np.ndarray]], output: str)
     return [(dict(f), {output: session.run([output], f)[0]}) for f in feeds_list]
 
 
-def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> MultimodalResult:
+def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> ExportResult:
     """Export ``src`` (SigLIP, CLIP or Whisper) as a multimodal embedding package at ``out``."""
     from converters.package_writer import check_replaceable
 
@@ -447,7 +437,7 @@ def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> Mu
     return _write(model, src_dir, src_dir, Path(out), opts, config, timings)
 
 
-def _export_ct2_whisper(src_dir: Path, out: Path, opts: MultimodalOptions) -> MultimodalResult:
+def _export_ct2_whisper(src_dir: Path, out: Path, opts: MultimodalOptions) -> ExportResult:
     """A CTranslate2 Whisper directory (model.bin): its encoder, with Whisper's standard features."""
     from transformers import WhisperFeatureExtractor
 
@@ -465,7 +455,7 @@ def _export_ct2_whisper(src_dir: Path, out: Path, opts: MultimodalOptions) -> Mu
 
 
 def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: MultimodalOptions,
-           config: dict[str, Any], timings: dict[str, float]) -> MultimodalResult:
+           config: dict[str, Any], timings: dict[str, float]) -> ExportResult:
     """Export the towers of a loaded model, check them, and write the package."""
     import torch
     import transformers
@@ -529,7 +519,7 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
             digest = write_package(Path(out), card, files, {"fp32": goldens["golden.npz"]})
         timings["write"] = s.seconds
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
-    return MultimodalResult(Path(out), digest, read_package(Path(out)).card.raw, timings)
+    return ExportResult(Path(out), digest, read_package(Path(out)).card.raw, timings)
 
 
 def _stamp(src_dir: Path) -> str:

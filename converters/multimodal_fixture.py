@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from converters.errors import ConversionError
-from converters.multimodal import MultimodalOptions, MultimodalResult, export_multimodal
+from converters.export import ExportResult
+from converters.multimodal import MultimodalOptions, export_multimodal
 
 # ---- fixtures ---------------------------------------------------------------------------------
 
@@ -100,7 +101,7 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
     return d
 
 
-def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Path | None = None) -> MultimodalResult:
+def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Path | None = None) -> ExportResult:
     """Build the tiny fixture package of ``arch`` at ``out`` through export_multimodal.
 
     ``source_dir``: where to write (and keep) the Hugging Face source, for tests that compare with
