@@ -606,17 +606,19 @@ def test_a_box_locates_the_image_its_instructions_reference(family) -> None:
 
 
 def test_the_vision_core_is_self_checked_when_the_graphs_open(built) -> None:
+    from edge_runtime.engine import create_session
     from edge_runtime.families.base import Graph, open_graphs
     from edge_runtime.families.decision_vision.family import VISION_FILE, graphs, vision_golden
     from edge_runtime.packages import GoldenCase
 
     package = read_package(built["result"].path)
-    opened, checks = open_graphs(package, graphs(package), "cpu", 1)
+    text = create_session(package.graph("fp32"), "cpu", 1)
+    opened, checks = open_graphs(package, graphs(package), text)
     assert set(opened) == {"vision"} and checks["vision"]["status"] == "passed"
     assert checks["vision"]["max_abs_diff"] <= 1e-3
     off = [GoldenCase(c.feeds, {k: v + 0.01 for k, v in c.outputs.items()}) for c in vision_golden(package)]
     with pytest.raises(RuntimeError, match="vision graph golden outputs differ"):
-        open_graphs(package, [Graph("vision", VISION_FILE, lambda _: off)], "cpu", 1)
+        open_graphs(package, [Graph("vision", VISION_FILE, lambda _: off)], text)
 
 
 def test_batched_trees_read_what_each_tree_reads_alone(family) -> None:

@@ -309,6 +309,7 @@ def test_create_session_pins_settings(graphs: dict[str, Path]) -> None:
         "inter_op_threads": 1,
         "graph_optimization_level": "ORT_ENABLE_ALL",
         "providers": ["CPUExecutionProvider"],
+        "provider_options": {},
     }
     options = session.session.get_session_options()
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -325,6 +326,39 @@ def test_create_session_pins_settings(graphs: dict[str, Path]) -> None:
     assert list(out) == ["pooler_output"] and out["pooler_output"].shape == (1, HIDDEN)
     assert set(session.run(feeds)) == {"last_hidden_state", "pooler_output"}
     assert create_session(graphs["invariant"], "auto", threads=None).engine_args["threads"] == default_threads()
+
+
+def test_cuda_sessions_run_without_tf32_unless_asked_and_say_so(graphs: dict[str, Path],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: ONNX Runtime is stood in for, to see what the CUDA provider is given and shown."""
+    made: list[Any] = []
+
+    class FakeSession:
+        def __init__(self, path: str, sess_options: Any, providers: list[Any]) -> None:
+            self.providers = providers
+            made.append(self)
+
+        def get_providers(self) -> list[str]:
+            return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+        def get_provider_options(self) -> dict[str, dict[str, str]]:
+            return {"CUDAExecutionProvider": {"device_id": "0", **self.providers[0][1]}, "CPUExecutionProvider": {}}
+
+        def get_inputs(self) -> list[Any]:
+            return []
+
+        get_outputs = get_inputs
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "InferenceSession", FakeSession)
+    plain = create_session(graphs["invariant"], "cuda", threads=1)
+    assert made[-1].providers == [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
+    assert plain.device == "cuda"
+    assert plain.engine_args["provider_options"] == {"CUDAExecutionProvider": {"device_id": "0", "use_tf32": "0"}}
+    asked = create_session(graphs["invariant"], "auto", threads=1, tf32=True)
+    assert made[-1].providers[0] == ("CUDAExecutionProvider", {"use_tf32": "1"}) and asked.tf32
+    sibling = asked.sibling(graphs["invariant"])  # another graph of the package: opened the same way
+    assert made[-1].providers[0] == ("CUDAExecutionProvider", {"use_tf32": "1"}) and sibling.device == "cuda"
 
 
 def test_create_session_errors(graphs: dict[str, Path], tmp_path: Path) -> None:
@@ -751,3 +785,14 @@ def test_a_shared_forward_failure_is_logged_once_per_request_with_its_id(caplog:
     failed = [r for r in caplog.records if "failed" in r.getMessage()]
     assert sorted(r.request_id for r in failed) == ["req-a", "req-b"]  # type: ignore[attr-defined]
     assert all(r.threadName == "engine-m" for r in failed)
+
+
+def test_models_file_tf32_is_a_boolean_off_by_default(tmp_path: Path) -> None:
+    from edge_runtime.config import ConfigError, load_models_file
+    from tests.support.server_harness import write_models_file
+
+    loaded = load_models_file(write_models_file(tmp_path / "a.yaml", [
+        {"name": "a", "package": "p"}, {"name": "b", "package": "p", "tf32": True}]))
+    assert [m.tf32 for m in loaded] == [False, True]
+    with pytest.raises(ConfigError, match="tf32 must be true or false"):
+        load_models_file(write_models_file(tmp_path / "b.yaml", [{"name": "a", "package": "p", "tf32": "yes"}]))

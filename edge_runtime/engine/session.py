@@ -126,11 +126,13 @@ def default_threads() -> int:
 class GraphSession:
     """One ONNX Runtime session and the settings it was built with. Safe to run from any thread."""
 
-    def __init__(self, session: ort.InferenceSession, path: Path, device: str, threads: int) -> None:
+    def __init__(self, session: ort.InferenceSession, path: Path, device: str, threads: int,
+                 tf32: bool = False) -> None:
         self.session = session
         self.path = path
         self.device = device
         self.threads = threads
+        self.tf32 = tf32  # asked for; CUDA's options below say whether it is on
         self.inputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_inputs()}
         self.outputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_outputs()}
         self.input_names: list[str] = list(self.inputs)
@@ -145,7 +147,14 @@ class GraphSession:
             "inter_op_threads": INTER_OP_THREADS,
             "graph_optimization_level": GRAPH_OPTIMIZATION_LEVEL_NAME,
             "providers": list(self.providers),
+            # what each provider runs with (CUDA: use_tf32, the device, the algorithm search)
+            "provider_options": {name: dict(opts) for name, opts in self.session.get_provider_options().items()
+                                 if name != CPU_PROVIDER},
         }
+
+    def sibling(self, path: Path | str) -> GraphSession:
+        """Another graph of the same package, opened as this one was (device, threads, options)."""
+        return create_session(path, self.device, self.threads, self.tf32)
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run the graph on `feeds`; return the requested outputs (all when None) by name."""
@@ -162,12 +171,15 @@ def _spec(arg: Any) -> TensorSpec:
     return TensorSpec(arg.name, arg.type, shape)
 
 
-def create_session(path: Path | str, device: str = "cpu", threads: int | None = None) -> GraphSession:
+def create_session(path: Path | str, device: str = "cpu", threads: int | None = None,
+                   tf32: bool = False) -> GraphSession:
     """Load the graph at `path` on `device` ("cpu", "cuda" or "auto") with `threads` intra-op threads.
 
     threads None means default_threads(). Execution is sequential with one inter-op thread and the
     optimisation level pinned to ORT_ENABLE_ALL. "cuda" raises SessionError when the CUDA provider is
-    missing or does not load; "auto" uses CUDA when it loads and the CPU otherwise.
+    missing or does not load; "auto" uses CUDA when it loads and the CPU otherwise. On CUDA, fp32
+    matmuls run in full fp32 unless ``tf32`` (ONNX Runtime's default turns TF32 on, which moved tiny
+    fixtures' goldens by up to 8.8e-3; with it off they were within 4.3e-6 of the CPU, as fast).
     """
     path = Path(path)
     if device not in DEVICES:
@@ -186,7 +198,8 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
             f"device 'cuda' asked for {path.name}, but this onnxruntime build has no {CUDA_PROVIDER} "
             f"(available: {', '.join(available)}); install onnxruntime-gpu or use device 'cpu'"
         )
-    providers = [CUDA_PROVIDER, CPU_PROVIDER] if want_cuda else [CPU_PROVIDER]
+    cuda = (CUDA_PROVIDER, {"use_tf32": "1" if tf32 else "0"})
+    providers: list[Any] = [cuda, CPU_PROVIDER] if want_cuda else [CPU_PROVIDER]
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -209,4 +222,4 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
             f"{CUDA_PROVIDER} did not load for {path.name} (active: {', '.join(active)}); "
             "check the CUDA and cuDNN libraries onnxruntime-gpu needs"
         )
-    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads)
+    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads, tf32)

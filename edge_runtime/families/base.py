@@ -86,17 +86,16 @@ class Graph:
     golden: Callable[[Package], list[GoldenCase]] | None = None
 
 
-def open_graphs(package: Package, graphs: Sequence[Graph], device: str, threads: int | None
+def open_graphs(package: Package, graphs: Sequence[Graph], like: Any
                 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Open every graph on the served device and threads and self-check those with goldens, through
-    the one self-check and its device tolerance; a failed check raises RuntimeError (the model then
-    fails to load with its reason). Returns the sessions by name and each check's result."""
-    from edge_runtime.engine.session import create_session  # loads onnxruntime
-
+    """Open every graph as the variant's session ``like`` was opened (its device, threads and
+    options: ``GraphSession.sibling``) and self-check those with goldens, through the one self-check
+    and its device tolerance; a failed check raises RuntimeError (the model then fails to load with
+    its reason). Returns the sessions by name and each check's result."""
     sessions: dict[str, Any] = {}
     checks: dict[str, dict[str, Any]] = {}
     for graph in graphs:
-        session = sessions[graph.name] = create_session(package.file(graph.file), device, threads)
+        session = sessions[graph.name] = like.sibling(package.file(graph.file))
         if graph.golden is not None:
             checks[graph.name] = require_passed(
                 self_check(session, graph.golden(package), session.device, f"{graph.name} graph golden"))

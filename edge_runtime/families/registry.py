@@ -97,5 +97,5 @@ def build_family(package: Package, session: Any, config: ModelConfig) -> tuple[M
     opened on the session's device and threads and self-checked; returns it and each graph's check.
     A graph whose golden fails raises RuntimeError."""
     spec = family_spec(package, config)
-    opened, checks = open_graphs(package, spec.graphs(package), session.device, config.threads)
+    opened, checks = open_graphs(package, spec.graphs(package), session)
     return spec.build(package, session, opened, config), checks

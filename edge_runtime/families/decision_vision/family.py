@@ -335,7 +335,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
         if session is not None:
             if opened is None:  # built outside the loader (converters, tests): open it the same way
                 # the vision core runs on the text core's device with its thread count
-                opened, _ = open_graphs(package, graphs(package), session.device, session.threads)
+                opened, _ = open_graphs(package, graphs(package), session)
             self._forward = VisionLanguageForward(opened["vision"], session, embeddings,
                                                   merge=self.planner.settings.merge_size, side=self.planner.side)
 

@@ -164,8 +164,7 @@ class MultimodalEmbeddingModel:
         self.dimensions = sorted(set(self.head["dimensions"]), reverse=True)
         self.normalized = bool(self.head["normalize"])
         if opened is None:  # built outside the loader (converters, tests): open them the same way
-            opened, _ = open_graphs(package, graphs(package), getattr(session, "device", "cpu"),
-                                    getattr(session, "threads", None))
+            opened, _ = open_graphs(package, graphs(package), session)
         self.towers = {name: Tower(name, spec, session if spec["graph"] == PRIMARY_GRAPH else opened[f"tower:{name}"])
                        for name, spec in raw["towers"].items()}
         self.primary = next(n for n, s in raw["towers"].items() if s["graph"] == PRIMARY_GRAPH)

@@ -378,7 +378,7 @@ class SparrowFamily(DecisionFamily[SparrowForward]):
         self.batchable = split is not None
         if session is not None:
             if opened is None:  # built outside the loader (converters, benches): open them the same way
-                opened, _ = open_graphs(package, graphs(package), session.device, session.threads)
+                opened, _ = open_graphs(package, graphs(package), session)
             self._forward = SparrowForward(session, None if split is None else SplitGraphs(
                 opened["question"], {int(n): opened[f"answers:{n}"] for n in split["answers"]}))
         self._vocab_size = self.text.tokenizer.get_vocab_size()
