@@ -43,6 +43,10 @@ class ModelConfig:
     # Other names a request may use for this model (e.g. jev-latest, the System One SDK's default);
     # answers always report `name`.
     aliases: tuple[str, ...] = ()
+    # ONNX Runtime's intra-op threads spin-wait after each forward before they sleep: a little
+    # latency saved, and CPU burnt that an autoscaler or a neighbour sees as load. False turns it off
+    # (session.intra_op.allow_spinning = "0"); the Kubernetes profile does (docs/deployment.md).
+    spinning: bool = True
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class ServeConfig:
 
 
 _MODEL_KEYS = {
-    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases",
+    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases", "spinning",
 }
 _LIMIT_KEYS = {"max_input_tokens", "max_scan_tokens"}
 
@@ -110,6 +114,9 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
     aliases = entry.get("aliases") or []
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise ConfigError(f"{where}.aliases must be a list of non-empty strings")
+    spinning = entry.get("spinning", True)
+    if not isinstance(spinning, bool):
+        raise ConfigError(f"{where}.spinning must be true or false, not {spinning!r}")
     path = Path(package)
     return ModelConfig(
         name=name,
@@ -122,6 +129,7 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
         max_input_tokens=_positive_int(limits.get("max_input_tokens"), f"{where}.limits.max_input_tokens"),
         max_scan_tokens=_positive_int(limits.get("max_scan_tokens"), f"{where}.limits.max_scan_tokens"),
         aliases=tuple(aliases),
+        spinning=spinning,
     )
 
 

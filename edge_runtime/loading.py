@@ -153,7 +153,7 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
                 f"variant {cfg.variant!r} is not in the package (it has {sorted(package.card.variants)})",
             )
         model.package = package
-        model.session = create_session(package.graph(cfg.variant), cfg.device, cfg.threads)
+        model.session = create_session(package.graph(cfg.variant), cfg.device, cfg.threads, cfg.spinning)
         model.family = build_family(package, model.session, cfg)
         model.status = "warming"
         model.family.warm()

@@ -25,6 +25,8 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 GRAPH_OPTIMIZATION_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 GRAPH_OPTIMIZATION_LEVEL_NAME = "ORT_ENABLE_ALL"
 INTER_OP_THREADS = 1
+# ORT's session config key for the intra-op pool's spin-wait ("1", the default, spins; "0" sleeps).
+ALLOW_SPINNING_KEY = "session.intra_op.allow_spinning"
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PROC_CGROUP = Path("/proc/self/cgroup")
@@ -126,11 +128,13 @@ def default_threads() -> int:
 class GraphSession:
     """One ONNX Runtime session and the settings it was built with. Safe to run from any thread."""
 
-    def __init__(self, session: ort.InferenceSession, path: Path, device: str, threads: int) -> None:
+    def __init__(self, session: ort.InferenceSession, path: Path, device: str, threads: int,
+                 spinning: bool = True) -> None:
         self.session = session
         self.path = path
         self.device = device
         self.threads = threads
+        self.spinning = spinning  # the intra-op threads spin-wait between forwards (ORT's default)
         self.inputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_inputs()}
         self.outputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_outputs()}
         self.input_names: list[str] = list(self.inputs)
@@ -162,12 +166,15 @@ def _spec(arg: Any) -> TensorSpec:
     return TensorSpec(arg.name, arg.type, shape)
 
 
-def create_session(path: Path | str, device: str = "cpu", threads: int | None = None) -> GraphSession:
+def create_session(path: Path | str, device: str = "cpu", threads: int | None = None,
+                   spinning: bool = True) -> GraphSession:
     """Load the graph at `path` on `device` ("cpu", "cuda" or "auto") with `threads` intra-op threads.
 
     threads None means default_threads(). Execution is sequential with one inter-op thread and the
-    optimisation level pinned to ORT_ENABLE_ALL. "cuda" raises SessionError when the CUDA provider is
-    missing or does not load; "auto" uses CUDA when it loads and the CPU otherwise.
+    optimisation level pinned to ORT_ENABLE_ALL. spinning False makes the intra-op threads sleep as
+    soon as a forward ends instead of spin-waiting for the next (same numerics; see models.yaml
+    `spinning`). "cuda" raises SessionError when the CUDA provider is missing or does not load;
+    "auto" uses CUDA when it loads and the CPU otherwise.
     """
     path = Path(path)
     if device not in DEVICES:
@@ -196,6 +203,8 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
     # Memory patterns keep a plan per input shape; with request-sized batches that is ~30 MB per
     # new shape and no speed gain (MiniLM, 2 threads: same latency, peak RSS 256 -> 234 MB).
     options.enable_mem_pattern = False
+    if not spinning:
+        options.add_session_config_entry(ALLOW_SPINNING_KEY, "0")
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
@@ -209,4 +218,4 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
             f"{CUDA_PROVIDER} did not load for {path.name} (active: {', '.join(active)}); "
             "check the CUDA and cuDNN libraries onnxruntime-gpu needs"
         )
-    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads)
+    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads, spinning)

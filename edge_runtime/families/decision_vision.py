@@ -335,7 +335,8 @@ class DecisionVisionFamily:
                 from edge_runtime.engine.session import create_session
 
                 # the vision core runs on the text core's device with its thread count
-                vision_session = create_session(package.file(VISION_FILE), session.device, session.threads)
+                vision_session = create_session(package.file(VISION_FILE), session.device, session.threads,
+                                                session.spinning)
             self._forward = VisionLanguageForward(vision_session, session, embeddings,
                                                   merge=self.planner.settings.merge_size, side=self.planner.side)
         self._vision_golden: dict[str, np.ndarray] | None = None

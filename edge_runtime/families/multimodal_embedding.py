@@ -152,7 +152,8 @@ class MultimodalEmbeddingModel:
                 tower_session = session
             else:
                 tower_session = create_session(package.file(spec["graph"]), getattr(session, "device", "cpu"),
-                                               getattr(session, "threads", None))
+                                               getattr(session, "threads", None),
+                                               getattr(session, "spinning", True))
                 _self_check(name, tower_session, package, spec["golden"])
             self.towers[name] = Tower(name, spec, tower_session)
         self.primary = next(n for n, s in raw["towers"].items() if s["graph"] == "model.onnx")

@@ -362,7 +362,7 @@ class SparrowFamily:
         self._forward: SparrowForward | None = None
         if session is not None:
             def load(rel: str) -> Any:
-                return create_session(package.file(rel), session.device, session.threads)
+                return create_session(package.file(rel), session.device, session.threads, session.spinning)
 
             self._forward = SparrowForward(session, None if split is None else SplitGraphs(
                 load(split["question"]), {int(n): load(rel) for n, rel in split["answers"].items()}))
