@@ -47,6 +47,10 @@ class ModelConfig:
     # Other names a request may use for this model (e.g. jev-latest, the System One SDK's default);
     # answers always report `name`.
     aliases: tuple[str, ...] = ()
+    # ONNX Runtime's intra-op threads spin-wait after each forward before they sleep: a little
+    # latency saved, and CPU burnt that an autoscaler or a neighbour sees as load. False turns it off
+    # (session.intra_op.allow_spinning = "0"); the Kubernetes profile does (docs/deployment.md).
+    spinning: bool = True
     # On CUDA, TF32 for fp32 matmuls: faster on large models, but it moves outputs by up to ~1e-2
     # (ONNX Runtime turns it on by default); off unless asked. No effect on the CPU.
     tf32: bool = False
@@ -78,7 +82,8 @@ class ServeConfig:
 
 
 _MODEL_KEYS = {
-    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases", "tf32",
+    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases", "spinning",
+    "tf32",
 }
 _LIMIT_KEYS = {"max_input_tokens", "max_scan_tokens"}
 
@@ -119,6 +124,9 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
     aliases = entry.get("aliases") or []
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise ConfigError(f"{where}.aliases must be a list of non-empty strings")
+    spinning = entry.get("spinning", True)
+    if not isinstance(spinning, bool):
+        raise ConfigError(f"{where}.spinning must be true or false, not {spinning!r}")
     tf32 = entry.get("tf32", False)
     if not isinstance(tf32, bool):
         raise ConfigError(f"{where}.tf32 must be true or false, not {tf32!r}")
@@ -134,6 +142,7 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
         max_input_tokens=_positive_int(limits.get("max_input_tokens"), f"{where}.limits.max_input_tokens"),
         max_scan_tokens=_positive_int(limits.get("max_scan_tokens"), f"{where}.limits.max_scan_tokens"),
         aliases=tuple(aliases),
+        spinning=spinning,
         tf32=tf32,
     )
 

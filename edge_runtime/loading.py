@@ -123,7 +123,8 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
                 f"variant {cfg.variant!r} is not in the package (it has {sorted(package.card.variants)})",
             )
         model.package = package
-        model.session = create_session(package.graph(cfg.variant), cfg.device, cfg.threads, tf32=cfg.tf32)
+        model.session = create_session(package.graph(cfg.variant), cfg.device, cfg.threads,
+                                       spinning=cfg.spinning, tf32=cfg.tf32)
         # the family, over every graph of the package (the others opened and self-checked like this one)
         model.family, checks = build_family(package, model.session, cfg)
         model.status = "warming"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
@@ -49,6 +51,24 @@ class Metrics:
         self.info = Gauge(f"{PREFIX}_model_info", "Served models (value 1).",
                           ["model", "family", "kind", "variant", "dtype", "device", "numerics", "revision"],
                           registry=r)
+        # Pod-level and unlabelled, so that a scaler reads one sample without a query language
+        # (KEDA's metrics-api trigger, a prometheus-adapter rule). Computed from the executors at
+        # scrape time: the request path pays nothing for them.
+        self.pending_jobs = Gauge(f"{PREFIX}_pending_jobs",
+                                  "Jobs waiting for a model, summed over the models (the per-model queue_depth).",
+                                  registry=r)
+        self.pending_jobs_mean = Gauge(f"{PREFIX}_pending_jobs_mean",
+                                       "edge_runtime_pending_jobs exponentially weighted over time (time constant "
+                                       "10 s): the queue between a scaler's reads, not at the instant of one.",
+                                       registry=r)
+        self.saturation = Gauge(f"{PREFIX}_saturation",
+                                "Jobs in flight plus waiting over the jobs the models hold before answering 429, "
+                                "summed over the models (0 idle, 1 full).", registry=r)
+        self.pending_jobs.set_function(lambda: float(self.pending()))
+        self.pending_jobs_mean.set_function(self.pending_mean)
+        self.saturation.set_function(self.current_saturation)
+        self._loads: dict[str, Callable[[], Any]] = {}
+        self._loads_lock = threading.Lock()
         # labels() takes a lock and builds a key on every call (~5 us); a sub-millisecond request
         # makes a dozen of them, so each labelled child is looked up once and kept.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -75,6 +95,35 @@ class Metrics:
 
     def on_dropped(self, model: str, rows: int) -> None:
         self.dropped_rows.labels(model).inc(rows)
+
+    def watch(self, model: str, load: Callable[[], Any]) -> None:
+        """Read `model`'s load (an ExecutorLoad: queued, in_flight, capacity) at every scrape; a model
+        reloaded under the same name replaces its old executor."""
+        with self._loads_lock:
+            self._loads[model] = load
+
+    # pod-level scaling gauges -------------------------------------------------------------------
+
+    def _current_loads(self) -> list[Any]:
+        with self._loads_lock:
+            readers = list(self._loads.values())
+        return [read() for read in readers]
+
+    def pending(self) -> int:
+        """Jobs waiting for any model of this process."""
+        return sum(load.queued for load in self._current_loads())
+
+    def pending_mean(self) -> float:
+        """The running mean of the jobs waiting, summed over the models."""
+        return float(sum(load.queued_mean for load in self._current_loads()))
+
+    def current_saturation(self) -> float:
+        """(in flight + waiting) / capacity over every model; 0.0 with no model loaded."""
+        loads = self._current_loads()
+        capacity = sum(load.capacity for load in loads)
+        if capacity <= 0:
+            return 0.0
+        return sum(load.queued + load.in_flight for load in loads) / capacity
 
     # runtime hooks ------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from edge_runtime.config import ServeConfig, load_models_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-K8S = DEPLOY / "k8s"
+K8S = DEPLOY / "k8s" / "base"  # the base; deploy/k8s/kustomization.yaml and the overlays build on it
 DOCKERFILES = [ROOT / "Dockerfile.cpu", ROOT / "Dockerfile.gpu"]
 # The models file each image carries as /models/models.yaml.
 CONTAINER_MODELS = {"Dockerfile.cpu": "models.container.yaml", "Dockerfile.gpu": "models.container-gpu.yaml"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import threading
 import time
@@ -40,6 +41,7 @@ from edge_runtime.engine import (
     probe_grouping,
 )
 from edge_runtime.engine.batching import bucket_ceiling
+from edge_runtime.engine.executor import QUEUE_MEAN_TAU_S, ExecutorLoad
 from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.engine.session import cgroup_cpu_limit
 
@@ -237,6 +239,9 @@ class RecordingMetrics:
 
     def on_dropped(self, model: str, n: int) -> None:
         self._record("on_dropped", model, n)
+
+    def watch(self, model: str, load: Callable[[], Any]) -> None:
+        self._record("watch", model, load)
 
     def named(self, name: str) -> list[tuple[Any, ...]]:
         with self.lock:
@@ -796,3 +801,141 @@ def test_models_file_tf32_is_a_boolean_off_by_default(tmp_path: Path) -> None:
     assert [m.tf32 for m in loaded] == [False, True]
     with pytest.raises(ConfigError, match="tf32 must be true or false"):
         load_models_file(write_models_file(tmp_path / "b.yaml", [{"name": "a", "package": "p", "tf32": "yes"}]))
+
+
+# ---- load counters (the pod-level scaling gauges) ------------------------------------------------
+
+
+def counts(load: ExecutorLoad) -> ExecutorLoad:
+    """The load without its running mean, which depends on timing."""
+    return ExecutorLoad(load.queued, load.in_flight, load.capacity)
+
+
+def test_load_counts_waiting_and_in_flight_jobs_and_returns_to_zero() -> None:
+    async def main() -> None:
+        fake = FakeForward()
+        metrics = RecordingMetrics()
+        ex = ModelExecutor("m", fake, "padded", max_queue=4, metrics=metrics)
+        (watched,) = metrics.named("watch")
+        assert watched[0] == "m" and counts(watched[1]()) == ExecutorLoad(0, 0, 4 + ex.limits.max_rows)
+        assert ex.capacity == 4 + ex.limits.max_rows
+        blocker = await hold(ex, fake)
+        assert counts(ex.load()) == ExecutorLoad(0, 1, ex.capacity)
+        waiting = [asyncio.create_task(ex.submit([make_row(3, seed=i)])) for i in range(3)]
+        await until(lambda: ex.queue_depth == 3)
+        assert counts(ex.load()) == ExecutorLoad(3, 1, ex.capacity)
+        # A job whose deadline passes while it waits leaves both counts.
+        with pytest.raises(DeadlineExceeded):
+            await ex.submit([make_row(4, seed=7)], deadline=time.monotonic() + 0.02)
+        assert counts(ex.load()) == ExecutorLoad(3, 1, ex.capacity)
+        fake.entered.clear()
+        fake.gate.set()
+        await blocker
+        await asyncio.gather(*waiting)
+        assert counts(ex.load()) == ExecutorLoad(0, 0, ex.capacity)
+        ex.close()
+
+    asyncio.run(main())
+
+
+class SteppedForward(FakeForward):
+    """Each forward waits for its own step() (a semaphore), so a test holds the second forward too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = threading.Semaphore(0)
+        self.calls = 0
+
+    def __call__(self, rows: Sequence[Row]) -> list[Any]:
+        self.calls += 1
+        self.entered.set()
+        assert self.steps.acquire(timeout=WAIT_S), "the test never stepped the forward"
+        self.batches.append(list(rows))
+        return [row.ids * 2 for row in rows]
+
+    def step(self) -> None:
+        self.steps.release()
+
+
+def test_load_counts_every_job_of_a_shared_forward_and_closing_empties_it() -> None:
+    async def main() -> None:
+        fake = SteppedForward()
+        ex = ModelExecutor("m", fake, "padded", max_queue=8)
+        blocker = asyncio.create_task(ex.submit([make_row(2, seed=99)]))
+        await until(lambda: fake.calls == 1)
+        jobs = [asyncio.create_task(ex.submit([make_row(3, seed=i)])) for i in range(3)]
+        await until(lambda: ex.queue_depth == 3)
+        fake.step()
+        await blocker
+        # The three waiting jobs share the next forward, held: three in flight, none waiting.
+        await until(lambda: fake.calls == 2)
+        assert counts(ex.load()) == ExecutorLoad(0, 3, ex.capacity)
+        more = asyncio.create_task(ex.submit([make_row(5, seed=5)]))
+        await until(lambda: ex.queue_depth == 1)
+        assert counts(ex.load()) == ExecutorLoad(1, 3, ex.capacity)
+        fake.step()
+        fake.step()
+        await asyncio.gather(*jobs, more)
+        assert counts(ex.load()) == ExecutorLoad(0, 0, ex.capacity)
+        held = asyncio.create_task(ex.submit([make_row(2, seed=98)]))
+        await until(lambda: fake.calls == 4)
+        queued = asyncio.create_task(ex.submit([make_row(3, seed=11)]))
+        await until(lambda: ex.queue_depth == 1)
+        closing = threading.Thread(target=ex.close)  # waits for the forward in flight
+        closing.start()
+        with pytest.raises(ExecutorClosed):
+            await queued
+        assert counts(ex.load()) == ExecutorLoad(0, 1, ex.capacity)
+        fake.step()
+        await held
+        closing.join(WAIT_S)
+        assert counts(ex.load()) == ExecutorLoad(0, 0, ex.capacity)
+
+    asyncio.run(main())
+
+
+def test_capacity_of_a_model_whose_rows_run_alone() -> None:
+    ex = ModelExecutor("m", FakeForward(), "alone", max_queue=5)
+    assert ex.capacity == 6 and counts(ex.load()) == ExecutorLoad(0, 0, 6)
+    ex.close()
+
+
+def test_spinning_off_sets_the_session_config_entry(graphs: dict[str, Path]) -> None:
+    from edge_runtime.engine.session import ALLOW_SPINNING_KEY
+
+    default = create_session(graphs["invariant"], "cpu", threads=1)
+    quiet = create_session(graphs["invariant"], "cpu", threads=1, spinning=False)
+    assert default.spinning and not quiet.spinning
+    assert quiet.session.get_session_options().get_session_config_entry(ALLOW_SPINNING_KEY) == "0"
+    with pytest.raises(RuntimeError, match="does not have configuration"):  # ORT default: the key is unset
+        default.session.get_session_options().get_session_config_entry(ALLOW_SPINNING_KEY)
+    row = make_row(5)
+    forward_default, forward_quiet = EncoderForward(default), EncoderForward(quiet)
+    # Spinning decides only how idle threads wait: the outputs are the same bits.
+    assert bitwise_equal(forward_default([row]), forward_quiet([row]))
+
+
+def test_queue_mean_follows_the_queue_with_its_time_constant() -> None:
+    async def main() -> None:
+        fake = FakeForward()
+        ex = ModelExecutor("m", fake, "padded", max_queue=4)
+        blocker = await hold(ex, fake)
+        waiting = [asyncio.create_task(ex.submit([make_row(3, seed=i)])) for i in range(2)]
+        await until(lambda: ex.queue_depth == 2)
+        queued_at = time.monotonic()
+        await asyncio.sleep(0.3)
+        before = time.monotonic()
+        mean = ex.load().queued_mean
+        after = time.monotonic()
+        # Two jobs waited at least 0.3 s and at most since they were queued: 2 (1 - e^(-t / tau)).
+        assert 2 * (1 - math.exp(-(before - queued_at) / QUEUE_MEAN_TAU_S)) * 0.98 <= mean
+        assert mean <= 2 * (1 - math.exp(-(after - queued_at + 0.05) / QUEUE_MEAN_TAU_S))
+        fake.gate.set()
+        await blocker
+        await asyncio.gather(*waiting)
+        emptied = ex.load().queued_mean
+        await asyncio.sleep(0.2)
+        assert 0 < ex.load().queued_mean < emptied  # an empty queue: the mean decays towards 0
+        ex.close()
+
+    asyncio.run(main())

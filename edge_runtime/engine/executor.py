@@ -19,9 +19,10 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,7 +38,10 @@ from .errors import (
 )
 from .forward import GROUPINGS, Forward, Grouping
 
-__all__ = ["INLINE_FORWARD_MAX_S", "ExecutorMetrics", "Forward", "JobResult", "ModelExecutor"]
+__all__ = [
+    "INLINE_FORWARD_MAX_S", "QUEUE_MEAN_TAU_S", "ExecutorLoad", "ExecutorMetrics", "Forward", "JobResult",
+    "ModelExecutor",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +51,40 @@ log = logging.getLogger(__name__)
 INLINE_FORWARD_MAX_S = 1e-3
 #: Weight of the newest forward in the running cost per token.
 _COST_SMOOTHING = 0.2
+#: Time constant of the queue's running mean (ExecutorLoad.queued_mean): about one KEDA polling
+#: interval, so that a scaler reading it every 10-15 s sees the queue between its reads, not the
+#: instant of the read (with sub-10 ms forwards the instant is mostly 0 or 1).
+QUEUE_MEAN_TAU_S = 10.0
+
+
+@dataclass(frozen=True)
+class ExecutorLoad:
+    """A model's jobs at one instant: waiting, running, and how many it holds before refusing one.
+
+    queued counts jobs with rows not yet started (queue_depth); in_flight the jobs whose every row
+    has started and that have not finished (their rows are in the forward running now, or the
+    job runs inline); capacity is the most jobs the model holds at once before it answers 429:
+    max_queue waiting plus one per row a forward can hold.
+    """
+
+    queued: int
+    in_flight: int
+    capacity: int
+    queued_mean: float = 0.0  # queued, exponentially weighted over time (time constant QUEUE_MEAN_TAU_S)
 
 
 class ExecutorMetrics(Protocol):
-    """Hooks the metrics module implements; called from the event loop and the worker thread."""
+    """Hooks the metrics module implements; called from the event loop and the worker thread.
+
+    watch is called once, from the constructor, with a callable that reads the executor's load
+    (a lock and three integers), so that gauges computed at scrape time cost requests nothing.
+    """
 
     def observe_queue(self, model: str, seconds: float) -> None: ...
     def observe_forward(self, model: str, seconds: float, rows: int, tokens: int) -> None: ...
     def set_queue_depth(self, model: str, n: int) -> None: ...
     def on_dropped(self, model: str, n: int) -> None: ...
+    def watch(self, model: str, load: Callable[[], ExecutorLoad]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -136,10 +165,14 @@ class ModelExecutor:
         self._token_cost: float | None = None  # running seconds per token of this model's forwards
         self._inline_running = False
         self._waiting: list[_Job] = []  # FIFO; jobs with rows not yet started
+        self._admitted = 0  # jobs queued and not yet done: the waiting ones and those in the forward
+        self._queued_mean = 0.0  # len(_waiting), exponentially weighted over time
+        self._queued_since = time.monotonic()  # when len(_waiting) last changed (or was folded in)
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name=f"engine-{name}", daemon=True)
         self._thread.start()
+        self._metric("watch", self.load)
 
     # ---- event-loop side -------------------------------------------------------------------
 
@@ -180,7 +213,9 @@ class ModelExecutor:
                 raise ExecutorClosed(f"model {self.name} is shut down")
             if len(self._waiting) >= self.max_queue:
                 raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting")
+            self._fold_queue(now)
             self._waiting.append(job)
+            self._admitted += 1
             depth = len(self._waiting)
             self._cond.notify()
         self._metric("set_queue_depth", depth)
@@ -278,6 +313,31 @@ class ModelExecutor:
         with self._cond:
             return len(self._waiting)
 
+    @property
+    def capacity(self) -> int:
+        """The most jobs held at once before one is refused: max_queue waiting, plus those in a forward
+        (one per row it may hold, since a job whose rows have all started has at least one there)."""
+        return self.max_queue + (1 if self.grouping == "alone" else self.limits.max_rows)
+
+    def load(self) -> ExecutorLoad:
+        """Jobs waiting and in flight now, the capacity, and the queue's running mean (for the pod-level
+        scaling gauges)."""
+        with self._cond:
+            self._fold_queue(time.monotonic())
+            queued = len(self._waiting)
+            in_flight = self._admitted - queued + (1 if self._inline_running else 0)
+            mean = self._queued_mean
+        return ExecutorLoad(queued, in_flight, self.capacity, mean)
+
+    def _fold_queue(self, now: float) -> None:
+        """Fold the time since the queue last changed into its running mean (lock held): the queue
+        held len(_waiting) jobs all that while, so the mean decays towards it with QUEUE_MEAN_TAU_S."""
+        elapsed = now - self._queued_since
+        if elapsed > 0:
+            keep = math.exp(-elapsed / QUEUE_MEAN_TAU_S)
+            self._queued_mean = len(self._waiting) + (self._queued_mean - len(self._waiting)) * keep
+            self._queued_since = now
+
     def stalled(self, timeout_s: float) -> str | None:
         """A reason when a forward has run longer than timeout_s or the worker is gone, else None."""
         if not self._thread.is_alive() and not self._closed:
@@ -293,6 +353,7 @@ class ModelExecutor:
         """Stop taking work: waiting jobs fail with ExecutorClosed; the forward in flight finishes."""
         with self._cond:
             self._closed = True
+            self._fold_queue(time.monotonic())
             waiting, self._waiting = self._waiting, []
             for job in waiting:
                 self._finish(job, error=ExecutorClosed(f"model {self.name} is shut down"))
@@ -346,6 +407,7 @@ class ModelExecutor:
             if job.first_forward is None:
                 job.first_forward = now
                 self._metric("observe_queue", now - job.submitted)
+        self._fold_queue(now)
         self._waiting = [job for job in self._waiting if job.pending]
         return batch, expired
 
@@ -429,15 +491,21 @@ class ModelExecutor:
         dropped = len(job.pending)
         job.pending = []
         if job in self._waiting:
+            self._fold_queue(time.monotonic())
             self._waiting.remove(job)
         if error is not None:
             self._finish(job, error=error)
         else:
-            job.done = True
+            self._mark_done(job)
         return dropped
 
+    def _mark_done(self, job: _Job) -> None:
+        if not job.done:
+            job.done = True
+            self._admitted -= 1
+
     def _finish(self, job: _Job, result: JobResult | None = None, error: BaseException | None = None) -> None:
-        job.done = True
+        self._mark_done(job)
         with contextlib.suppress(RuntimeError):  # the job's event loop is closed: nobody is waiting
             job.loop.call_soon_threadsafe(_settle, job.future, result, error)
 

@@ -25,6 +25,8 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 GRAPH_OPTIMIZATION_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 GRAPH_OPTIMIZATION_LEVEL_NAME = "ORT_ENABLE_ALL"
 INTER_OP_THREADS = 1
+# ORT's session config key for the intra-op pool's spin-wait ("1", the default, spins; "0" sleeps).
+ALLOW_SPINNING_KEY = "session.intra_op.allow_spinning"
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PROC_CGROUP = Path("/proc/self/cgroup")
@@ -127,11 +129,12 @@ class GraphSession:
     """One ONNX Runtime session and the settings it was built with. Safe to run from any thread."""
 
     def __init__(self, session: ort.InferenceSession, path: Path, device: str, threads: int,
-                 tf32: bool = False) -> None:
+                 spinning: bool = True, tf32: bool = False) -> None:
         self.session = session
         self.path = path
         self.device = device
         self.threads = threads
+        self.spinning = spinning  # the intra-op threads spin-wait between forwards (ORT's default)
         self.tf32 = tf32  # asked for; CUDA's options below say whether it is on
         self.inputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_inputs()}
         self.outputs: dict[str, TensorSpec] = {a.name: _spec(a) for a in session.get_outputs()}
@@ -154,7 +157,7 @@ class GraphSession:
 
     def sibling(self, path: Path | str) -> GraphSession:
         """Another graph of the same package, opened as this one was (device, threads, options)."""
-        return create_session(path, self.device, self.threads, self.tf32)
+        return create_session(path, self.device, self.threads, spinning=self.spinning, tf32=self.tf32)
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run the graph on `feeds`; return the requested outputs (all when None) by name."""
@@ -172,14 +175,16 @@ def _spec(arg: Any) -> TensorSpec:
 
 
 def create_session(path: Path | str, device: str = "cpu", threads: int | None = None,
-                   tf32: bool = False) -> GraphSession:
+                   spinning: bool = True, tf32: bool = False) -> GraphSession:
     """Load the graph at `path` on `device` ("cpu", "cuda" or "auto") with `threads` intra-op threads.
 
     threads None means default_threads(). Execution is sequential with one inter-op thread and the
-    optimisation level pinned to ORT_ENABLE_ALL. "cuda" raises SessionError when the CUDA provider is
-    missing or does not load; "auto" uses CUDA when it loads and the CPU otherwise. On CUDA, fp32
-    matmuls run in full fp32 unless ``tf32`` (ONNX Runtime's default turns TF32 on, which moved tiny
-    fixtures' goldens by up to 8.8e-3; with it off they were within 4.3e-6 of the CPU, as fast).
+    optimisation level pinned to ORT_ENABLE_ALL. spinning False makes the intra-op threads sleep as
+    soon as a forward ends instead of spin-waiting for the next (same numerics; see models.yaml
+    `spinning`). "cuda" raises SessionError when the CUDA provider is missing or does not load;
+    "auto" uses CUDA when it loads and the CPU otherwise. On CUDA, fp32 matmuls run in full fp32
+    unless ``tf32`` (ONNX Runtime's default turns TF32 on, which moved tiny fixtures' goldens by up to
+    8.8e-3; with it off they were within 4.3e-6 of the CPU, as fast).
     """
     path = Path(path)
     if device not in DEVICES:
@@ -209,6 +214,8 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
     # Memory patterns keep a plan per input shape; with request-sized batches that is ~30 MB per
     # new shape and no speed gain (MiniLM, 2 threads: same latency, peak RSS 256 -> 234 MB).
     options.enable_mem_pattern = False
+    if not spinning:
+        options.add_session_config_entry(ALLOW_SPINNING_KEY, "0")
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
@@ -222,4 +229,4 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
             f"{CUDA_PROVIDER} did not load for {path.name} (active: {', '.join(active)}); "
             "check the CUDA and cuDNN libraries onnxruntime-gpu needs"
         )
-    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads, tf32)
+    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads, spinning, tf32)
