@@ -1,6 +1,6 @@
 """The baked CPU image (scripts/images.sh cpu-defaults) run as an edge site runs it: its own command,
 from its own filesystem, as uid 10001, with the root filesystem read-only except the image's declared
-volumes (tests/container_harness.py says how, and what still differs from `docker run`). Then the
+volumes (tests/support/container_harness.py says how, and what still differs from `docker run`). Then the
 images without packages (CPU, and GPU falling back to the CPU) with a packages directory mounted at
 /models, as docs/deployment.md runs them.
 
