@@ -1,9 +1,10 @@
 """`python -m bench all | embeddings | overhead | longinput | decisions | sparrow | vela2 | decision-vision |
-decision-codes | memory [--threads 2] [--rounds 7] [--record]`.
+decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`.
 
 `decisions` runs the sparrow-nano comparison (`sparrow` alone), then `vela2` (the Vela 2.0 package at the 0.3B's
 shape against PyTorch) and `decision-vision` (image and video requests at Qwen3-VL-2B's shape
-against Transformers); `vela2` and `decision-vision` alone need none of the default packages."""
+against Transformers); `vela2` and `decision-vision` alone need none of the default packages. `scaling`
+(intra-op spinning's cost, and the autoscaling target with its pending-jobs trace) runs only by name."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import decision_codes, decision_vision, decisions, embeddings, longinput, memory, overhead, vela2
+from bench import decision_codes, decision_vision, decisions, embeddings, longinput, memory, overhead, scaling, vela2
 from bench.lab import PACKAGE_NAME, Lab, Settings
 from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
@@ -39,9 +40,12 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "decision-vision": decision_vision.run,
     "decision-codes": decision_codes.run,
     "memory": memory.run,
+    "scaling": scaling.run,
 }
 #: Comparisons another one already runs (so `all` leaves them out).
 INCLUDED = {"sparrow", "vela2", "decision-vision"}  # in decisions
+#: Comparisons `all` leaves out: they run by name only (scaling takes minutes of sustained load).
+BY_NAME_ONLY = {"scaling"}
 #: Comparisons that build their own packages and need none of the default ones.
 STANDALONE = {"vela2", "decision-vision"}
 
@@ -84,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1 or args.rounds < 1:
         print("error: --threads and --rounds must be at least 1", file=sys.stderr)
         return 2
-    settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages)
-    names = [n for n in COMPARISONS if n not in INCLUDED] if args.comparison == "all" else [args.comparison]
+    settings = Settings(threads=args.threads, rounds=args.rounds, packages=args.packages, record=args.record)
+    names = ([n for n in COMPARISONS if n not in INCLUDED | BY_NAME_ONLY] if args.comparison == "all"
+             else [args.comparison])
     needs_minilm = bool(set(names) - STANDALONE)
     needs_sparrow = {"decisions", "memory", "longinput"} & set(names)
     defaults = ([settings.package] if needs_minilm else []) + \

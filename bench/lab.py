@@ -20,6 +20,7 @@ class Settings:
     threads: int
     rounds: int
     packages: Path  # the directory `python -m converters default --out DIR` wrote
+    record: bool = False  # --record: comparisons that keep data files (bench/scaling.py's trace) write them
 
     @property
     def package(self) -> Path:
