@@ -244,27 +244,24 @@ def scans(card: api.ModelCard) -> bool:
 # -- requests the Router builds ----------------------------------------------------------------------------
 
 
+def omitempty(**fields: Any) -> dict[str, Any]:
+    """Go's ``json:",omitempty"`` on value fields: a zero value ("", 0, False, empty) is left out."""
+    return {key: value for key, value in fields.items() if value}
+
+
 def classify_request(model: str, inputs: list[dict[str, str]], head: str = "", overflow: str = "",
                      max_tokens: int = 0, window: tuple[int, int] | None = None,
                      threshold: float | None = None, deadline_ms: float | None = None) -> dict[str, Any]:
     """surfaces.go ``encodeClassify``: always the item-list form; options always present."""
     options: dict[str, Any] = {}
-    if deadline_ms is not None:
+    if deadline_ms is not None:  # pointer fields: sent whenever set
         options["deadline_ms"] = deadline_ms
-    if max_tokens:
-        options["max_tokens"] = max_tokens
-    if overflow:
-        options["overflow"] = overflow
+    options.update(omitempty(max_tokens=max_tokens, overflow=overflow))
     if threshold is not None:
         options["threshold"] = threshold
     if window is not None:
         options["window"] = {"tokens": window[0], "overlap": window[1]}
-    body: dict[str, Any] = {"input": [{k: v for k, v in item.items() if v} for item in inputs], "options": options}
-    if model:
-        body["model"] = model
-    if head:
-        body["head"] = head
-    return body
+    return {"input": [omitempty(**item) for item in inputs], "options": options, **omitempty(model=model, head=head)}
 
 
 def content_part(text: str = "", image_url: str = "", audio_wav: str = "") -> dict[str, Any]:
@@ -279,39 +276,15 @@ def content_part(text: str = "", image_url: str = "", audio_wav: str = "") -> di
 def embed_request(model: str, parts: list[dict[str, Any]], dimensions: int = 0, layer: int = 0,
                   input_type: str = "", overflow: str = "", max_tokens: int = 0) -> dict[str, Any]:
     """surfaces.go ``encodeEmbed``: content parts, ``encoding_format: base64`` always."""
-    options: dict[str, Any] = {}
-    if max_tokens:
-        options["max_tokens"] = max_tokens
-    if overflow:
-        options["overflow"] = overflow
-    body: dict[str, Any] = {"input": parts, "encoding_format": "base64", "options": options}
-    if model:
-        body["model"] = model
-    if dimensions:
-        body["dimensions"] = dimensions
-    if layer:
-        body["layer"] = layer
-    if input_type:
-        body["input_type"] = input_type
-    return body
+    return {"input": parts, "encoding_format": "base64", "options": omitempty(max_tokens=max_tokens, overflow=overflow),
+            **omitempty(model=model, dimensions=dimensions, layer=layer, input_type=input_type)}
 
 
 def rerank_request(model: str, query: str, documents: list[str], layer: int = 0, dimensions: int = 0,
                    overflow: str = "", max_tokens: int = 0) -> dict[str, Any]:
     """surfaces.go ``encodeRerank`` (no top_n, no return_documents)."""
-    options: dict[str, Any] = {}
-    if max_tokens:
-        options["max_tokens"] = max_tokens
-    if overflow:
-        options["overflow"] = overflow
-    body: dict[str, Any] = {"query": query, "documents": documents, "options": options}
-    if model:
-        body["model"] = model
-    if layer:
-        body["layer"] = layer
-    if dimensions:
-        body["dimensions"] = dimensions
-    return body
+    return {"query": query, "documents": documents, "options": omitempty(max_tokens=max_tokens, overflow=overflow),
+            **omitempty(model=model, layer=layer, dimensions=dimensions)}
 
 
 @dataclass
@@ -364,16 +337,10 @@ def decisions_request(model: str, state: str | dict[str, str], questions: list[Q
     if not scans(card):
         max_tokens = 0
         questions = [Question(**{**q.__dict__, "truncate": False}) for q in questions]
-    options: dict[str, Any] = {}
-    if deadline_ms is not None:
-        options["deadline_ms"] = deadline_ms
-    if max_tokens:
-        options["max_tokens"] = max_tokens
-    body: dict[str, Any] = {"state": state, "questions": {q.id: encode_question(q) for q in questions},
-                            "options": options}
-    if model:
-        body["model"] = model
-    return body
+    options: dict[str, Any] = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
+    options.update(omitempty(max_tokens=max_tokens))
+    return {"state": state, "questions": {q.id: encode_question(q) for q in questions}, "options": options,
+            **omitempty(model=model)}
 
 
 # -- classify answers ------------------------------------------------------------------------------------------
