@@ -197,8 +197,6 @@ def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
     return usage
 
 
-__all__ = ["DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types", "assemble", "media_refusal",
-           "plan_entries", "refused_entry"]
 
 
 #: The decisions surface, the one every decision family serves.
@@ -259,3 +257,7 @@ class DecisionFamily(Generic[ForwardT]):
     def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
         """The response body from the rows' outputs (or one error for the whole job)."""
         raise NotImplementedError
+
+
+__all__ = ["SURFACE", "DecisionFamily", "DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types",
+           "assemble", "media_refusal", "plan_entries", "refused_entry"]

@@ -5,12 +5,24 @@ same whichever family answered."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.items import InputUsage, failed_item, request_usage
+
+
+def embedding_card(dimensions: Iterable[int], layers: Iterable[int], pooling: str | None, normalized: bool,
+                   modalities: Iterable[str]) -> dict[str, Any]:
+    """The card's ``embedding`` block: the dimensions (full first) and layers a request may ask for,
+    pooling, normalization, modalities, and the input types read differently (none: no model here
+    has query or document prompts, so it reads both alike)."""
+    return {"embedding": {"dimensions": sorted(set(dimensions), reverse=True), "layers": sorted(layers),
+                          "pooling": pooling, "normalized": normalized, "modalities": list(modalities),
+                          "input_types": []}}
+
 
 #: One input's outcome: its vector and coverage, or its error.
 Embedded = tuple[np.ndarray, InputUsage] | ItemError

@@ -14,7 +14,7 @@ import numpy as np
 from edge_runtime.engine.encoder import EncoderForward
 from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Plan, token_budget
-from edge_runtime.families.embeddings import Embedded, embeddings_body
+from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
 from edge_runtime.families.items import InputUsage, failed_item, request_usage
 from edge_runtime.heads.activations import sigmoid, softmax
 from edge_runtime.heads.pooling import embed
@@ -108,15 +108,8 @@ class EncoderFamily:
                 head["thresholds"] = self._thresholds(None)
             return {"heads": [head]}
         if self.kind == "embedding":
-            return {"embedding": {
-                "dimensions": sorted(set(self.dimensions) | ({self.dimension} if self.dimension else set()),
-                                     reverse=True),
-                "layers": sorted(self.layers),
-                "pooling": self.head.get("pooling"),
-                "normalized": bool(self.head.get("normalize")),
-                "modalities": ["text"],
-                "input_types": [],
-            }}
+            return embedding_card([*self.dimensions, *([self.dimension] if self.dimension else [])], self.layers,
+                                  self.head.get("pooling"), bool(self.head.get("normalize")), ["text"])
         return {"rerank": {"default": dict(self.rerank_exit), "exits": [dict(self.rerank_exit)]}}
 
     # -- planning ---------------------------------------------------------------------------

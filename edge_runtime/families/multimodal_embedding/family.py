@@ -21,7 +21,7 @@ from edge_runtime.engine import probe_grouping
 from edge_runtime.engine.forward import Grouping
 from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Graph, Plan, open_graphs, token_budget
-from edge_runtime.families.embeddings import Embedded, embeddings_body
+from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
 from edge_runtime.families.items import InputUsage
 from edge_runtime.families.multimodal_embedding.features import (
     clap_log_mel,
@@ -215,14 +215,9 @@ class MultimodalEmbeddingModel:
 
     def describe(self) -> dict[str, Any]:
         """The card's ``embedding`` block: one space for every tower."""
-        return {"embedding": {
-            "dimensions": sorted(self.dimensions, reverse=True),
-            "layers": [int(self.towers[self.primary].spec["layers"])],
-            "pooling": "model",  # each tower's graph pools (its projection head), not a readout here
-            "normalized": self.normalized,
-            "modalities": list(self.modalities),
-            "input_types": [],
-        }}
+        # pooling "model": each tower's graph pools (its projection head), not a readout here
+        return embedding_card(self.dimensions, [int(self.towers[self.primary].spec["layers"])], "model",
+                              self.normalized, self.modalities)
 
     def representation(self, dimension: int) -> dict[str, Any]:
         """The space's tag: the same for every tower of the package, so texts and images compare."""

@@ -2,13 +2,12 @@
 
 Each Choice, Noul or Score question is one row: the state, the question's instructions and each
 option (``"{name} {description}"``) are tokenized separately with the package's WordPiece, and the
-graph pools, scores and
-applies the per-kind temperature. A state longer than the budget (``max_input_tokens``, or
-``options.max_tokens``) fails each of its questions in place with ``max_length_exceeded``, as in
-every decision family, unless the question asks ``overflow: truncate``: it then reads the state's
-first tokens (``usage.tokens_lower_bound``). Instructions and options are cut at the model's
-512-token segments, as the model was trained. Rows are never padded to one shape (ORT's reductions depend on
-the reduced length), so numerics are exact.
+graph pools, scores and applies the per-kind temperature. A state longer than the budget
+(``max_input_tokens``, or ``options.max_tokens``) fails each of its questions in place with
+``max_length_exceeded``, as in every decision family, unless the question asks ``overflow:
+truncate``: it then reads the state's first tokens (``usage.tokens_lower_bound``). Instructions and
+options are cut at the model's 512-token segments, as the model was trained. Rows are never padded
+to one shape (ORT's reductions depend on the reduced length), so numerics are exact.
 
 Questions repeat across requests (a Router asks the same ones), so packages that carry model.onnx
 split in two (decision_config ``split_graphs``) run it in halves: the question half once per
@@ -340,16 +339,16 @@ class SparrowForward:
         return row.tokens
 
 
-def _split(package: Package) -> dict[str, Any] | None:
-    """The package's split graphs (decision_config ``split_graphs``) when of the current layout."""
-    split = (package.decision_config() or {}).get("split_graphs")
+def _split(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A decision_config's split graphs (``split_graphs``) when of the current layout."""
+    split = config.get("split_graphs")
     return split if split is not None and split.get("layout") == SPLIT_LAYOUT else None
 
 
 def graphs(package: Package) -> list[Graph]:
     """The split graphs beside model.onnx: the question half and the answer half per question count
     (proved equal to model.onnx by the converter; the load-time probe runs them)."""
-    split = _split(package)
+    split = _split(package.decision_config() or {})
     if split is None:
         return []
     return [Graph("question", split["question"]),
@@ -370,7 +369,7 @@ class SparrowFamily(DecisionFamily[SparrowForward]):
         self.question_types = answered_types(card, tuple(KINDS))
         self.text = SparrowText.from_files(package.file("tokenizer.json"), config)
         self.modalities = frozenset(card.modalities)
-        split = _split(package)
+        split = _split(config)
         if split is None and config.get("split_graphs") is not None:
             log.warning("%s: its split graphs are of an earlier layout; model.onnx answers every question "
                         "alone (the same answers, slower): rebuild the package to use them", self.name)
