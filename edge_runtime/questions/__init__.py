@@ -95,15 +95,11 @@ def _parse(qid: str, raw: Any) -> Question:
         raise Malformed(f"{kind.name} questions do not take {unknown}")
     instructions = optional_text(raw.get("instructions"), "instructions")
     preset = raw.get("preset")
-    if preset is not None and (not isinstance(preset, str) or not preset.strip()):
-        raise Malformed("preset must be a non-blank string")
+    if preset is not None:
+        _check_preset(preset)
     question = kind.parse(qid, raw, instructions, preset)
-    overflow = raw.get("overflow")
-    if overflow is None or overflow == "reject":
-        return question
-    if overflow != "truncate":
-        raise Malformed("overflow must be reject or truncate")
-    return replace(question, overflow=overflow)
+    overflow = _overflow(raw)
+    return question if overflow is None else replace(question, overflow=overflow)
 
 
 def _bare_preset(qid: str, raw: dict[str, Any]) -> Question:
@@ -112,14 +108,23 @@ def _bare_preset(qid: str, raw: dict[str, Any]) -> Question:
     unknown = sorted(set(raw) - PRESET_FIELDS)
     if unknown:
         raise Malformed(f"a preset question without a type takes only {sorted(PRESET_FIELDS)}, not {unknown}")
-    preset = raw["preset"]
+    preset = _check_preset(raw["preset"])
+    return Question(qid, PRESET, None, preset=preset, threshold=threshold(raw.get("threshold")),
+                    overflow=_overflow(raw))
+
+
+def _check_preset(preset: Any) -> str:
     if not isinstance(preset, str) or not preset.strip():
         raise Malformed("preset must be a non-blank string")
+    return preset
+
+
+def _overflow(raw: dict[str, Any]) -> str | None:
+    """A question's ``overflow``: "truncate", or None for reject (the default)."""
     overflow = raw.get("overflow")
     if overflow not in (None, "reject", "truncate"):
         raise Malformed("overflow must be reject or truncate")
-    return Question(qid, PRESET, None, preset=preset, threshold=threshold(raw.get("threshold")),
-                    overflow="truncate" if overflow == "truncate" else None)
+    return "truncate" if overflow == "truncate" else None
 
 
 def check_clashes(questions: Sequence[Question | InvalidQuestion]) -> tuple[Question | InvalidQuestion, ...]:
