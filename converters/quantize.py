@@ -511,3 +511,74 @@ def variant_entry(variant: str, agreement: dict[str, Any], recipe: Int8Recipe | 
     if recipe is not None and how == "per-token":
         entry["recipe"] = recipe.describe()
     return entry
+
+
+def _integer_operands(graph_path: Path, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Every MatMulIntegerToFloat of the graph with its own operands on ``feeds``: the uint8 activation
+    codes it read, its int8 weight, weight scale and activation zero point, and the float it returned."""
+    model = onnx.load(str(graph_path))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    nodes = [n for n in model.graph.node if n.op_type == "MatMulIntegerToFloat"]
+    names: list[str] = []
+    for n in nodes:
+        for name, kind in ((n.input[0], TensorProto.UINT8), (n.output[0], TensorProto.FLOAT)):
+            if name not in names:
+                names.append(name)
+                model.graph.output.append(helper.make_tensor_value_info(name, kind, None))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2  # the kernels split work across threads as they do in service
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    inputs = {i.name for i in session.get_inputs()}
+    values = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in inputs})))
+    return [{"name": n.name, "q": values[n.input[0]], "w": inits[n.input[1]], "w_scale": inits[n.input[3]],
+             "zp": int(inits[n.input[4]].reshape(-1)[0]), "out": values[n.output[0]]} for n in nodes]
+
+
+def check_integer_products(graph_path: Path, tokenizer_path: Path, recipe: Int8Recipe,
+                           texts: Sequence[str] | None = None) -> dict[str, Any]:
+    """Prove, on the CPU this runs on, that every integer GEMM of an exact int8 graph returns the exact
+    product of its own operands, and that its operand ranges make that so on every kernel.
+
+    Runs ``texts`` (default: 17 of the real sentences, both genres) as one padded batch, reads each
+    MatMulIntegerToFloat's uint8 codes, int8 weight and float output, and compares the output with the
+    int64 numpy product times the channel scale. Raises ValueError naming the GEMM that differs or
+    whose operands leave the recipe's bounds; returns what was checked.
+    """
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok.enable_padding()
+    tok.enable_truncation(64)
+    encs = tok.encode_batch(list(texts if texts is not None else real_sentences()[::150]))
+    ids = np.array([e.ids for e in encs], np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in encs], np.int64),
+             "token_type_ids": np.zeros_like(ids)}
+    operands = _integer_operands(graph_path, feeds)
+    if not operands:
+        raise ValueError(f"{graph_path.name} has no MatMulIntegerToFloat: it is not an exact int8 graph")
+    # the bound for every input: codes <= activation_max and |w| <= weight_max keep any two adjacent
+    # products inside int16, so no kernel (vpmaddubsw on AVX2 and AVX-512 without VNNI, VNNI, AMX, ARM
+    # dot products, CUDA) can saturate
+    recipe.check()
+    worst = 0.0
+    for op in operands:
+        q, w, name = op["q"], op["w"], op["name"]
+        if q.dtype != np.uint8 or w.dtype != np.int8 or op["zp"] != recipe.activation_zero_point:
+            raise ValueError(f"{name}: operands {q.dtype} x {w.dtype}, zero point {op['zp']}; the recipe "
+                             f"promises uint8 x int8 around {recipe.activation_zero_point}")
+        codes = q.astype(np.int64) - op["zp"]
+        if int(np.abs(w.astype(np.int64)).max()) > recipe.weight_max or int(np.abs(codes).max()) > recipe.activation_max:
+            raise ValueError(f"{name}: operands exceed the recipe's bounds ({recipe.describe()})")
+        exact = codes.reshape(-1, codes.shape[-1]) @ w.astype(np.int64)
+        if np.abs(exact).max() >= 2**24:  # float32(exact) would no longer be the integer itself
+            raise ValueError(f"{name}: integer sums reach 2**24; the float comparison would be inexact")
+        want = exact.astype(np.float32) * op["w_scale"].astype(np.float32)
+        got = op["out"].reshape(want.shape)
+        err = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), np.finfo(np.float32).tiny)))
+        # one float32 rounding of the scale multiply; a saturated pair sum is off by far more
+        if not np.allclose(got, want, rtol=1e-6, atol=0):
+            raise ValueError(f"{name}: the kernel's result differs from the exact integer product "
+                             f"(relative error up to {err:.3g}): saturated or wrong")
+        worst = max(worst, err)
+    return {"gemms": len(operands), "rows": int(ids.shape[0]), "max_relative_error": worst,
+            "pair_sum_bound": recipe.pair_sum_bound}

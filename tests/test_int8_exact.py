@@ -19,6 +19,7 @@ from converters.quantize import (
     DEFAULT_RECIPE,
     INT16_MAX,
     Int8Recipe,
+    check_integer_products,
     quantize_int8_exact,
     quantize_weight,
     real_sentences,
@@ -107,68 +108,13 @@ def test_recipes_that_could_saturate_16_bit_pair_sums_are_refused(tmp_path: Path
         quantize_int8_exact(tmp_path / "unused.onnx", tmp_path / "out.onnx", Int8Recipe(weight_max=127))
 
 
-def _integer_operands(graph_path: Path, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Every MatMulIntegerToFloat of the graph with its own operands on ``feeds``: the uint8 activation
-    codes it read, its int8 weight, weight scale and activation zero point, and the float it returned."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-
-    model = onnx.load(str(graph_path))
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    nodes = [n for n in model.graph.node if n.op_type == "MatMulIntegerToFloat"]
-    names: list[str] = []
-    for n in nodes:
-        for name, kind in ((n.input[0], TensorProto.UINT8), (n.output[0], TensorProto.FLOAT)):
-            if name not in names:
-                names.append(name)
-                model.graph.output.append(helper.make_tensor_value_info(name, kind, None))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    inputs = {i.name for i in session.get_inputs()}
-    values = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in inputs})))
-    return [{"name": n.name, "q": values[n.input[0]], "w": inits[n.input[1]], "w_scale": inits[n.input[3]],
-             "zp": int(inits[n.input[4]].reshape(-1)[0]), "out": values[n.output[0]]} for n in nodes]
-
-
-def _check_integer_products(graph_path: Path, tokenizer_path: Path, recipe: Int8Recipe) -> None:
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(tokenizer_path))
-    tok.enable_padding()
-    tok.enable_truncation(64)
-    texts = real_sentences()[::150]  # 17 real sentences of both genres, padded into one batch
-    encs = tok.encode_batch(texts)
-    ids = np.array([e.ids for e in encs], np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in encs], np.int64),
-             "token_type_ids": np.zeros_like(ids)}
-    operands = _integer_operands(graph_path, feeds)
-    assert operands
-    for op in operands:
-        q, w = op["q"], op["w"]
-        assert q.dtype == np.uint8 and w.dtype == np.int8 and op["zp"] == recipe.activation_zero_point
-        # the proof for every input: uint8 codes are <= 255 and |w| <= weight_max, so any two adjacent
-        # products sum inside int16 and no kernel ONNX Runtime may pick (vpmaddubsw on AVX2 and
-        # AVX-512 without VNNI, VNNI, AMX, ARM dot products, CUDA) can saturate
-        assert int(np.abs(w.astype(np.int64)).max()) <= recipe.weight_max
-        assert 2 * 255 * recipe.weight_max <= INT16_MAX
-        codes = q.astype(np.int64) - op["zp"]
-        assert int(np.abs(codes).max()) <= recipe.activation_max, op["name"]
-        # what the kernel returned is the exact integer product (int64 numpy), times the channel scale
-        exact = codes.reshape(-1, codes.shape[-1]) @ w.astype(np.int64)
-        assert np.abs(exact).max() < 2**24  # so float32(exact) is the integer itself
-        want = exact.astype(np.float32) * op["w_scale"].astype(np.float32)
-        got = op["out"].reshape(want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=op["name"])
-
-
 def test_integer_products_are_exact_and_cannot_saturate(fixture_package: Callable[..., Path]) -> None:
     """Every integer GEMM of an exact int8 graph computes the exact product of its own operands on this
     CPU, and its operand ranges make that so on every CPU class (the 16-bit pair-sum bound)."""
     package = read_package(fixture_package("embedding", quantize=True))
     recipe = Int8Recipe(**{k: v for k, v in package.card.raw["variants"]["int8"]["recipe"].items()
                            if k in ("weight_max", "activation_max", "smooth_alpha")})
-    _check_integer_products(package.graph("int8"), package.file("tokenizer.json"), recipe)
+    assert check_integer_products(package.graph("int8"), package.file("tokenizer.json"), recipe)["gemms"] > 0
 
 
 @pytest.mark.minilm
@@ -194,7 +140,8 @@ def test_default_minilm_integer_products_are_exact_and_cannot_saturate(minilm_pa
 
     package = read_package(minilm_package)
     assert package.card.raw["variants"]["int8"]["recipe"] == CALIBRATED_RECIPE.describe()
-    _check_integer_products(package.graph("int8"), package.file("tokenizer.json"), CALIBRATED_RECIPE)
+    report = check_integer_products(package.graph("int8"), package.file("tokenizer.json"), CALIBRATED_RECIPE)
+    assert report["gemms"] == 36
 
 
 def test_state_once_int8_branches_equal_each_question_alone(tmp_path: Path) -> None:
