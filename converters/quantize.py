@@ -567,7 +567,8 @@ def check_integer_products(graph_path: Path, tokenizer_path: Path, recipe: Int8R
             raise ValueError(f"{name}: operands {q.dtype} x {w.dtype}, zero point {op['zp']}; the recipe "
                              f"promises uint8 x int8 around {recipe.activation_zero_point}")
         codes = q.astype(np.int64) - op["zp"]
-        if int(np.abs(w.astype(np.int64)).max()) > recipe.weight_max or int(np.abs(codes).max()) > recipe.activation_max:
+        widest = int(np.abs(w.astype(np.int64)).max())
+        if widest > recipe.weight_max or int(np.abs(codes).max()) > recipe.activation_max:
             raise ValueError(f"{name}: operands exceed the recipe's bounds ({recipe.describe()})")
         exact = codes.reshape(-1, codes.shape[-1]) @ w.astype(np.int64)
         if np.abs(exact).max() >= 2**24:  # float32(exact) would no longer be the integer itself

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [qemu, "-cpu", args.cpu, sys.executable, str(Path(__file__).resolve()),
                *[str(p) for p in args.packages]]
         # QEMU warns once per CPUID feature TCG cannot emulate (rdseed, sha-ni, ...): none is an int8 path
-        done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         sys.stderr.write("".join(line for line in done.stderr.splitlines(keepends=True)
                                  if "TCG doesn't support" not in line))
         sys.stdout.write(done.stdout)
