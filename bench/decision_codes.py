@@ -396,7 +396,7 @@ def load_torch_decider(source: Path, package: Path, threads: int) -> Callable[[d
     from transformers import AutoModel
 
     from edge_runtime.families.decision_codes.family import DecisionCodesFamily
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
     from edge_runtime.questions import Question
     from edge_runtime.questions import answer as decision_answer
     from edge_runtime.requests.decisions import parse_decisions_request

@@ -248,8 +248,8 @@ def load_torch(source: Path, package: Path, threads: int) -> Answer:
 
     from edge_runtime.families.decision_codes.family import READOUT
     from edge_runtime.families.decision_vision.family import VisionPlanner
+    from edge_runtime.families.registry import read_package
     from edge_runtime.heads.decisions import select_temperature
-    from edge_runtime.packages import read_package
     from edge_runtime.questions import answer
     from edge_runtime.requests.decisions import parse_decisions_request
 

@@ -182,8 +182,8 @@ def load_torch_pipeline(source: Path, package: Path, threads: int) -> Answer:
     torch.set_num_interop_threads(1)
     from converters.vela2 import load_backbone, torch_readout
     from converters.vela2_source import load_tensors, read_source
+    from edge_runtime.families.registry import read_package
     from edge_runtime.families.vela2.pipeline import Vela2Assets, run_request
-    from edge_runtime.packages import read_package
 
     src = read_source(source)
     backbone, head = load_tensors(src)

@@ -367,7 +367,7 @@ def export_decision2(src: str | Path, out: Path, opts: Decision2Options) -> Expo
 
             digest = write_package(Path(out), card, files, goldens)
         timings["write"] = s.seconds
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
 

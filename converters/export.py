@@ -28,7 +28,7 @@ from converters.source import (
     resolve_source,
     source_stamp,
 )
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 
 KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")
 QUANTIZE = ("int8", "int8-dynamic")  # int8: per-token, exact; int8-dynamic: approximate

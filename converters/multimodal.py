@@ -35,7 +35,7 @@ from converters.export import ExportResult, PackageIdentity
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source, source_stamp
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 from edge_runtime.packages.golden import golden_bytes
 
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")

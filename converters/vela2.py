@@ -371,7 +371,7 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
 
             digest = write_package(Path(out), card, files, {"fp32": _goldens(session, golden_seqs)})
         timings["write"] = s.seconds
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)

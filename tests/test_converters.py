@@ -17,7 +17,7 @@ from converters.errors import ConversionError
 from converters.export import ExportOptions, export_model
 from converters.fixture import build_fixture, build_fixture_result, build_source
 from converters.samples import SAMPLE_TEXTS
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")

@@ -15,7 +15,7 @@ import pytest
 from converters.errors import ConversionError
 from edge_runtime.families.decision2.candidate import HEAD_TENSORS, CandidateHead, answer
 from edge_runtime.families.decision2.prompt import PromptTooLong, option_text, prefix_text, render
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 
 
 def _head(h: int = 16, d: int = 8, seed: int = 0) -> dict[str, np.ndarray]:

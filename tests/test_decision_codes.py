@@ -25,8 +25,8 @@ from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, causal_row
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.decision_codes.family import DecisionCodesFamily
+from edge_runtime.families.registry import read_package
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
-from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 
 PROBABILITY_TOLERANCE = 1e-5

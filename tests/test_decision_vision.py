@@ -27,7 +27,7 @@ from converters.errors import ConversionError
 from edge_runtime.errors import ApiError
 from edge_runtime.families.decision_vision.family import DecisionVisionFamily
 from edge_runtime.families.decision_vision.vision_lm import Block, position_taps, rope_positions, rowcol, torch_linspace
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 from edge_runtime.requests.decisions import parse_decisions_request
 from tests.support.vision import BODY_QUESTIONS, png_b64, png_url, sample_image
 

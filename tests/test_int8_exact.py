@@ -26,9 +26,8 @@ from converters.quantize import (
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.probe import bitwise_equal
-from edge_runtime.families.registry import build_family
+from edge_runtime.families.registry import build_family, read_package
 from edge_runtime.loading import PROBE_LENGTHS
-from edge_runtime.packages import read_package
 
 EXACT_KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
                "decision-codes")

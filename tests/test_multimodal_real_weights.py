@@ -41,7 +41,7 @@ def tiny_en_server(tiny_en_package: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 def test_the_ct2_export_matches_pytorch_and_records_it(tiny_en_package: Path) -> None:
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     card = read_package(tiny_en_package).card.raw
     audio = card["towers"]["audio"]

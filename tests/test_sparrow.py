@@ -20,8 +20,8 @@ from edge_runtime.engine import GraphSession, ModelExecutor, create_session, pro
 from edge_runtime.engine.batching import bucket_ceiling
 from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.registry import read_package
 from edge_runtime.families.sparrow.family import KINDS, SparrowFamily, SparrowForward, SparrowText, SplitGraphs, content
-from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 
 PARITY_TOLERANCE = 2e-6

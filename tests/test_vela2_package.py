@@ -14,8 +14,8 @@ import pytest
 
 from converters.errors import ConversionError
 from converters.vela2_requests import generated_requests, golden_request
+from edge_runtime.families.registry import read_package
 from edge_runtime.families.vela2.pipeline import Vela2Assets, graph_readout, run_request, run_sequences
-from edge_runtime.packages import read_package
 
 
 @pytest.fixture(scope="module")
