@@ -48,7 +48,7 @@ import numpy as np
 from bench.decisions import JsonClient, max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import WorkerProcess, offline_env, serve_worker, stay_offline
+from bench.runners import Command, WorkerProcess, bench_main, offline_env, serve_worker, torch_command
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 from bench.texts import sentences
@@ -177,7 +177,7 @@ def build_source(d: Path, shape: Shape, seed: int = SEED) -> Path:
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-    from converters.decision_codes import FIXTURE_CHAT_TEMPLATE, FIXTURE_MAX_POSITIONS, train_fixture_tokenizer
+    from converters.decision_codes.fixture import FIXTURE_CHAT_TEMPLATE, FIXTURE_MAX_POSITIONS, train_fixture_tokenizer
 
     tok = train_fixture_tokenizer()
     config = Qwen3Config(
@@ -198,12 +198,8 @@ def build_source(d: Path, shape: Shape, seed: int = SEED) -> Path:
 
 def build(out: Path, shape: Shape, seed: int = SEED) -> dict[str, Any]:
     """The source and both packages under ``out``, and build.json saying what was built and how long it took."""
-    from converters.decision_codes import (
-        FIXTURE_LIMITS,
-        FIXTURE_RELEASE_DATE,
-        DecisionCodesOptions,
-        export_decision_codes,
-    )
+    from converters.decision_codes.export import DecisionCodesOptions, export_decision_codes
+    from converters.decision_codes.fixture import FIXTURE_LIMITS, FIXTURE_RELEASE_DATE
 
     out.mkdir(parents=True, exist_ok=True)
     (out / BUILD_FILE).unlink(missing_ok=True)  # a half-built cache is never taken for a built one
@@ -454,12 +450,6 @@ def load_engine(package: Path, threads: int, graph: str = "model.onnx") -> Calla
         return {"hidden": [np.asarray(h).tolist() for h in hidden]}
 
     return answer
-
-
-def _worker_main(args: argparse.Namespace) -> int:
-    if args.command == "torch":
-        return serve_worker(lambda: load_torch_decider(args.source, args.package, args.threads))
-    return serve_worker(lambda: load_engine(args.package, args.threads, args.graph))
 
 
 # ---- the comparison ------------------------------------------------------------------------------
@@ -715,26 +705,27 @@ def agreement_table(answers: dict[str, dict[str, dict[str, Any]]]) -> Table:
                   "here says little; the converter's card records the agreement on its sample questions."])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.decision_codes")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build the source and both packages (imports torch)")
+def _build_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--layers", type=int, default=QWEN3_0_6B.num_hidden_layers)
     b.add_argument("--seed", type=int, default=SEED)
-    t = sub.add_parser("torch", help="the Transformers contestant (imports torch)")
-    t.add_argument("--threads", type=int, required=True)
-    t.add_argument("--source", type=Path, required=True, help="the Hugging Face directory of the build")
-    t.add_argument("--package", type=Path, required=True, help="the causal package (its prompt and readout)")
-    e = sub.add_parser("engine", help="our engine on token ids (imports onnxruntime)")
+
+
+def _engine_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--threads", type=int, required=True)
     e.add_argument("--package", type=Path, required=True, help="the state-once package (its graph runs both rows)")
     e.add_argument("--graph", default="model.onnx", help=f"the package's graph file (model.onnx, {INT8_FILE})")
-    args = parser.parse_args(argv)
-    stay_offline()
-    if args.command == "build":
-        return _build_main(args)
-    return _worker_main(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``build``, ``torch`` (Transformers on the causal package's prompt) and ``engine`` (our engine on
+    token ids), on the bench skeleton every family's bench shares."""
+    return bench_main(argv, "python -m bench.decision_codes", {
+        "build": Command("build the source and both packages (imports torch)", _build_arguments, _build_main),
+        "torch": torch_command(load_torch_decider, "Transformers"),
+        "engine": Command("our engine on token ids (imports onnxruntime)", _engine_arguments,
+                          lambda args: serve_worker(lambda: load_engine(args.package, args.threads, args.graph))),
+    })
 
 
 if __name__ == "__main__":

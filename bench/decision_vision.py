@@ -93,7 +93,8 @@ OURS, ONE_BY_ONE, TORCH = "ours", "ours-one-by-one", "torch"
 
 def build(source: Path, package: Path) -> None:
     """Write the source at the 2B's shape when missing and convert it (imports torch)."""
-    from converters.decision_vision import DecisionVisionOptions, build_fixture_source, export_decision_vision
+    from converters.decision_vision.export import DecisionVisionOptions, export_decision_vision
+    from converters.decision_vision.fixture import build_fixture_source
 
     if not (source / "config.json").is_file() or not (source / "preprocessor_config.json").is_file():
         shutil.rmtree(source, ignore_errors=True)

@@ -6,6 +6,7 @@ drives a `python -m bench.contestant` subprocess that times its library in-proce
 
 from __future__ import annotations
 
+import argparse
 import base64
 import functools
 import json
@@ -14,7 +15,8 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -202,25 +204,54 @@ class WorkerContestant(WorkerProcess):
         return np.asarray(self._ask({"op": "embed", "texts": texts})["embeddings"], dtype=np.float32)
 
 
-def contestant_main(argv: Sequence[str] | None, prog: str, build: Callable[[Path, Path], None],
-                    load_torch: Callable[[Path, Path, int], Answer], what: str) -> int:
-    """The command line every per-family bench worker shares: ``build --source S --out PKG`` writes
-    the source when missing and converts it (imports torch), and ``torch --threads N --source S
-    --package PKG`` serves ``what`` (the torch contestant) as a worker for the bench's rounds."""
-    import argparse
+@dataclass(frozen=True)
+class Command:
+    """One subcommand of a per-family bench's command line: its help, its arguments and what it runs
+    (returning the exit status)."""
 
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def bench_main(argv: Sequence[str] | None, prog: str, commands: Mapping[str, Command]) -> int:
+    """The command line skeleton every per-family bench plugs its subcommands into: parse, stay
+    offline (nothing a bench runs may download), run the chosen command."""
     parser = argparse.ArgumentParser(prog=prog)
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="write the source when missing and convert it (imports torch)")
-    b.add_argument("--source", type=Path, required=True)
-    b.add_argument("--out", type=Path, required=True, help="the package directory")
-    t = sub.add_parser("torch", help=f"the {what} contestant (imports torch)")
-    t.add_argument("--threads", type=int, required=True)
-    t.add_argument("--source", type=Path, required=True, help="the source (its weights)")
-    t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, layout)")
+    for name, command in commands.items():
+        command.arguments(sub.add_parser(name, help=command.help))
     args = parser.parse_args(argv)
     stay_offline()
-    if args.command == "build":
+    return commands[args.command].run(args)
+
+
+def torch_command(load_torch: Callable[[Path, Path, int], Answer], what: str) -> Command:
+    """``torch --threads N --source S --package PKG``: serve ``what`` (the torch contestant) as a
+    worker for the bench's rounds."""
+    def arguments(t: argparse.ArgumentParser) -> None:
+        t.add_argument("--threads", type=int, required=True)
+        t.add_argument("--source", type=Path, required=True, help="the source (its weights)")
+        t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, layout)")
+
+    return Command(f"the {what} contestant (imports torch)", arguments,
+                   lambda args: serve_worker(lambda: load_torch(args.source, args.package, args.threads)))
+
+
+def contestant_main(argv: Sequence[str] | None, prog: str, build: Callable[[Path, Path], None],
+                    load_torch: Callable[[Path, Path, int], Answer], what: str) -> int:
+    """The command line of a bench that converts a source and times it against torch: ``build
+    --source S --out PKG`` writes the source when missing and converts it (imports torch), and
+    ``torch`` serves the torch contestant (:func:`torch_command`)."""
+    def arguments(b: argparse.ArgumentParser) -> None:
+        b.add_argument("--source", type=Path, required=True)
+        b.add_argument("--out", type=Path, required=True, help="the package directory")
+
+    def run_build(args: argparse.Namespace) -> int:
         build(args.source, args.out)
         return 0
-    return serve_worker(lambda: load_torch(args.source, args.package, args.threads))
+
+    return bench_main(argv, prog, {
+        "build": Command("write the source when missing and convert it (imports torch)", arguments, run_build),
+        "torch": torch_command(load_torch, what),
+    })

@@ -1,6 +1,6 @@
 """Comparison: a Vela 2.0 package at the 0.3B's shape, our server against the same model in PyTorch.
 
-The subject is the upstream-format Vela 2.0 fixture (converters/vela2_source.py) at the 0.3B's
+The subject is the upstream-format Vela 2.0 fixture (converters/vela2/source.py) at the 0.3B's
 ModernBERT-base shape: hidden 768, 22 layers, 12 heads, intermediate 1152, global attention every
 3rd layer, local window 128, random weights, the fixture's small byte-level BPE (the embedding is a
 table lookup: its size barely changes the cost). ``max_length`` is 2048, not the 0.3B's 8192, so
@@ -86,8 +86,8 @@ def _complete_source(path: Path) -> bool:
 def build(source: Path, package: Path) -> None:
     """Write the upstream-format source at the 0.3B's shape when missing, then convert it into ``package``
     (imports torch: ``python -m bench.vela2 build`` runs it in a subprocess)."""
-    from converters.vela2 import FIXTURE_RELEASE_DATE, Vela2Options, export_vela2
-    from converters.vela2_source import write_source_fixture
+    from converters.vela2.export import Vela2Options, export_vela2
+    from converters.vela2.fixture import FIXTURE_RELEASE_DATE, write_source_fixture
 
     if not _complete_source(source):
         shutil.rmtree(source, ignore_errors=True)  # the writer refuses an existing directory
@@ -180,8 +180,9 @@ def load_torch_pipeline(source: Path, package: Path, threads: int) -> Answer:
 
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
-    from converters.vela2 import load_backbone, torch_readout
-    from converters.vela2_source import load_tensors, read_source
+    from converters.vela2.export import load_backbone
+    from converters.vela2.source import load_tensors, read_source
+    from converters.vela2.verify import torch_readout
     from edge_runtime.families.registry import read_package
     from edge_runtime.families.vela2.pipeline import Vela2Assets, run_request
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_codes import DecisionCodesOptions, build_decision_codes_fixture_result, export_decision_codes
+from converters.decision_codes.export import DecisionCodesOptions, export_decision_codes
+from converters.decision_codes.fixture import build_decision_codes_fixture_result
 from converters.errors import ConversionError
 from converters.samples import SAMPLE_TEXTS
 from edge_runtime.api.statuses import status_of

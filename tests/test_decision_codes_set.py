@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_codes import build_decision_codes_fixture
+from converters.decision_codes.fixture import build_decision_codes_fixture
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
 from edge_runtime.engine.causal import BranchRow, causal_row

@@ -17,12 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_vision import (
-    DecisionVisionOptions,
-    build_decision_vision_fixture_result,
-    export_decision_vision,
-    fixture_options,
-)
+from converters.decision_vision.export import DecisionVisionOptions, export_decision_vision
+from converters.decision_vision.fixture import build_decision_vision_fixture_result, fixture_options
 from converters.errors import ConversionError
 from edge_runtime.errors import ApiError
 from edge_runtime.families.decision_vision.family import DecisionVisionFamily

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from converters.decision_vision import build_decision_vision_fixture_result
+from converters.decision_vision.fixture import build_decision_vision_fixture_result
 from edge_runtime.api.schema import validate_response
 from tests.support.media_samples import Pipe, encode_video, write_clip
 from tests.support.server_harness import Server, write_models_file

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import ModelExecutor, create_session
 from edge_runtime.engine.errors import ForwardError

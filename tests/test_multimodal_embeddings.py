@@ -136,7 +136,7 @@ def test_log_mel_equals_whisper_feature_extractor_numpy_path() -> None:
 @pytest.fixture(scope="session")
 def mm_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
     """(HF source, package) per architecture, built once per session."""
-    from converters.multimodal_fixture import build_multimodal_fixture
+    from converters.multimodal.fixture import build_multimodal_fixture
 
     root = tmp_path_factory.mktemp("multimodal")
     out: dict[str, tuple[Path, Path]] = {}

