@@ -34,6 +34,7 @@ This module is also the entry point of its subprocesses (``build`` and ``torch``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -48,7 +49,15 @@ import numpy as np
 from bench.decisions import JsonClient, max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import Command, WorkerProcess, bench_main, offline_env, serve_worker, torch_command
+from bench.runners import (
+    Command,
+    WorkerProcess,
+    bench_main,
+    interleaved_rounds,
+    offline_env,
+    serve_worker,
+    torch_command,
+)
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 from bench.texts import sentences
@@ -518,20 +527,9 @@ def run(lab: Lab) -> list[Table]:
         }
         # One untimed call each warms every contestant; its answers are the agreement check.
         answers = {m: {k: who.answers(body) for k, (who, body, _) in by.items()} for m, by in plan.items()}
-        samples: dict[str, dict[str, list[list[float]]]] = {m: {k: [] for k in by} for m, by in plan.items()}
-        timed_start = time.perf_counter()
-        round_s = 0.0
-        for r in range(settings.rounds):
-            if r and time.perf_counter() - timed_start + round_s > TIMED_BUDGET_S:
-                break  # bounded: a slow machine runs fewer rounds, and the tables say how many
-            t0 = time.perf_counter()
-            for m, by in plan.items():
-                keys = list(by)
-                for key in keys[r % len(keys):] + keys[: r % len(keys)]:
-                    who, body, calls = by[key]
-                    time.sleep(SETTLE_S)
-                    samples[m][key].append(who.time(body, calls))
-            round_s = time.perf_counter() - t0
+        samples = interleaved_rounds(settings.rounds, TIMED_BUDGET_S, SETTLE_S, {
+            m: {k: functools.partial(who.time, body, calls) for k, (who, body, calls) in by.items()}
+            for m, by in plan.items()})
     finally:
         for worker in workers.values():
             worker.stop()

@@ -255,3 +255,44 @@ def contestant_main(argv: Sequence[str] | None, prog: str, build: Callable[[Path
         "build": Command("write the source when missing and convert it (imports torch)", arguments, run_build),
         "torch": torch_command(load_torch, what),
     })
+
+
+Samples = dict[str, dict[str, list[list[float]]]]
+
+
+def interleaved_rounds(rounds: int, budget_s: float, settle_s: float,
+                       plan: Mapping[str, Mapping[str, Callable[[], list[float]]]]) -> Samples:
+    """Timed rounds: in each, every case's contestants time it in turn, each round starting one
+    contestant further (so none always runs first or warm), ``settle_s`` of quiet before each. No
+    round starts once the timed rounds so far plus one round's length pass ``budget_s``: a slow
+    machine runs fewer rounds, and the tables say how many. case -> contestant -> one list per round."""
+    samples: Samples = {case: {k: [] for k in by} for case, by in plan.items()}
+    timed_start = time.perf_counter()
+    round_s = 0.0
+    for r in range(rounds):
+        if r and time.perf_counter() - timed_start + round_s > budget_s:
+            break
+        t0 = time.perf_counter()
+        for case, by in plan.items():
+            keys = list(by)
+            for key in keys[r % len(keys):] + keys[: r % len(keys)]:
+                time.sleep(settle_s)
+                samples[case][key].append(by[key]())
+        round_s = time.perf_counter() - t0
+    return samples
+
+
+def build_in_subprocess(module: str, what: str, source: Path, package: Path, log_dir: Path, timeout_s: float) -> float:
+    """Run ``python -m <module> build --source S --out PKG`` offline (it imports torch), its output in
+    ``log_dir``; the seconds it took. RuntimeError with the log's tail when it fails."""
+    command = [sys.executable, "-m", module, "build", "--source", str(source), "--out", str(package)]
+    print(f"building the {what} package: {' '.join(command[1:])}", flush=True)
+    log_path = log_dir / f"{what}-build.log"
+    started = time.perf_counter()
+    with open(log_path, "wb") as log:
+        done = subprocess.run(command, cwd=ROOT, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
+                              timeout=timeout_s)
+    if done.returncode != 0 or not (package / "card.json").is_file():
+        raise RuntimeError(f"the {what} build failed ({done.returncode}):\n"
+                           f"{log_path.read_text(errors='replace')[-3000:]}")
+    return time.perf_counter() - started

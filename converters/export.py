@@ -81,6 +81,17 @@ class ExportResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def check_out(out: Path) -> None:
+    """ConversionError unless ``out`` may be written (package_writer.check_replaceable): checked before
+    any work, so that a wrong ``--out`` fails at once."""
+    from converters.package_writer import check_replaceable
+
+    try:
+        check_replaceable(Path(out))
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -345,12 +356,7 @@ def _card(opts: ExportOptions, *, name: str, src_dir: Path, architecture: str, l
 def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResult:
     """Export ``src`` as a package at ``out``; ConversionError (one line) when it cannot or must not."""
     _check_options(opts)
-    from converters.package_writer import check_replaceable
-
-    try:
-        check_replaceable(Path(out))
-    except ValueError as e:
-        raise ConversionError(str(e)) from None
+    check_out(Path(out))
     timings: dict[str, float] = {}
     hub_id = str(src) if is_hub_id(str(src)) else None
     src_dir = resolve_source(str(src))

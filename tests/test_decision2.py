@@ -161,12 +161,13 @@ def test_qwen3_5_is_refused(fixture_package: Callable[..., Path], tmp_path: Path
     cfg = json.loads((src / "decision_config.json").read_text())
     cfg["architecture"] = "qwen3.5-text-endpoints-global-query-shared-bilinear-mlp"
     (src / "decision_config.json").write_text(json.dumps(cfg))
-    from converters.decision2.source import checkpoint_files, sha256_file, sha256_json
+    from converters.decision2.source import checkpoint_files, sha256_json
+    from edge_runtime.packages.manifest import file_sha256
 
     def reseal() -> None:
         manifest = json.loads((src / "MODEL_MANIFEST.json").read_text())
         for rel in ("decision_config.json", "backbone/config.json"):
-            manifest["files_sha256"][rel] = sha256_file(src / rel)
+            manifest["files_sha256"][rel] = file_sha256(src / rel)
         manifest["identity"]["model_sha256"] = sha256_json(checkpoint_files(src))
         (src / "MODEL_MANIFEST.json").write_text(json.dumps(manifest))
 

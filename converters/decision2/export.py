@@ -41,7 +41,7 @@ from converters.decision2.verify import (
     verify_parity,
 )
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, identity_card, sanitize_name
+from converters.export import ExportResult, PackageIdentity, check_out, identity_card, sanitize_name
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from edge_runtime.families.decision2.prompt import render
@@ -135,12 +135,7 @@ def merge_lora(model: Any, factors: dict[str, tuple[Any, Any]], scaling: float) 
 
 def export_decision2(src: str | Path, out: Path, opts: Decision2Options) -> ExportResult:
     """Convert the Decision 2.0 package at ``src`` into an edge-runtime package at ``out``."""
-    from converters.package_writer import check_replaceable
-
-    try:
-        check_replaceable(Path(out))
-    except ValueError as e:
-        raise ConversionError(str(e)) from None
+    check_out(Path(out))
     timings: dict[str, float] = {}
     with Step(f"reading and verifying {src}") as s:
         source = read_decision2(Path(src), opts.base)

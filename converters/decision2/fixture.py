@@ -15,10 +15,10 @@ from converters.decision2.source import (
     PROMPT_VERSION,
     checkpoint_files,
     safetensors_elements,
-    sha256_file,
     sha256_json,
     source_files,
 )
+from edge_runtime.packages.manifest import file_sha256
 
 
 def _qwen3_config(vocab: int) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def write_decision2_fixture(out: Path, seed: int = 0, adapter: bool = False, max
         offsets = {"3": [0.05, -0.02, 0.01], "5": [0.04, 0.2, 0.08, -0.15, -0.17]}
         (root / "score_bias.json").write_text(json.dumps({"format": "dev2-score-bias-v1", "model_sha256": identity,
                                                           "offsets": offsets, "fit": {"source": "fixture"}}, indent=2))
-        bias_entry = {"file": "score_bias.json", "offsets": offsets, "sha256": sha256_file(root / "score_bias.json")}
+        bias_entry = {"file": "score_bias.json", "offsets": offsets, "sha256": file_sha256(root / "score_bias.json")}
     (root / "decision2").mkdir()
     (root / "decision2" / "__init__.py").write_text('raise RuntimeError("package code must never be imported")\n')
     model_name = "Decision-2.0-Tiny-Qwen3" + ("-LoRA" if adapter else "")
@@ -122,7 +122,7 @@ def write_decision2_fixture(out: Path, seed: int = 0, adapter: bool = False, max
                                                   "runtime_family": "decision2-qwen-adapter" if adapter
                                                   else "decision2-qwen-full", "manifest": MANIFEST,
                                                   "max_input_tokens": max_input_tokens}, indent=2) + "\n")
-    files = {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    files = {p.relative_to(root).as_posix(): file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file()}
     manifest: dict[str, Any] = {
         "schema": MANIFEST_SCHEMA, "kind": "fixture", "model_name": model_name,
         "profile": "qwen-adapter" if adapter else "qwen-full", "files_sha256": files,
@@ -136,7 +136,7 @@ def write_decision2_fixture(out: Path, seed: int = 0, adapter: bool = False, max
     if adapter:
         assert base_root is not None
         manifest["base"] = {"repo_id": "edge-runtime-fixtures/tiny-base", "revision": "0" * 39 + "1",
-                            "files_sha256": {p.name: sha256_file(p) for p in sorted(base_root.iterdir())
+                            "files_sha256": {p.name: file_sha256(p) for p in sorted(base_root.iterdir())
                                              if p.is_file()}}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return root

@@ -28,7 +28,7 @@ import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity
+from converters.export import ExportResult, PackageIdentity, check_out
 from converters.multimodal.ctranslate2_whisper import is_ct2_whisper
 from converters.multimodal.source import audio_spec, clap_spec, image_spec, read_config
 from converters.multimodal.verify import TOLERANCE, compare, sample_clips, sample_images, tower_session
@@ -301,14 +301,9 @@ def _goldens(session: Any, feeds_list: list[dict[str, np.ndarray]], output: str)
 
 def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> ExportResult:
     """Export ``src`` (SigLIP, CLIP or Whisper) as a multimodal embedding package at ``out``."""
-    from converters.package_writer import check_replaceable
-
     if opts.kind not in MULTIMODAL_KINDS:
         raise ConversionError(f"unknown kind {opts.kind!r} (one of {', '.join(MULTIMODAL_KINDS)})")
-    try:
-        check_replaceable(Path(out))
-    except ValueError as e:
-        raise ConversionError(str(e)) from None
+    check_out(Path(out))
     src_dir = resolve_source(str(src))
     if opts.kind == "audio-embedding" and is_ct2_whisper(src_dir):
         return _export_ct2_whisper(src_dir, Path(out), opts)

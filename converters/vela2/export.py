@@ -30,7 +30,7 @@ import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.export import ExportResult, PackageIdentity, check_out, identity_card, notice_files, sanitize_name
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.vela2.requests import generated_requests, golden_request
@@ -104,12 +104,7 @@ def _goldens(session: Any, seqs: Sequence[Any]) -> list[tuple[dict[str, np.ndarr
 
 def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult:
     """Convert the upstream package at ``src`` into an edge-runtime package at ``out``."""
-    from converters.package_writer import check_replaceable
-
-    try:
-        check_replaceable(Path(out))
-    except ValueError as e:
-        raise ConversionError(str(e)) from None
+    check_out(Path(out))
     timings: dict[str, float] = {}
     src_dir = Path(src)
     with Step(f"reading and verifying {src_dir}") as s:

@@ -14,9 +14,9 @@ from converters.vela2.source import (
     ENCODER_PREFIX,
     LOADED_FILES,
     MODEL_TYPE,
-    sha256_file,
 )
 from edge_runtime.families.vela2.layout import MARKERS
+from edge_runtime.packages.manifest import file_sha256
 
 PII_TYPES = ["AGE", "CREDIT_CARD", "DATE_TIME", "DOMAIN_NAME", "EMAIL_ADDRESS", "GPE", "IBAN_CODE", "IP_ADDRESS",
              "NRP", "ORGANIZATION", "PERSON", "PHONE_NUMBER", "STREET_ADDRESS", "TITLE", "US_DRIVER_LICENSE",
@@ -159,7 +159,7 @@ def write_source_fixture(out: Path, seed: int = 0, max_length: int = 2048, windo
     (root / "vela2_inference.py").write_text('raise RuntimeError("package code must never be imported")\n',
                                              encoding="utf-8")
     if sums:
-        lines = [f"{sha256_file(root / n)}  {n}" for n in sorted(LOADED_FILES)]
+        lines = [f"{file_sha256(root / n)}  {n}" for n in sorted(LOADED_FILES)]
         (root / "SHA256SUMS").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root
 

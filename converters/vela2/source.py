@@ -25,6 +25,7 @@ from converters.errors import ConversionError
 from edge_runtime.families.vela2.answers import check_calibration
 from edge_runtime.families.vela2.layout import LayoutConfig
 from edge_runtime.families.vela2.marker import READOUTS, head_tensor_names
+from edge_runtime.packages.manifest import file_sha256
 
 MODEL_TYPE = "vela2-unified"
 DECODER_TYPE = "vela2-decoder"
@@ -49,14 +50,6 @@ class Vela2Source:
         doc = json.dumps({"model.safetensors": self.sha256["model.safetensors"]}, sort_keys=True,
                          separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(doc.encode("utf-8")).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -102,7 +95,7 @@ def _check_sums(src: Path) -> dict[str, str]:
         if not path.is_file():
             raise ConversionError(f"{src}: {name} is missing "
                                   f"(a Vela 2.0 encoder package holds {', '.join(LOADED_FILES)})")
-        out[name] = sha256_file(path)
+        out[name] = file_sha256(path)
         if name in sums and sums[name] != out[name]:
             raise ConversionError(f"{name}: sha256 differs from SHA256SUMS (file altered)")
     return out
