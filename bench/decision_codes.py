@@ -34,6 +34,7 @@ This module is also the entry point of its subprocesses (``build`` and ``torch``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -48,7 +49,15 @@ import numpy as np
 from bench.decisions import JsonClient, max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import WorkerProcess, offline_env, serve_worker, stay_offline
+from bench.runners import (
+    Command,
+    WorkerProcess,
+    bench_main,
+    interleaved_rounds,
+    offline_env,
+    serve_worker,
+    torch_command,
+)
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 from bench.texts import sentences
@@ -177,7 +186,7 @@ def build_source(d: Path, shape: Shape, seed: int = SEED) -> Path:
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-    from converters.decision_codes import FIXTURE_CHAT_TEMPLATE, FIXTURE_MAX_POSITIONS, train_fixture_tokenizer
+    from converters.decision_codes.fixture import FIXTURE_CHAT_TEMPLATE, FIXTURE_MAX_POSITIONS, train_fixture_tokenizer
 
     tok = train_fixture_tokenizer()
     config = Qwen3Config(
@@ -198,12 +207,8 @@ def build_source(d: Path, shape: Shape, seed: int = SEED) -> Path:
 
 def build(out: Path, shape: Shape, seed: int = SEED) -> dict[str, Any]:
     """The source and both packages under ``out``, and build.json saying what was built and how long it took."""
-    from converters.decision_codes import (
-        FIXTURE_LIMITS,
-        FIXTURE_RELEASE_DATE,
-        DecisionCodesOptions,
-        export_decision_codes,
-    )
+    from converters.decision_codes.export import DecisionCodesOptions, export_decision_codes
+    from converters.decision_codes.fixture import FIXTURE_LIMITS, FIXTURE_RELEASE_DATE
 
     out.mkdir(parents=True, exist_ok=True)
     (out / BUILD_FILE).unlink(missing_ok=True)  # a half-built cache is never taken for a built one
@@ -396,7 +401,7 @@ def load_torch_decider(source: Path, package: Path, threads: int) -> Callable[[d
     from transformers import AutoModel
 
     from edge_runtime.families.decision_codes.family import DecisionCodesFamily
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
     from edge_runtime.questions import Question
     from edge_runtime.questions import answer as decision_answer
     from edge_runtime.requests.decisions import parse_decisions_request
@@ -454,12 +459,6 @@ def load_engine(package: Path, threads: int, graph: str = "model.onnx") -> Calla
         return {"hidden": [np.asarray(h).tolist() for h in hidden]}
 
     return answer
-
-
-def _worker_main(args: argparse.Namespace) -> int:
-    if args.command == "torch":
-        return serve_worker(lambda: load_torch_decider(args.source, args.package, args.threads))
-    return serve_worker(lambda: load_engine(args.package, args.threads, args.graph))
 
 
 # ---- the comparison ------------------------------------------------------------------------------
@@ -528,20 +527,9 @@ def run(lab: Lab) -> list[Table]:
         }
         # One untimed call each warms every contestant; its answers are the agreement check.
         answers = {m: {k: who.answers(body) for k, (who, body, _) in by.items()} for m, by in plan.items()}
-        samples: dict[str, dict[str, list[list[float]]]] = {m: {k: [] for k in by} for m, by in plan.items()}
-        timed_start = time.perf_counter()
-        round_s = 0.0
-        for r in range(settings.rounds):
-            if r and time.perf_counter() - timed_start + round_s > TIMED_BUDGET_S:
-                break  # bounded: a slow machine runs fewer rounds, and the tables say how many
-            t0 = time.perf_counter()
-            for m, by in plan.items():
-                keys = list(by)
-                for key in keys[r % len(keys):] + keys[: r % len(keys)]:
-                    who, body, calls = by[key]
-                    time.sleep(SETTLE_S)
-                    samples[m][key].append(who.time(body, calls))
-            round_s = time.perf_counter() - t0
+        samples = interleaved_rounds(settings.rounds, TIMED_BUDGET_S, SETTLE_S, {
+            m: {k: functools.partial(who.time, body, calls) for k, (who, body, calls) in by.items()}
+            for m, by in plan.items()})
     finally:
         for worker in workers.values():
             worker.stop()
@@ -715,26 +703,27 @@ def agreement_table(answers: dict[str, dict[str, dict[str, Any]]]) -> Table:
                   "here says little; the converter's card records the agreement on its sample questions."])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.decision_codes")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build the source and both packages (imports torch)")
+def _build_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--layers", type=int, default=QWEN3_0_6B.num_hidden_layers)
     b.add_argument("--seed", type=int, default=SEED)
-    t = sub.add_parser("torch", help="the Transformers contestant (imports torch)")
-    t.add_argument("--threads", type=int, required=True)
-    t.add_argument("--source", type=Path, required=True, help="the Hugging Face directory of the build")
-    t.add_argument("--package", type=Path, required=True, help="the causal package (its prompt and readout)")
-    e = sub.add_parser("engine", help="our engine on token ids (imports onnxruntime)")
+
+
+def _engine_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--threads", type=int, required=True)
     e.add_argument("--package", type=Path, required=True, help="the state-once package (its graph runs both rows)")
     e.add_argument("--graph", default="model.onnx", help=f"the package's graph file (model.onnx, {INT8_FILE})")
-    args = parser.parse_args(argv)
-    stay_offline()
-    if args.command == "build":
-        return _build_main(args)
-    return _worker_main(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``build``, ``torch`` (Transformers on the causal package's prompt) and ``engine`` (our engine on
+    token ids), on the bench skeleton every family's bench shares."""
+    return bench_main(argv, "python -m bench.decision_codes", {
+        "build": Command("build the source and both packages (imports torch)", _build_arguments, _build_main),
+        "torch": torch_command(load_torch_decider, "Transformers"),
+        "engine": Command("our engine on token ids (imports onnxruntime)", _engine_arguments,
+                          lambda args: serve_worker(lambda: load_engine(args.package, args.threads, args.graph))),
+    })
 
 
 if __name__ == "__main__":

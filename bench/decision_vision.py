@@ -35,10 +35,10 @@ harness imports neither torch nor onnxruntime).
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -50,8 +50,8 @@ import numpy as np
 from bench.decision_codes import HttpDecider
 from bench.decisions import max_abs_diff, response_probabilities
 from bench.lab import Lab
-from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import Answer, WorkerProcess, contestant_main, offline_env
+from bench.report import Table, fmt_ms, fmt_ratio
+from bench.runners import Answer, WorkerProcess, build_in_subprocess, contestant_main, interleaved_rounds
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize, timed
 
@@ -93,7 +93,8 @@ OURS, ONE_BY_ONE, TORCH = "ours", "ours-one-by-one", "torch"
 
 def build(source: Path, package: Path) -> None:
     """Write the source at the 2B's shape when missing and convert it (imports torch)."""
-    from converters.decision_vision import DecisionVisionOptions, build_fixture_source, export_decision_vision
+    from converters.decision_vision.export import DecisionVisionOptions, export_decision_vision
+    from converters.decision_vision.fixture import build_fixture_source
 
     if not (source / "config.json").is_file() or not (source / "preprocessor_config.json").is_file():
         shutil.rmtree(source, ignore_errors=True)
@@ -113,18 +114,8 @@ def prepare(packages: Path, log_dir: Path) -> tuple[Path, Path, float | None]:
     source, package = packages / SOURCE_DIR, packages / PACKAGE_DIR
     if (source / "config.json").is_file() and (package / "card.json").is_file():
         return source, package, None
-    command = [sys.executable, "-m", "bench.decision_vision", "build", "--source", str(source), "--out", str(package)]
-    print(f"building the decision-vision package: {' '.join(command[1:])}", flush=True)
-    env = offline_env()
-    log_path = log_dir / "decision-vision-build.log"
-    started = time.perf_counter()
-    with open(log_path, "wb") as log:
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=BUILD_TIMEOUT_S)
-    if done.returncode != 0 or not (package / "card.json").is_file():
-        raise RuntimeError(f"the decision-vision build failed ({done.returncode}):\n"
-                           f"{log_path.read_text(errors='replace')[-3000:]}")
-    return source, package, time.perf_counter() - started
+    built_s = build_in_subprocess("bench.decision_vision", "decision-vision", source, package, log_dir, BUILD_TIMEOUT_S)
+    return source, package, built_s
 
 
 
@@ -248,8 +239,8 @@ def load_torch(source: Path, package: Path, threads: int) -> Answer:
 
     from edge_runtime.families.decision_codes.family import READOUT
     from edge_runtime.families.decision_vision.family import VisionPlanner
+    from edge_runtime.families.registry import read_package
     from edge_runtime.heads.decisions import select_temperature
-    from edge_runtime.packages import read_package
     from edge_runtime.questions import answer
     from edge_runtime.requests.decisions import parse_decisions_request
 
@@ -310,19 +301,9 @@ def run(lab: Lab) -> list[Table]:
             OURS: ours, ONE_BY_ONE: OneByOne(HttpDecider(OneByOne.label, server)), TORCH: worker}
         # One untimed call each warms every contestant; its answers are the agreement check.
         answers = {name: {k: c.answers(body) for k, c in contestants.items()} for name, body in requests.items()}
-        samples: dict[str, dict[str, list[list[float]]]] = {n: {k: [] for k in contestants} for n in requests}
-        keys = list(contestants)
-        timed_start = time.perf_counter()
-        round_s = 0.0
-        for r in range(settings.rounds):
-            if r and time.perf_counter() - timed_start + round_s > TIMED_BUDGET_S:
-                break  # bounded: a slow machine runs fewer rounds, and the tables say how many
-            t0 = time.perf_counter()
-            for name, body in requests.items():
-                for key in keys[r % len(keys):] + keys[: r % len(keys)]:
-                    time.sleep(SETTLE_S)
-                    samples[name][key].append(contestants[key].time(body, 1))
-            round_s = time.perf_counter() - t0
+        samples = interleaved_rounds(settings.rounds, TIMED_BUDGET_S, SETTLE_S, {
+            name: {k: functools.partial(c.time, body, 1) for k, c in contestants.items()}
+            for name, body in requests.items()})
     finally:
         worker.stop()
         server.stop()

@@ -156,8 +156,8 @@ def _probe_while(port: int, path: str, body: bytes, headers: dict[str, str]) -> 
 
 def liveness(rounds: int, work: Path) -> Table:
     """The slowest /health/live answered while each heavy request was handled."""
-    from converters.decision_vision import build_decision_vision_fixture_result
-    from converters.sparrow import build_sparrow_package
+    from converters.decision_vision.fixture import build_decision_vision_fixture_result
+    from converters.sparrow.export import build_sparrow_package
     from tests.support.media_samples import image_bytes, picture, video_bytes
 
     sparrow = build_sparrow_package(work / "sparrow")

@@ -36,7 +36,7 @@ def _loaders(siglip: Path, whisper_ct2: Path, threads: int) -> dict[str, Callabl
     from PIL import Image
     from transformers import SiglipImageProcessor, SiglipModel, WhisperFeatureExtractor
 
-    from converters.ctranslate2_whisper import whisper_encoder_from_ct2
+    from converters.multimodal.ctranslate2_whisper import whisper_encoder_from_ct2
     from edge_runtime.media.audio import AudioLimits, decode_audio
 
     torch.set_num_threads(threads)

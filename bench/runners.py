@@ -6,6 +6,7 @@ drives a `python -m bench.contestant` subprocess that times its library in-proce
 
 from __future__ import annotations
 
+import argparse
 import base64
 import functools
 import json
@@ -14,7 +15,8 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -202,25 +204,95 @@ class WorkerContestant(WorkerProcess):
         return np.asarray(self._ask({"op": "embed", "texts": texts})["embeddings"], dtype=np.float32)
 
 
-def contestant_main(argv: Sequence[str] | None, prog: str, build: Callable[[Path, Path], None],
-                    load_torch: Callable[[Path, Path, int], Answer], what: str) -> int:
-    """The command line every per-family bench worker shares: ``build --source S --out PKG`` writes
-    the source when missing and converts it (imports torch), and ``torch --threads N --source S
-    --package PKG`` serves ``what`` (the torch contestant) as a worker for the bench's rounds."""
-    import argparse
+@dataclass(frozen=True)
+class Command:
+    """One subcommand of a per-family bench's command line: its help, its arguments and what it runs
+    (returning the exit status)."""
 
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def bench_main(argv: Sequence[str] | None, prog: str, commands: Mapping[str, Command]) -> int:
+    """The command line skeleton every per-family bench plugs its subcommands into: parse, stay
+    offline (nothing a bench runs may download), run the chosen command."""
     parser = argparse.ArgumentParser(prog=prog)
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="write the source when missing and convert it (imports torch)")
-    b.add_argument("--source", type=Path, required=True)
-    b.add_argument("--out", type=Path, required=True, help="the package directory")
-    t = sub.add_parser("torch", help=f"the {what} contestant (imports torch)")
-    t.add_argument("--threads", type=int, required=True)
-    t.add_argument("--source", type=Path, required=True, help="the source (its weights)")
-    t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, layout)")
+    for name, command in commands.items():
+        command.arguments(sub.add_parser(name, help=command.help))
     args = parser.parse_args(argv)
     stay_offline()
-    if args.command == "build":
+    return commands[args.command].run(args)
+
+
+def torch_command(load_torch: Callable[[Path, Path, int], Answer], what: str) -> Command:
+    """``torch --threads N --source S --package PKG``: serve ``what`` (the torch contestant) as a
+    worker for the bench's rounds."""
+    def arguments(t: argparse.ArgumentParser) -> None:
+        t.add_argument("--threads", type=int, required=True)
+        t.add_argument("--source", type=Path, required=True, help="the source (its weights)")
+        t.add_argument("--package", type=Path, required=True, help="the converted package (tokenizer, layout)")
+
+    return Command(f"the {what} contestant (imports torch)", arguments,
+                   lambda args: serve_worker(lambda: load_torch(args.source, args.package, args.threads)))
+
+
+def contestant_main(argv: Sequence[str] | None, prog: str, build: Callable[[Path, Path], None],
+                    load_torch: Callable[[Path, Path, int], Answer], what: str) -> int:
+    """The command line of a bench that converts a source and times it against torch: ``build
+    --source S --out PKG`` writes the source when missing and converts it (imports torch), and
+    ``torch`` serves the torch contestant (:func:`torch_command`)."""
+    def arguments(b: argparse.ArgumentParser) -> None:
+        b.add_argument("--source", type=Path, required=True)
+        b.add_argument("--out", type=Path, required=True, help="the package directory")
+
+    def run_build(args: argparse.Namespace) -> int:
         build(args.source, args.out)
         return 0
-    return serve_worker(lambda: load_torch(args.source, args.package, args.threads))
+
+    return bench_main(argv, prog, {
+        "build": Command("write the source when missing and convert it (imports torch)", arguments, run_build),
+        "torch": torch_command(load_torch, what),
+    })
+
+
+Samples = dict[str, dict[str, list[list[float]]]]
+
+
+def interleaved_rounds(rounds: int, budget_s: float, settle_s: float,
+                       plan: Mapping[str, Mapping[str, Callable[[], list[float]]]]) -> Samples:
+    """Timed rounds: in each, every case's contestants time it in turn, each round starting one
+    contestant further (so none always runs first or warm), ``settle_s`` of quiet before each. No
+    round starts once the timed rounds so far plus one round's length pass ``budget_s``: a slow
+    machine runs fewer rounds, and the tables say how many. case -> contestant -> one list per round."""
+    samples: Samples = {case: {k: [] for k in by} for case, by in plan.items()}
+    timed_start = time.perf_counter()
+    round_s = 0.0
+    for r in range(rounds):
+        if r and time.perf_counter() - timed_start + round_s > budget_s:
+            break
+        t0 = time.perf_counter()
+        for case, by in plan.items():
+            keys = list(by)
+            for key in keys[r % len(keys):] + keys[: r % len(keys)]:
+                time.sleep(settle_s)
+                samples[case][key].append(by[key]())
+        round_s = time.perf_counter() - t0
+    return samples
+
+
+def build_in_subprocess(module: str, what: str, source: Path, package: Path, log_dir: Path, timeout_s: float) -> float:
+    """Run ``python -m <module> build --source S --out PKG`` offline (it imports torch), its output in
+    ``log_dir``; the seconds it took. RuntimeError with the log's tail when it fails."""
+    command = [sys.executable, "-m", module, "build", "--source", str(source), "--out", str(package)]
+    print(f"building the {what} package: {' '.join(command[1:])}", flush=True)
+    log_path = log_dir / f"{what}-build.log"
+    started = time.perf_counter()
+    with open(log_path, "wb") as log:
+        done = subprocess.run(command, cwd=ROOT, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
+                              timeout=timeout_s)
+    if done.returncode != 0 or not (package / "card.json").is_file():
+        raise RuntimeError(f"the {what} build failed ({done.returncode}):\n"
+                           f"{log_path.read_text(errors='replace')[-3000:]}")
+    return time.perf_counter() - started

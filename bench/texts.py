@@ -7,6 +7,8 @@ import base64
 import random
 from collections.abc import Callable
 
+from edge_runtime.text.probe import lcg_bytes
+
 _SUBJECTS = ["the customer", "our team", "the new user", "a manager", "the support agent", "my colleague",
              "the billing service", "the mobile app", "an administrator", "the warehouse"]
 _VERBS = ["cannot reset", "wants to update", "asked about", "keeps losing", "tried to export", "needs to cancel",
@@ -54,15 +56,6 @@ def long_text(n_bytes: int, seed: int = 1) -> str:
 
 # -- the long-input shapes of issue 8 ---------------------------------------------------------------
 
-def _lcg(seed: int, n: int) -> bytes:
-    """Deterministic pseudo-random bytes, the same on every platform and Python."""
-    out = bytearray()
-    x = seed
-    for _ in range(n):
-        x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
-        out.append(x >> 56)
-    return bytes(out)
-
 
 def _repeat_to(block: str, n_bytes: int) -> str:
     """``block`` repeated and cut to at most ``n_bytes`` UTF-8 bytes (a cut character is dropped)."""
@@ -86,7 +79,7 @@ def _words(n_bytes: int, seed: int) -> str:
 
 def _one_long_word(n_bytes: int, seed: int) -> str:
     # lowercase letters, no separator anywhere: one pre-token for every word-splitting tokenizer
-    return _repeat_to("".join(chr(97 + b % 26) for b in _lcg(seed, 65536)), n_bytes)
+    return _repeat_to("".join(chr(97 + b % 26) for b in lcg_bytes(seed, 65536)), n_bytes)
 
 
 def _punctuation_runs(n_bytes: int, seed: int) -> str:
@@ -103,11 +96,11 @@ def _whitespace_runs(n_bytes: int, seed: int) -> str:
 
 
 def _base64(n_bytes: int, seed: int) -> str:
-    return _repeat_to(base64.b64encode(_lcg(seed, 49152)).decode("ascii"), n_bytes)  # 64 Ki-character blocks
+    return _repeat_to(base64.b64encode(lcg_bytes(seed, 49152)).decode("ascii"), n_bytes)  # 64 Ki-character blocks
 
 
 def _hex(n_bytes: int, seed: int) -> str:
-    return _repeat_to(_lcg(seed, 32768).hex(), n_bytes)  # one unbroken run of hex digits
+    return _repeat_to(lcg_bytes(seed, 32768).hex(), n_bytes)  # one unbroken run of hex digits
 
 
 def _cjk(n_bytes: int, seed: int) -> str:

@@ -1,6 +1,6 @@
 """Comparison: a Vela 2.0 package at the 0.3B's shape, our server against the same model in PyTorch.
 
-The subject is the upstream-format Vela 2.0 fixture (converters/vela2_source.py) at the 0.3B's
+The subject is the upstream-format Vela 2.0 fixture (converters/vela2/source.py) at the 0.3B's
 ModernBERT-base shape: hidden 768, 22 layers, 12 heads, intermediate 1152, global attention every
 3rd layer, local window 128, random weights, the fixture's small byte-level BPE (the embedding is a
 table lookup: its size barely changes the cost). ``max_length`` is 2048, not the 0.3B's 8192, so
@@ -27,9 +27,9 @@ harness imports neither torch nor onnxruntime).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,8 +39,8 @@ from typing import Any
 from bench.decision_codes import HttpDecider, fit_words
 from bench.decisions import max_abs_diff, response_probabilities
 from bench.lab import Lab
-from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import Answer, WorkerProcess, contestant_main, offline_env
+from bench.report import Table, fmt_ms, fmt_ratio
+from bench.runners import Answer, WorkerProcess, build_in_subprocess, contestant_main, interleaved_rounds
 from bench.server import ServerProcess
 from bench.stats import Summary, ratio, summarize
 from bench.texts import sentences
@@ -86,8 +86,8 @@ def _complete_source(path: Path) -> bool:
 def build(source: Path, package: Path) -> None:
     """Write the upstream-format source at the 0.3B's shape when missing, then convert it into ``package``
     (imports torch: ``python -m bench.vela2 build`` runs it in a subprocess)."""
-    from converters.vela2 import FIXTURE_RELEASE_DATE, Vela2Options, export_vela2
-    from converters.vela2_source import write_source_fixture
+    from converters.vela2.export import Vela2Options, export_vela2
+    from converters.vela2.fixture import FIXTURE_RELEASE_DATE, write_source_fixture
 
     if not _complete_source(source):
         shutil.rmtree(source, ignore_errors=True)  # the writer refuses an existing directory
@@ -105,18 +105,7 @@ def prepare(packages: Path, log_dir: Path) -> tuple[Path, Path, float | None]:
     source, package = packages / SOURCE_DIR, packages / PACKAGE_DIR
     if _complete_source(source) and (package / "card.json").is_file():
         return source, package, None
-    command = [sys.executable, "-m", "bench.vela2", "build", "--source", str(source), "--out", str(package)]
-    print(f"building the vela2 package: {' '.join(command[1:])}", flush=True)
-    env = offline_env()
-    log_path = log_dir / "vela2-build.log"
-    started = time.perf_counter()
-    with open(log_path, "wb") as log:
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=BUILD_TIMEOUT_S)
-    if done.returncode != 0 or not (package / "card.json").is_file():
-        raise RuntimeError(f"the vela2 build failed ({done.returncode}):\n"
-                           f"{log_path.read_text(errors='replace')[-3000:]}")
-    return source, package, time.perf_counter() - started
+    return source, package, build_in_subprocess("bench.vela2", "vela2", source, package, log_dir, BUILD_TIMEOUT_S)
 
 
 # ---- requests ------------------------------------------------------------------------------------
@@ -180,10 +169,11 @@ def load_torch_pipeline(source: Path, package: Path, threads: int) -> Answer:
 
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
-    from converters.vela2 import load_backbone, torch_readout
-    from converters.vela2_source import load_tensors, read_source
+    from converters.vela2.export import load_backbone
+    from converters.vela2.source import load_tensors, read_source
+    from converters.vela2.verify import torch_readout
+    from edge_runtime.families.registry import read_package
     from edge_runtime.families.vela2.pipeline import Vela2Assets, run_request
-    from edge_runtime.packages import read_package
 
     src = read_source(source)
     backbone, head = load_tensors(src)
@@ -218,19 +208,9 @@ def run(lab: Lab) -> list[Table]:
             OURS: HttpDecider("edge-runtime (HTTP POST /v1/decisions, keep-alive)", server), TORCH: worker}
         # One untimed call each warms every contestant; its answers are the agreement check.
         answers = {name: {k: c.answers(body) for k, c in contestants.items()} for name, body in requests.items()}
-        samples: dict[str, dict[str, list[list[float]]]] = {n: {k: [] for k in contestants} for n in requests}
-        keys = list(contestants)
-        timed_start = time.perf_counter()
-        round_s = 0.0
-        for r in range(settings.rounds):
-            if r and time.perf_counter() - timed_start + round_s > TIMED_BUDGET_S:
-                break  # bounded: a slow machine runs fewer rounds, and the tables say how many
-            t0 = time.perf_counter()
-            for name, body in requests.items():
-                for key in keys[r % 2:] + keys[: r % 2]:
-                    time.sleep(SETTLE_S)
-                    samples[name][key].append(contestants[key].time(body, CALLS[name]))
-            round_s = time.perf_counter() - t0
+        samples = interleaved_rounds(settings.rounds, TIMED_BUDGET_S, SETTLE_S, {
+            name: {k: functools.partial(c.time, body, CALLS[name]) for k, c in contestants.items()}
+            for name, body in requests.items()})
     finally:
         worker.stop()
         server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ from converters.errors import ConversionError
 
 KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
                 "decision-codes", "image-text-embedding", "audio-embedding", "vela2", "decision2", "decision-vision")
-#: kinds served by the multimodal embedding family (converters/multimodal.py)
+#: kinds served by the multimodal embedding family (converters/multimodal/)
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
 SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source")
@@ -43,7 +44,7 @@ def _thresholds(text: str) -> dict[str, float]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from converters.decision_codes import add_cli_arguments
+    from converters.decision_codes.cli import add_cli_arguments
 
     p = argparse.ArgumentParser(prog="python -m converters", description="Build edge-runtime model packages.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -108,33 +109,10 @@ def _summary(result: object) -> None:
                      indent=2))
 
 
-def _multimodal(args: argparse.Namespace) -> object:
-    """export/fixture for image-text-embedding (SigLIP, CLIP) and audio-embedding (Whisper encoders)."""
-    from converters.decision_codes import reject_cli_arguments
-    from converters.multimodal import MultimodalOptions, export_multimodal
-    from converters.multimodal_fixture import build_multimodal_fixture
-
-    reject_cli_arguments(args)
-    if args.command == "fixture":
-        if args.quantize:
-            raise ConversionError("--quantize is not supported for multimodal fixtures")
-        arch = args.arch or ("whisper" if args.kind == "audio-embedding" else "siglip")
-        return build_multimodal_fixture(arch, args.out, seed=args.seed, source_dir=args.keep_source)
-    unsupported = [flag for flag, value in (("--quantize", args.quantize), ("--layers", args.layers),
-                                            ("--pooling", args.pooling), ("--thresholds", args.thresholds),
-                                            ("--normalize", args.normalize is not None)) if value]
-    if unsupported:
-        raise ConversionError(f"{', '.join(unsupported)} do not apply to --kind {args.kind}")
-    opts = MultimodalOptions(kind=args.kind, name=args.name, description=args.description, version=args.version,
-                             release_date=args.release_date, revision=args.revision, license=args.license,
-                             source_name=args.source_name, dimensions=args.dimensions)
-    return export_multimodal(args.src, args.out, opts)
-
-
 def _detect_kind(src: str) -> str:
     """The kind a source declares in its own config.json (Vela 2.0); else the user must say."""
-    from converters.decision2_source import detect as detect_decision2
-    from converters.vela2_source import detect
+    from converters.decision2.source import detect as detect_decision2
+    from converters.vela2.source import detect
 
     kind = detect(Path(src)) or detect_decision2(Path(src))
     if kind is None:
@@ -142,79 +120,9 @@ def _detect_kind(src: str) -> str:
     return kind
 
 
-def _vela2(args: argparse.Namespace) -> object:
-    from converters.decision_codes import reject_cli_arguments
-    from converters.vela2 import (
-        DEFAULT_CHECK_REQUESTS,
-        LOGIT_TOLERANCE,
-        Vela2Options,
-        build_vela2_fixture_result,
-        export_vela2,
-    )
-
-    reject_cli_arguments(args)
-    if args.command == "fixture":
-        if getattr(args, "quantize", None):
-            raise ConversionError("--quantize is not available for vela2 (its logits are checked in fp32)")
-        if args.kind == "vela2-source":
-            from converters.vela2_source import write_source_fixture
-
-            if args.out.exists():
-                raise ConversionError(f"{args.out} exists; a source fixture is written to a new directory")
-            print(json.dumps({"path": str(write_source_fixture(args.out, seed=args.seed)), "format": "vela2-unified"}))
-            return None
-        return build_vela2_fixture_result(args.out, seed=args.seed)
-    if args.quantize or args.layers or args.dimensions or args.pooling or args.normalize is not None \
-            or args.thresholds or args.max_input_tokens:
-        raise ConversionError("kind vela2 takes only --out, --name, --check-requests, --parity-tolerance and the "
-                              "identity options")
-    checks = DEFAULT_CHECK_REQUESTS if args.check_requests is None else args.check_requests
-    if checks < 0:
-        raise ConversionError("--check-requests must be at least 0")
-    tolerance = LOGIT_TOLERANCE if args.parity_tolerance is None else args.parity_tolerance
-    if not 0 < tolerance <= 1e-3:
-        raise ConversionError("--parity-tolerance must be in (0, 1e-3]")
-    opts = Vela2Options(name=args.name, description=args.description, version=args.version,
-                        release_date=args.release_date, revision=args.revision, license=args.license,
-                        source_name=args.source_name, check_requests=checks, tolerance=tolerance)
-    return export_vela2(args.src, args.out, opts)
-
-
-def _decision2(args: argparse.Namespace) -> object:
-    import tempfile
-
-    from converters.decision2 import Decision2Options, export_decision2, write_decision2_fixture
-    from converters.decision_codes import reject_cli_arguments
-
-    reject_cli_arguments(args)
-    if getattr(args, "quantize", None):
-        raise ConversionError("--quantize is not available for decision2 (its logits are checked in fp32)")
-    if args.command == "fixture":
-        if args.kind in ("decision2-source", "decision2-lora-source"):
-            if args.out.exists():
-                raise ConversionError(f"{args.out} exists; a source fixture is written to a new directory")
-            lora = args.kind == "decision2-lora-source"
-            path = write_decision2_fixture(args.out, seed=args.seed, adapter=lora)
-            print(json.dumps({"path": str(path), "format": "dev2-package/1",
-                              "base": str(path.parent / f"{path.name}-base") if lora else None}))
-            return None
-        with tempfile.TemporaryDirectory(prefix="er-decision2-src-") as tmp:
-            src = write_decision2_fixture(Path(tmp) / "decision2-tiny", seed=args.seed)
-            return export_decision2(src, args.out, Decision2Options(
-                name="fixture-decision2", version="0.0.1", release_date="2025-01-01", license="Apache-2.0",
-                description=f"Tiny random-weight Decision 2.0 fixture (seed {args.seed}); for tests",
-                source_name=f"edge-runtime fixture decision2-tiny (seed {args.seed})"))
-    if args.layers or args.dimensions or args.pooling or args.normalize is not None or args.thresholds \
-            or args.max_input_tokens:
-        raise ConversionError("kind decision2 takes only --out, --name, --base and the identity options")
-    return export_decision2(args.src, args.out, Decision2Options(
-        name=args.name, description=args.description, version=args.version, release_date=args.release_date,
-        revision=args.revision, license=args.license, source_name=args.source_name, base=args.base))
-
-
 def _encoder(args: argparse.Namespace) -> object:
     """export/fixture for the encoder kinds (embedding, the classify heads, rerank)."""
-    from converters.decision_codes import reject_cli_arguments
+    from converters.decision_codes.cli import reject_cli_arguments
 
     reject_cli_arguments(args)
     if args.command == "fixture":
@@ -234,16 +142,12 @@ def _encoder(args: argparse.Namespace) -> object:
     return export_model(args.src, args.out, opts)
 
 
-def _decision_codes(args: argparse.Namespace) -> object:
-    from converters import decision_codes
-
-    return (decision_codes.export_from_args if args.command == "export" else decision_codes.fixture_from_args)(args)
-
-
-def _decision_vision(args: argparse.Namespace) -> object:
-    from converters import decision_vision
-
-    return (decision_vision.export_from_args if args.command == "export" else decision_vision.fixture_from_args)(args)
+def _family(module: str) -> Callable[[argparse.Namespace], object]:
+    """The ``run(args)`` of a family's converter command line (``converters/<family>/cli.py``),
+    imported when a command needs it, so that the parser loads no converter."""
+    def run(args: argparse.Namespace) -> object:
+        return importlib.import_module(module).run(args)
+    return run
 
 
 #: The converter of every kind `export` and `fixture` take: ``run(args)`` returns the written package's
@@ -251,11 +155,11 @@ def _decision_vision(args: argparse.Namespace) -> object:
 CONVERTERS: dict[str, Callable[[argparse.Namespace], object]] = {
     **dict.fromkeys(("embedding", "sequence-classification", "multi-label", "token-classification", "rerank"),
                     _encoder),
-    **dict.fromkeys(MULTIMODAL_KINDS, _multimodal),
-    "decision-codes": _decision_codes,
-    "decision-vision": _decision_vision,
-    **dict.fromkeys(("vela2", "vela2-source"), _vela2),
-    **dict.fromkeys(("decision2", "decision2-source", "decision2-lora-source"), _decision2),
+    **dict.fromkeys(MULTIMODAL_KINDS, _family("converters.multimodal.cli")),
+    "decision-codes": _family("converters.decision_codes.cli"),
+    "decision-vision": _family("converters.decision_vision.cli"),
+    **dict.fromkeys(("vela2", "vela2-source"), _family("converters.vela2.cli")),
+    **dict.fromkeys(("decision2", "decision2-source", "decision2-lora-source"), _family("converters.decision2.cli")),
 }
 
 

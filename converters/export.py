@@ -28,7 +28,7 @@ from converters.source import (
     resolve_source,
     source_stamp,
 )
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 
 KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")
 QUANTIZE = ("int8", "int8-dynamic")  # int8: per-token, exact; int8-dynamic: approximate
@@ -79,6 +79,17 @@ class ExportResult:
     digest: str
     card: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
+
+
+def check_out(out: Path) -> None:
+    """ConversionError unless ``out`` may be written (package_writer.check_replaceable): checked before
+    any work, so that a wrong ``--out`` fails at once."""
+    from converters.package_writer import check_replaceable
+
+    try:
+        check_replaceable(Path(out))
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
 
 
 def _first_line(e: BaseException) -> str:
@@ -345,12 +356,7 @@ def _card(opts: ExportOptions, *, name: str, src_dir: Path, architecture: str, l
 def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResult:
     """Export ``src`` as a package at ``out``; ConversionError (one line) when it cannot or must not."""
     _check_options(opts)
-    from converters.package_writer import check_replaceable
-
-    try:
-        check_replaceable(Path(out))
-    except ValueError as e:
-        raise ConversionError(str(e)) from None
+    check_out(Path(out))
     timings: dict[str, float] = {}
     hub_id = str(src) if is_hub_id(str(src)) else None
     src_dir = resolve_source(str(src))

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.packages.card import CARD_FILE, CARD_FORMAT, KIND_SURFACES, validate_card
+from edge_runtime.families.registry import CARD_RULES, read_package, validate_card
+from edge_runtime.packages.card import CARD_FILE, CARD_FORMAT
 from edge_runtime.packages.golden import golden_bytes
 from edge_runtime.packages.manifest import MANIFEST_FILE, build_manifest
-from edge_runtime.packages.reader import read_package
 
 GoldenCases = list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
 _RESERVED = {CARD_FILE, MANIFEST_FILE}
@@ -32,7 +32,8 @@ def card_start(name: str, family: str, kind: str, identity: Mapping[str, Any], m
     (description, version, release date, revision, source: converters.export.identity_card), the
     modalities and the labels. Each converter adds its head, limits, graph, variants, verification."""
     return {"format": CARD_FORMAT, "name": name, "family": family, "kind": kind,
-            "surfaces": list(KIND_SURFACES[kind]), **identity, "modalities": list(modalities), "labels": list(labels)}
+            "surfaces": list(CARD_RULES.kind_surfaces[kind]), **identity, "modalities": list(modalities),
+            "labels": list(labels)}
 
 
 def golden_name(variant: str, file: str) -> str:

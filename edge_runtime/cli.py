@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _models(config: ServeConfig) -> int:
-    from edge_runtime.packages import PackageError, read_package
+    from edge_runtime.families.registry import read_package
+    from edge_runtime.packages import PackageError
 
     for m in config.models:
         try:

@@ -12,8 +12,8 @@ from edge_runtime.config import ModelConfig
 from edge_runtime.engine import GraphSession, Grouping, ModelExecutor, create_session, probe_grouping
 from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
 from edge_runtime.families.base import ModelFamily
-from edge_runtime.families.registry import build_family
-from edge_runtime.packages import Package, PackageError, read_package
+from edge_runtime.families.registry import build_family, read_package
+from edge_runtime.packages import Package, PackageError
 from edge_runtime.packages.golden import self_check
 from edge_runtime.timing import Timing
 

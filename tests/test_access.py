@@ -21,7 +21,7 @@ import httpx
 import orjson
 import pytest
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from edge_runtime.api import auth
 from edge_runtime.api.auth import ApiKeys, KeyFileError, bearer_token, needs_key, read_key_file
 from edge_runtime.api.request_ids import request_id

@@ -56,3 +56,30 @@ def test_the_parser_reads_family_folders_and_top_modules() -> None:
     documented = _documented()
     assert "family.py" in documented["families/vela2"] and "encoder.py" in documented["engine"]
     assert {"cli.py", "__main__.py", "work.py"} <= documented[""] and "family.py" not in documented["families"]
+
+
+def _documented_converters() -> dict[str, set[str]]:
+    """converters/ folder -> the .py names its line (and the lines under it) mention."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("\nconverters/ ", 1)[1].split("\nbench/", 1)[0]
+    folders: dict[str, set[str]] = {"": set()}
+    current = ""
+    for line in block.splitlines():
+        section = re.match(r"^ {2}([a-z_0-9]+)/", line)
+        if section:
+            current = section.group(1)
+            folders[current] = set()
+            line = line[section.end():]
+        folders[current] |= set(_MODULE.findall(line))
+    return folders
+
+
+def test_the_tree_names_every_converter_folder_and_module() -> None:
+    documented = _documented_converters()
+    converters = ROOT / "converters"
+    actual = {p.parent.name: {m.name for m in p.parent.glob("*.py") if m.name != "__init__.py"}
+              for p in converters.glob("*/__init__.py")}
+    actual[""] = {m.name for m in converters.glob("*.py") if m.name != "__init__.py"}
+    assert set(documented) == set(actual), sorted(set(documented) ^ set(actual))
+    for folder, modules in actual.items():
+        assert modules == documented[folder], (folder or "converters", sorted(modules ^ documented[folder]))

@@ -17,7 +17,7 @@ from converters.errors import ConversionError
 from converters.export import ExportOptions, export_model
 from converters.fixture import build_fixture, build_fixture_result, build_source
 from converters.samples import SAMPLE_TEXTS
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank")
@@ -346,5 +346,5 @@ def test_default_is_idempotent(minilm_package: Path, monkeypatch: pytest.MonkeyP
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(default.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "converters.sparrow" else real_find_spec(name, *a))
+                        lambda name, *a: None if name == "converters.sparrow.export" else real_find_spec(name, *a))
     assert "skipped" in default.build_sparrow(minilm_package.parent)

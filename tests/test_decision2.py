@@ -15,7 +15,7 @@ import pytest
 from converters.errors import ConversionError
 from edge_runtime.families.decision2.candidate import HEAD_TENSORS, CandidateHead, answer
 from edge_runtime.families.decision2.prompt import PromptTooLong, option_text, prefix_text, render
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 
 
 def _head(h: int = 16, d: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
@@ -28,7 +28,7 @@ def _head(h: int = 16, d: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
 
 def test_candidate_head_matches_torch_and_formula() -> None:
     torch = pytest.importorskip("torch")
-    from converters.decision2 import torch_head_logits
+    from converters.decision2.verify import torch_head_logits
     from edge_runtime.families.decision2.prompt import PromptRow
 
     arrays = _head()
@@ -125,7 +125,7 @@ def test_merged_adapter_is_not_the_base(fixture_package: Callable[..., Path]) ->
 
 
 def test_refusals(fixture_package: Callable[..., Path], tmp_path: Path) -> None:
-    from converters.decision2_source import detect, read_decision2
+    from converters.decision2.source import detect, read_decision2
 
     src = tmp_path / "pkg"
     shutil.copytree(fixture_package("decision2-source"), src)
@@ -154,19 +154,20 @@ def test_refusals(fixture_package: Callable[..., Path], tmp_path: Path) -> None:
 
 
 def test_qwen3_5_is_refused(fixture_package: Callable[..., Path], tmp_path: Path) -> None:
-    from converters.decision2_source import read_decision2
+    from converters.decision2.source import read_decision2
 
     src = tmp_path / "pkg"
     shutil.copytree(fixture_package("decision2-source"), src)
     cfg = json.loads((src / "decision_config.json").read_text())
     cfg["architecture"] = "qwen3.5-text-endpoints-global-query-shared-bilinear-mlp"
     (src / "decision_config.json").write_text(json.dumps(cfg))
-    from converters.decision2_source import checkpoint_files, sha256_file, sha256_json
+    from converters.decision2.source import checkpoint_files, sha256_json
+    from edge_runtime.packages.manifest import file_sha256
 
     def reseal() -> None:
         manifest = json.loads((src / "MODEL_MANIFEST.json").read_text())
         for rel in ("decision_config.json", "backbone/config.json"):
-            manifest["files_sha256"][rel] = sha256_file(src / rel)
+            manifest["files_sha256"][rel] = file_sha256(src / rel)
         manifest["identity"]["model_sha256"] = sha256_json(checkpoint_files(src))
         (src / "MODEL_MANIFEST.json").write_text(json.dumps(manifest))
 
@@ -186,9 +187,10 @@ def test_pipeline_golden_questions_against_torch(fixture_package: Callable[..., 
     import torch
 
     from converters import verify
-    from converters.decision2 import GOLDEN_STATE, _load_weights, build_model, torch_head_logits
-    from converters.decision2_source import read_decision2
-    from converters.vela2 import onnx_hidden
+    from converters.decision2.export import _load_weights, build_model
+    from converters.decision2.source import read_decision2
+    from converters.decision2.verify import GOLDEN_STATE, torch_head_logits
+    from converters.vela2.verify import onnx_hidden
     from edge_runtime.families.decision2.pipeline import Decision2Assets, question_options, run_questions
 
     pkg = read_package(fixture_package("decision2"))

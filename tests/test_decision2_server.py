@@ -15,7 +15,7 @@ import pytest
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
 from edge_runtime.families.decision2.pipeline import Decision2Assets, run_questions
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 from tests.support.server_harness import Server, write_models_file
 
 STATE = "Write a Python function that merges two sorted lists and explain its running time."

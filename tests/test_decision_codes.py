@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_codes import DecisionCodesOptions, build_decision_codes_fixture_result, export_decision_codes
+from converters.decision_codes.export import DecisionCodesOptions, export_decision_codes
+from converters.decision_codes.fixture import build_decision_codes_fixture_result
 from converters.errors import ConversionError
 from converters.samples import SAMPLE_TEXTS
 from edge_runtime.api.statuses import status_of
@@ -25,8 +26,8 @@ from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, causal_row
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.decision_codes.family import DecisionCodesFamily
+from edge_runtime.families.registry import read_package
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
-from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 
 PROBABILITY_TOLERANCE = 1e-5

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_codes import build_decision_codes_fixture
+from converters.decision_codes.fixture import build_decision_codes_fixture
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
 from edge_runtime.engine.causal import BranchRow, causal_row
 from edge_runtime.errors import ItemError
 from edge_runtime.families.decision_codes.family import DecisionCodesFamily, label_instructions, label_nouls
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 from edge_runtime.questions import answer
 from edge_runtime.questions.sets import DEFAULT_THRESHOLD
 from edge_runtime.requests.decisions import parse_decisions_request

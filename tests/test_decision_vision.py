@@ -17,17 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision_vision import (
-    DecisionVisionOptions,
-    build_decision_vision_fixture_result,
-    export_decision_vision,
-    fixture_options,
-)
+from converters.decision_vision.export import DecisionVisionOptions, export_decision_vision
+from converters.decision_vision.fixture import build_decision_vision_fixture_result, fixture_options
 from converters.errors import ConversionError
 from edge_runtime.errors import ApiError
 from edge_runtime.families.decision_vision.family import DecisionVisionFamily
 from edge_runtime.families.decision_vision.vision_lm import Block, position_taps, rope_positions, rowcol, torch_linspace
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 from edge_runtime.requests.decisions import parse_decisions_request
 from tests.support.vision import BODY_QUESTIONS, png_b64, png_url, sample_image
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from converters.decision_vision import build_decision_vision_fixture_result
+from converters.decision_vision.fixture import build_decision_vision_fixture_result
 from edge_runtime.api.schema import validate_response
 from tests.support.media_samples import Pipe, encode_video, write_clip
 from tests.support.server_harness import Server, write_models_file
@@ -423,7 +423,7 @@ def test_a_card_placing_images_in_questions_is_not_served(card: dict[str, Any], 
     """The family reads images in the state only: a card that promises more fails to load, rather than
     answering the questions it promised to read with question_images_unsupported."""
     from edge_runtime.families.decision_vision.family import DecisionVisionFamily
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     promised = _copy_with_card(card["path"], tmp_path / "promised", image_placements=["state", "instructions"])
     with pytest.raises(ValueError, match="image_placements"):

@@ -28,7 +28,7 @@ from tests.support.server_harness import Server, write_models_file
 
 @pytest.fixture(scope="module")
 def sparrow_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from converters.sparrow import build_sparrow_package
+    from converters.sparrow.export import build_sparrow_package
 
     return build_sparrow_package(tmp_path_factory.mktemp("loop-sparrow"))
 
@@ -159,7 +159,7 @@ def test_liveness_stays_under_100_ms_while_a_zstd_body_is_decompressed(server: S
 def vision_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The decision-vision fixture (images up to 16,000,000 pixels; video frames up to 3840 x 2160
     and 256 video tokens), with room for a 16 MiB image in a JSON body."""
-    from converters.decision_vision import build_decision_vision_fixture_result
+    from converters.decision_vision.fixture import build_decision_vision_fixture_result
 
     root = tmp_path_factory.mktemp("loop-vision")
     package = build_decision_vision_fixture_result(root / "pkg").path

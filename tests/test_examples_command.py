@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from edge_runtime.examples import DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2, answer_problems
 from tests.support.server_harness import ROOT, Server, write_models_file
 
@@ -48,7 +48,7 @@ def test_examples_command_against_a_live_server(family: str, tmp_path: Path) -> 
     if family == "sparrow":
         package = build_sparrow_package(tmp_path)
     else:
-        from converters.decision_codes import build_decision_codes_fixture
+        from converters.decision_codes.fixture import build_decision_codes_fixture
 
         package = build_decision_codes_fixture(tmp_path / "codes", attention_mode="prefix_causal")
     server = Server(write_models_file(tmp_path / "models.yaml",

@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import ModelExecutor, create_session
 from edge_runtime.engine.errors import ForwardError
 from edge_runtime.engine.probe import bitwise_equal
-from edge_runtime.families.registry import build_family
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import build_family, read_package
 from edge_runtime.requests.decisions import parse_decisions_request
 
 BODIES = [

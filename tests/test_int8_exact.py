@@ -27,9 +27,8 @@ from converters.quantize import (
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import create_session, probe_grouping
 from edge_runtime.engine.probe import bitwise_equal
-from edge_runtime.families.registry import build_family
+from edge_runtime.families.registry import build_family, read_package
 from edge_runtime.loading import PROBE_LENGTHS
-from edge_runtime.packages import read_package
 
 EXACT_KINDS = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
                "decision-codes")
@@ -147,7 +146,7 @@ def test_default_minilm_integer_products_are_exact_and_cannot_saturate(minilm_pa
 def test_state_once_int8_branches_equal_each_question_alone(tmp_path: Path) -> None:
     """Decision-codes state-once on the int8 backbone: questions branched from one state in one forward
     answer exactly as each question run alone over the whole prompt (as fp32 does)."""
-    from converters.decision_codes import build_decision_codes_fixture
+    from converters.decision_codes.fixture import build_decision_codes_fixture
     from edge_runtime.engine.causal import CausalForward, branch_row, causal_row
 
     path = build_decision_codes_fixture(tmp_path / "once", attention_mode="prefix_causal", quantize="int8")

@@ -18,7 +18,7 @@ from tests.support.tokenizers import load_minilm, train_bytelevel_bpe, train_wor
 
 @pytest.fixture(scope="module")
 def sparrow_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    from converters.sparrow import build_sparrow_package
+    from converters.sparrow.export import build_sparrow_package
 
     package = build_sparrow_package(tmp_path_factory.mktemp("longwords-sparrow"))
     return Tokenizer.from_file(str(Path(package) / "tokenizer.json"))

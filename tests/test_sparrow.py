@@ -14,14 +14,14 @@ import pytest
 from sparrow_decider import Decider
 from sparrow_decider.wordpiece import WordPiece
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from edge_runtime.api.statuses import status_of
 from edge_runtime.engine import GraphSession, ModelExecutor, create_session, probe_grouping
 from edge_runtime.engine.batching import bucket_ceiling
 from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.families.registry import read_package
 from edge_runtime.families.sparrow.family import KINDS, SparrowFamily, SparrowForward, SparrowText, SplitGraphs, content
-from edge_runtime.packages import read_package
 from edge_runtime.requests.decisions import NoValidQuestion, parse_decisions_request
 
 PARITY_TOLERANCE = 2e-6

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from converters.sparrow import build_sparrow_package
+from converters.sparrow.export import build_sparrow_package
 from edge_runtime.api.schema import request_validator, validate_response
 from edge_runtime.api.statuses import status_of
 from edge_runtime.api.systemone import failed_questions, serve_systemone, systemone_answer, systemone_error

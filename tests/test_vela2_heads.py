@@ -48,7 +48,7 @@ def _head(readout: str, hidden: int = 16, proj: int = 8, seed: int = 0) -> dict[
 def test_marker_head_matches_torch(readout: str) -> None:
     """The numpy head against the converter's torch head (the §2.7 math in PyTorch) on random states."""
     pytest.importorskip("torch")
-    from converters.vela2 import torch_readout
+    from converters.vela2.verify import torch_readout
 
     arrays = _head(readout)
     head = MarkerHead.from_arrays(arrays, readout)

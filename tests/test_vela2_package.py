@@ -13,17 +13,18 @@ import numpy as np
 import pytest
 
 from converters.errors import ConversionError
-from converters.vela2_requests import generated_requests, golden_request
+from converters.vela2.requests import generated_requests, golden_request
+from edge_runtime.families.registry import read_package
 from edge_runtime.families.vela2.pipeline import Vela2Assets, graph_readout, run_request, run_sequences
-from edge_runtime.packages import read_package
 
 
 @pytest.fixture(scope="module")
 def vela2(fixture_package: Callable[..., Path]) -> dict[str, Any]:
     """The package, its assets, an ONNX Runtime readout and the PyTorch reference readout."""
     from converters import verify
-    from converters.vela2 import load_backbone, onnx_hidden, torch_readout
-    from converters.vela2_source import load_tensors, read_source
+    from converters.vela2.export import load_backbone
+    from converters.vela2.source import load_tensors, read_source
+    from converters.vela2.verify import onnx_hidden, torch_readout
 
     pkg = read_package(fixture_package("vela2"))
     assets = Vela2Assets.from_package(pkg)
@@ -90,7 +91,7 @@ def test_golden_request_shapes(vela2: dict[str, Any]) -> None:
 def test_parity_on_unseen_requests(vela2: dict[str, Any]) -> None:
     """Package path (ONNX + numpy head) vs PyTorch (ModernBertModel + torch head) on requests of
     another seed than the converter's: logits within 1e-5, answers equal."""
-    from converters.vela2 import Vela2Parity, compare
+    from converters.vela2.verify import Vela2Parity, compare
 
     report = Vela2Parity()
     long_chars = int(vela2["assets"].layout.max_length * 3.5)
@@ -103,7 +104,7 @@ def test_parity_on_unseen_requests(vela2: dict[str, Any]) -> None:
 
 def test_parity_check_can_fail(vela2: dict[str, Any]) -> None:
     """The comparison refuses a readout that is off by more than the tolerance."""
-    from converters.vela2 import check_parity
+    from converters.vela2.verify import check_parity
 
     a = vela2["assets"]
 
@@ -165,7 +166,7 @@ def _copy_source(fixture_package: Callable[..., Path], tmp_path: Path) -> Path:
 
 def test_detection_and_refusals(fixture_package: Callable[..., Path], tmp_path: Path) -> None:
     from converters.__main__ import main
-    from converters.vela2_source import detect, read_source
+    from converters.vela2.source import detect, read_source
 
     src = _copy_source(fixture_package, tmp_path)
     assert detect(src) == "vela2" and detect(fixture_package("vela2")) is None
@@ -194,7 +195,7 @@ def test_detection_and_refusals(fixture_package: Callable[..., Path], tmp_path: 
 def test_head_tensors_must_match_readout(fixture_package: Callable[..., Path], tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    from converters.vela2_source import load_tensors, read_source
+    from converters.vela2.source import load_tensors, read_source
 
     src = _copy_source(fixture_package, tmp_path)
     (src / "SHA256SUMS").unlink()

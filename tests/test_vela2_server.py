@@ -63,9 +63,9 @@ def server(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def reference(package: Path) -> Callable[..., dict[str, Any]]:
     """The converter's pipeline (upstream answers) on the package's graph, in-process."""
     from converters import verify
-    from converters.vela2 import onnx_hidden
+    from converters.vela2.verify import onnx_hidden
+    from edge_runtime.families.registry import read_package
     from edge_runtime.families.vela2.pipeline import Vela2Assets, graph_readout, run_request
-    from edge_runtime.packages import read_package
 
     pkg = read_package(package)
     assets = Vela2Assets.from_package(pkg)

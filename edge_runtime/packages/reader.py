@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.packages.card import CARD_FILE, DECISION_FAMILIES, Card, parse_card
+from edge_runtime.packages.card import (
+    CARD_FILE,
+    DECISION_CONFIG_FILE,
+    TOKENIZER_FILE,
+    Card,
+    CardRules,
+    parse_card,
+)
 from edge_runtime.packages.errors import PackageError
 from edge_runtime.packages.golden import GoldenCase, read_golden
 from edge_runtime.packages.manifest import (
@@ -26,15 +33,8 @@ from edge_runtime.packages.manifest import (
     file_sha256,
     list_package_files,
 )
-from edge_runtime.packages.multimodal import (
-    MULTIMODAL_FAMILY,
-    check_multimodal_card,
-    multimodal_required_files,
-)
 
-TOKENIZER_FILE = "tokenizer.json"
 HEAD_FILE = "head.npz"
-DECISION_CONFIG_FILE = "decision_config.json"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -152,8 +152,9 @@ def _verify_files(root: Path, files: dict[str, dict[str, Any]]) -> None:
             raise PackageError(rel, "sha256 differs from MANIFEST.json: file altered")
 
 
-def read_package(path: Path) -> Package:
-    """Verify the package directory at ``path`` and return it; PackageError names what is wrong."""
+def read_package(path: Path, rules: CardRules) -> Package:
+    """Verify the package directory at ``path`` under the served families' card ``rules`` and return
+    it; PackageError names what is wrong."""
     root = Path(path)
     if not root.is_dir():
         raise PackageError(str(root), "not a package directory")
@@ -165,18 +166,13 @@ def read_package(path: Path) -> Package:
         raise PackageError(MANIFEST_FILE, "digest does not match its file list")
     if CARD_FILE not in files:
         raise PackageError(CARD_FILE, "missing")
-    card = parse_card((root / CARD_FILE).read_bytes())
+    card = parse_card((root / CARD_FILE).read_bytes(), rules)
 
-    multimodal = card.family == MULTIMODAL_FAMILY
-    if multimodal:
-        check_multimodal_card(card.raw)
-    # A multimodal package needs a tokenizer only when it has a text tower (an audio tower has none).
-    required = multimodal_required_files(card.raw) if multimodal else {TOKENIZER_FILE: "the tokenizer"}
+    family = rules.families[card.family]
+    required = family.files(card.raw)
     for v in card.variants.values():
         required[v.file] = f"the graph of variant {v.name!r}"
         required[v.golden] = f"the golden cases of variant {v.name!r}"
-    if card.family in DECISION_FAMILIES:
-        required[DECISION_CONFIG_FILE] = "the decision configuration"
     for rel, what in required.items():
         if rel not in files:
             raise PackageError(rel, f"missing ({what}, named by card.json)")
@@ -186,12 +182,11 @@ def read_package(path: Path) -> Package:
         _load_json_object(root / TOKENIZER_FILE, TOKENIZER_FILE)
     for v in card.variants.values():
         pkg.golden(v.name)  # readable without pickle, well-formed
-    if multimodal:
-        for tower in card.raw["towers"].values():
-            try:
-                read_golden(root / tower["golden"])
-            except (ValueError, OSError, KeyError) as e:
-                raise PackageError(tower["golden"], f"unreadable golden file: {e}") from None
+    for rel in family.goldens(card.raw):
+        try:
+            read_golden(root / rel)
+        except (ValueError, OSError, KeyError) as e:
+            raise PackageError(rel, f"unreadable golden file: {e}") from None
     pkg.head_weights()
     pkg.decision_config()
     return pkg

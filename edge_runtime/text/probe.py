@@ -30,8 +30,8 @@ RUN_DISTINCT_CHARS = 24  # distinct characters per spellable run
 LONGEST_RUNS = 2  # stretches of one class per text that also get cuts at fixed depths
 
 
-def _bytes(seed: int, n: int) -> bytes:
-    """Deterministic pseudo-random bytes (a 64-bit LCG), the same on every platform."""
+def lcg_bytes(seed: int, n: int) -> bytes:
+    """Deterministic pseudo-random bytes (a 64-bit LCG), the same on every platform and Python."""
     out = bytearray()
     x = seed
     for _ in range(n):
@@ -95,11 +95,11 @@ def _sections() -> list[tuple[str, str]]:
         + " text\U0001F600between\U0001F602emoji \U0001F9D1\U0001F3FB\u200D\U0001F91D\u200D"
         "\U0001F9D1\U0001F3FF the end. "
     )
-    raw = _bytes(7, 1200)
+    raw = lcg_bytes(7, 1200)
     b64 = base64.b64encode(raw).decode("ascii")
     b64url = base64.urlsafe_b64encode(raw[:300]).decode("ascii")
     hexrun = raw[:700].hex()
-    alnum = base64.b64encode(_bytes(11, 1000)).decode("ascii").replace("+", "q").replace("/", "Z").rstrip("=")
+    alnum = base64.b64encode(lcg_bytes(11, 1000)).decode("ascii").replace("+", "q").replace("/", "Z").rstrip("=")
     runs = f"data:image/png;base64,{b64} and {b64url} sha256={hexrun} token={alnum} " + "0123456789" * 20 + " end."
     combining = (
         "Ti\u1ebfng Vi\u1ec7t c\u00f3 d\u1ea5u: Vie\u0302\u0323t Nam, ca\u0301c da\u0302\u0301u. "

@@ -15,7 +15,7 @@ from tests.support.server_harness import Server, write_models_file
 @pytest.fixture(scope="session")
 def sparrow_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sparrow-nano decisions package, built once per session (about a second)."""
-    from converters.sparrow import build_sparrow_package
+    from converters.sparrow.export import build_sparrow_package
 
     return build_sparrow_package(tmp_path_factory.mktemp("reliability-sparrow"))
 

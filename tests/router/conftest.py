@@ -50,9 +50,9 @@ class Router:
 def router_models(fixture_package: Callable[..., Path], minilm_package: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """models.yaml entries: the embedded defaults as models.yaml serves them, then the fixtures."""
-    from converters.decision_vision import build_decision_vision_fixture_result
-    from converters.multimodal_fixture import build_multimodal_fixture
-    from converters.sparrow import build_sparrow_package
+    from converters.decision_vision.fixture import build_decision_vision_fixture_result
+    from converters.multimodal.fixture import build_multimodal_fixture
+    from converters.sparrow.export import build_sparrow_package
 
     root = tmp_path_factory.mktemp("router-packages")
     packages = {

@@ -49,7 +49,7 @@ def fixture_package(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
         if key not in cache:
             out = root / (f"{kind}-{variant}" if variant else kind)
             if kind == "decision-codes":
-                from converters.decision_codes import build_decision_codes_fixture
+                from converters.decision_codes.fixture import build_decision_codes_fixture
 
                 cache[key] = build_decision_codes_fixture(out, seed=0, quantize=variant)
             else:
@@ -67,8 +67,8 @@ VELA2_TEST_MAX_LENGTH = 1024
 def _vela2(root: Path) -> tuple[Path, Path]:
     """The upstream-format Vela 2.0 source fixture, and the package `export --kind vela2` makes of it
     (its parity check runs the golden request and 50 generated ones)."""
-    from converters.vela2 import Vela2Options, export_vela2
-    from converters.vela2_source import write_source_fixture
+    from converters.vela2.export import Vela2Options, export_vela2
+    from converters.vela2.fixture import write_source_fixture
 
     src = write_source_fixture(root / "vela2-source", seed=0, max_length=VELA2_TEST_MAX_LENGTH)
     opts = Vela2Options(name="fixture-vela2", description="Tiny random-weight Vela 2.0 fixture (seed 0)",
@@ -84,7 +84,8 @@ _DECISION2 = ("decision2", "decision2-source", "decision2-lora", "decision2-lora
 def _decision2(root: Path, kind: str) -> Path:
     """Decision 2.0 fixtures: the upstream-format sources (qwen-full; qwen-adapter with its base at
     ``<path>-base``) and the packages `export --kind decision2` makes of them."""
-    from converters.decision2 import Decision2Options, export_decision2, write_decision2_fixture
+    from converters.decision2.export import Decision2Options, export_decision2
+    from converters.decision2.fixture import write_decision2_fixture
 
     lora = kind.startswith("decision2-lora")
     src = root / ("decision2-lora-source" if lora else "decision2-source")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Iterable
+from typing import Any
 
 import av
 import numpy as np
@@ -68,24 +70,33 @@ def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def video_bytes(seconds: float, fps: int, size: tuple[int, int], fmt: str = "mp4", codec: str = "mpeg4") -> bytes:
-    """A clip of ``size`` (width, height) whose frame k is a flat grey of luma 16 + 8 * k: cheap to
-    encode and small at any size, while decoding it still costs every frame's full size."""
-    width, height = size
+def _clip(fmt: str, codec: str, fps: int, size: tuple[int, int], frames: Iterable[Any]) -> bytes:
+    """``frames`` (PyAV video frames of ``size``, width by height) encoded as one yuv420p clip."""
     buf = io.BytesIO()
     with av.open(buf, mode="w", format=fmt) as out:
         stream = out.add_stream(codec, rate=fps)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
-        for k in range(int(round(seconds * fps))):
-            # yuv420p planes stacked (Y, then U and V at half size): no RGB conversion to pay per frame
-            planes = np.full((height * 3 // 2, width), 128, dtype=np.uint8)
-            planes[:height] = min(16 + 8 * k, 235)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(planes, format="yuv420p")):
+        for frame in frames:
+            for packet in stream.encode(frame):
                 out.mux(packet)
         for packet in stream.encode():
             out.mux(packet)
     return buf.getvalue()
+
+
+def video_bytes(seconds: float, fps: int, size: tuple[int, int], fmt: str = "mp4", codec: str = "mpeg4") -> bytes:
+    """A clip of ``size`` (width, height) whose frame k is a flat grey of luma 16 + 8 * k: cheap to
+    encode and small at any size, while decoding it still costs every frame's full size."""
+    width, height = size
+
+    def frame(k: int) -> Any:
+        # yuv420p planes stacked (Y, then U and V at half size): no RGB conversion to pay per frame
+        planes = np.full((height * 3 // 2, width), 128, dtype=np.uint8)
+        planes[:height] = min(16 + 8 * k, 235)
+        return av.VideoFrame.from_ndarray(planes, format="yuv420p")
+
+    return _clip(fmt, codec, fps, size, (frame(k) for k in range(int(round(seconds * fps)))))
 
 
 #: container -> (PyAV format, codec) of the test clips
@@ -95,22 +106,10 @@ VIDEO_CODECS = {"mp4": ("mp4", "mpeg4"), "webm": ("webm", "libvpx"), "mov": ("mo
 
 def encode_video(kind: str, seconds: float, fps: int, size: tuple[int, int]) -> bytes:
     """A clip whose frame k is a flat grey of level 8 * k (so a frame's index is readable back)."""
-    import av
-
     fmt, codec = VIDEO_CODECS[kind]
-    buf = io.BytesIO()
-    with av.open(buf, mode="w", format=fmt) as out:
-        stream = out.add_stream(codec, rate=fps)
-        stream.width, stream.height = size
-        stream.pix_fmt = "yuv420p"
-        for k in range(int(round(seconds * fps))):
-            arr = np.full((size[1], size[0], 3), min(8 * k, 255), dtype=np.uint8)
-            frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
+    frames = (av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), min(8 * k, 255), dtype=np.uint8),
+                                         format="rgb24") for k in range(int(round(seconds * fps))))
+    return _clip(fmt, codec, fps, size, frames)
 
 
 class Pipe(io.RawIOBase):

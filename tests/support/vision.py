@@ -16,9 +16,9 @@ def png_url(image: Any, fmt: str = "PNG") -> str:
 
 
 def sample_image(height: int, width: int, seed: int) -> Any:
-    from converters.decision_vision import _test_image
+    from converters.decision_vision.verify import verify_image
 
-    return _test_image(height, width, seed)
+    return verify_image(height, width, seed)
 
 
 def png_b64(image: Any) -> str:

@@ -1,6 +1,6 @@
 """Forwards of a vision-language decision model: a grid-free vision core and a text core.
 
-The two graphs (written by ``converters.decision_vision``) take nothing that depends on an
+The two graphs (written by ``converters.decision_vision.export``) take nothing that depends on an
 image's grid inside the graph; everything grid-shaped is computed here in numpy, so one graph
 serves every image size (docs/reference/multimodal-feasibility.md §1):
 

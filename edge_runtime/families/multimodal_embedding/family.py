@@ -23,6 +23,7 @@ from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Graph, Plan, open_graphs, token_budget
 from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
 from edge_runtime.families.items import InputUsage
+from edge_runtime.families.multimodal_embedding.card import PRIMARY_GRAPH
 from edge_runtime.families.multimodal_embedding.features import (
     clap_log_mel,
     image_pixels,
@@ -36,7 +37,6 @@ from edge_runtime.media.errors import MediaError
 from edge_runtime.media.image import ImageLimits, decode_image_url
 from edge_runtime.packages import Package, PackageError
 from edge_runtime.packages.golden import GoldenCase, read_golden
-from edge_runtime.packages.multimodal import PRIMARY_GRAPH
 from edge_runtime.requests.embedding_inputs import AudioInput, ImageInput, modality_unsupported
 from edge_runtime.requests.encoder import EmbeddingsRequest
 from edge_runtime.text import Encoded, InputError, TextEncoder

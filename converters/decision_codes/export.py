@@ -23,10 +23,8 @@ alone. An export above the tolerance is refused. Golden cases record the graph's
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
-import math
 import string
 import tempfile
 import warnings
@@ -39,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
+from converters.decision_codes.verify import PROBABILITY_TOLERANCE, Case, int8_agreement, sample_cases, verify_graph
 from converters.errors import ConversionError
 from converters.export import (
     ExportResult,
@@ -62,53 +61,18 @@ from edge_runtime.families.decision_codes.family import (
     CodesPrompt,
     check_config,
 )
-from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest, file_sha256
 
 KIND = "decision-codes"
 OPSET = 18
 MAX_CODES = 255
-#: The largest |onnx - torch| a code probability may show; the fixture measures far below it.
-PROBABILITY_TOLERANCE = 1e-4
-#: State-once against each question alone (measured bit-identical on ORT CPU fp32).
-STATE_ONCE_TOLERANCE = 1e-5
 GOLDEN_CASES = 3
 CODE_ALPHABET = ("A..Z, then AA, AB, ..., ZZ: the first codes in that order that the tokenizer reads "
                  "as one token each; option i is listed under codes[i]")
 _USER_MARK = "@@EDGE_RUNTIME_USER_TURN@@"
 _PLAIN_AFTER = "\n\nAnswer:\n"
 _STAMPED_SUFFIXES = (".json", ".safetensors", ".bin", ".jinja", ".model", ".txt")
-
-# Requests the verification renders (the shared golden request, and more shapes and lengths).
-_SAMPLES: list[dict[str, Any]] = [
-    {"state": "Write a Python function that merges two sorted lists and explain its running time.",
-     "questions": {
-         "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
-                    "criteria": {"code": "Programming", "math": "Mathematics", "other": "Anything else"}},
-         "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-         "difficulty": {"type": "score", "instructions": "How difficult is this request?",
-                        "criteria": ["Trivial", "Moderate", "Hard"]}}},
-    {"state": "My card was charged twice and the parcel never arrived.",
-     "questions": {
-         "team": {"type": "choice", "choices": [{"key": "billing", "description": "payments and refunds"},
-                                                {"key": "shipping", "description": "parcels and delivery"},
-                                                {"key": "tech"}, {"key": "sales"}, {"key": "other"}]},
-         "urgent": {"type": "noul", "instructions": "Is this urgent?",
-                    "criteria": {"true": "the customer needs help today"}}}},
-    {"state": {"user": "Où est ma commande ? Ça fait déjà 10 jours.", "order": {"id": 1182, "status": "shipped"}},
-     "questions": {
-         "mood": {"type": "score", "instructions": "How upset is the customer?",
-                  "levels": ["calm", "a little", "upset", "angry", "furious"]}}},
-    {"state": "", "questions": {"empty": {"type": "noul", "instructions": "Is the state empty?"}}},
-    {"state": "Our servers in Frankfurt were unreachable for twelve minutes last night. "
-              "The invoice was sent twice. The meeting has been moved to Thursday at 3 pm in room 4B. "
-              "Please cancel my subscription before the next billing cycle.",
-     "questions": {
-         "topics": {"type": "choice", "instructions": "What is the main topic?",
-                    "criteria": {"outage": None, "billing": "invoices", "meetings": None}},
-         "action": {"type": "noul", "instructions": "Does the author ask for an action?"}}},
-]
 
 
 @dataclass
@@ -287,138 +251,8 @@ def export_graph(base: Any, attention_mode: str, work: Path) -> Path:
 # ---- verification --------------------------------------------------------------------------
 
 
-@dataclass
-class _Case:
-    state_ids: list[int]
-    question_ids: list[int]
-    count: int
-    temperature: float
-
-    @property
-    def ids(self) -> list[int]:
-        return [*self.state_ids, *self.question_ids]
-
-
-def _sample_cases(prompt: CodesPrompt, config: dict[str, Any], cap: int) -> list[list[_Case]]:
-    """Each sample request as its questions' token ids, grouped by request (one state each)."""
-    from edge_runtime.requests.decisions import parse_decisions_request
-
-    groups = []
-    for body in _SAMPLES:
-        entry = parse_decisions_request(body).single
-        assert entry is not None
-        questions = list(entry.valid)
-        listed = questions if prompt.header else None
-        temperature = select_temperature(config, len(questions))
-        state = prompt.state_ids(entry.state, listed, cap)
-        if state is None:
-            continue
-        cases = []
-        for n, q in enumerate(questions, 1):
-            ids = prompt.question_ids(q, n if prompt.header else None, cap - len(state))
-            if ids is not None:
-                cases.append(_Case(state, ids, len(q.options), temperature))
-        if cases:
-            groups.append(cases)
-    if not groups:
-        raise ConversionError(f"no sample request fits the model's {cap} tokens per question")
-    return groups
-
-
-def _torch_probabilities(lm: Any, case: _Case, token_ids: Sequence[int], trained: np.ndarray | None,
-                         softcap: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """Transformers' code probabilities and last hidden state for one prompt (batch 1, no padding)."""
-    import torch
-
-    ids = torch.tensor([case.ids], dtype=torch.long)
-    with torch.no_grad():
-        hidden = lm.base_model(input_ids=ids).last_hidden_state[0, -1].float().numpy()
-        if trained is None:
-            logits = lm(input_ids=ids).logits[0, -1].float().numpy().astype(np.float64)
-            z = logits[list(token_ids[: case.count])]  # the LM's own logits, soft-capping included
-        else:
-            z = (trained[: case.count] @ hidden).astype(np.float64)
-            if softcap:
-                z = softcap * np.tanh(z / softcap)
-    z = z / case.temperature
-    e = np.exp(z - z.max())
-    return e / e.sum(), hidden
-
-
-@dataclass
-class _Verified:
-    probabilities: float
-    hidden: float
-    state_once: float | None
-    cases: int
-    lengths: list[int]
-    spread: float
-
-
-def _verify(lm: Any, graph: Path, groups: list[list[_Case]], token_ids: Sequence[int], readout: np.ndarray,
-            bias: np.ndarray | None, trained: bool, softcap: float | None, pad_id: int, state_once: bool) -> _Verified:
-    from edge_runtime.engine.causal import CausalForward, branch_row, causal_row
-    from edge_runtime.engine.session import create_session
-
-    forward = CausalForward(create_session(graph, "cpu", 1), pad_id=pad_id)
-    worst_p = worst_h = spread = 0.0
-    worst_branch: float | None = 0.0 if state_once else None
-    cases = [c for g in groups for c in g]
-    alone = []
-    for case in cases:
-        (h,) = forward([causal_row(case.ids)])
-        alone.append(h)
-        p = code_probabilities(h, readout, case.count, case.temperature, bias, softcap)
-        ref, ref_h = _torch_probabilities(lm, case, token_ids, readout if trained else None, softcap)
-        if not np.all(np.isfinite(p)):
-            raise ConversionError("verification: the graph's code probabilities are not finite")
-        worst_p = max(worst_p, float(np.max(np.abs(p - ref))))
-        worst_h = max(worst_h, float(np.max(np.abs(h - ref_h))))
-        spread = max(spread, float(p.max() - p.min()))
-    if worst_p > PROBABILITY_TOLERANCE or math.isnan(worst_p):
-        raise ConversionError(f"verification failed: code probabilities differ from Transformers' by {worst_p:.3g}, "
-                              f"above {PROBABILITY_TOLERANCE:g}; no package written")
-    if state_once:
-        i = 0
-        for group in groups:
-            (branched,) = forward([branch_row(group[0].state_ids, [c.question_ids for c in group])])
-            for j, case in enumerate(group):
-                p_b = code_probabilities(branched[j], readout, case.count, case.temperature, bias, softcap)
-                p_a = code_probabilities(alone[i], readout, case.count, case.temperature, bias, softcap)
-                worst_branch = max(worst_branch or 0.0, float(np.max(np.abs(p_b - p_a))))
-                i += 1
-        if worst_branch is not None and worst_branch > STATE_ONCE_TOLERANCE:
-            raise ConversionError(f"verification failed: state-once differs from each question alone by "
-                                  f"{worst_branch:.3g}, above {STATE_ONCE_TOLERANCE:g}; no package written")
-    return _Verified(worst_p, worst_h, worst_branch, len(cases), sorted({len(c.ids) for c in cases}), spread)
-
-
-def _agreement(fp32: Path, int8: Path, groups: list[list[_Case]], readout: np.ndarray, bias: np.ndarray | None,
-               softcap: float | None, pad_id: int) -> dict[str, Any]:
-    """Code probabilities of the int8 backbone against fp32, every sample question alone:
-    max and mean |dp|, and how often the top code agrees."""
-    from edge_runtime.engine.causal import CausalForward, causal_row
-    from edge_runtime.engine.session import create_session
-
-    a = CausalForward(create_session(fp32, "cpu", 1), pad_id=pad_id)
-    b = CausalForward(create_session(int8, "cpu", 1), pad_id=pad_id)
-    dps, tops = [], []
-    for case in (c for g in groups for c in g):
-        (ha,) = a([causal_row(case.ids)])
-        (hb,) = b([causal_row(case.ids)])
-        pa = code_probabilities(ha, readout, case.count, case.temperature, bias, softcap)
-        pb = code_probabilities(hb, readout, case.count, case.temperature, bias, softcap)
-        if not np.all(np.isfinite(pb)):
-            raise ConversionError("int8: the quantized graph's code probabilities are not finite")
-        dps.append(float(np.max(np.abs(pa - pb))))
-        tops.append(int(np.argmax(pa)) == int(np.argmax(pb)))
-    return {"metric": "code_probability", "max_abs_dp": round(max(dps), 6),
-            "mean_abs_dp": round(float(np.mean(dps)), 6), "top_label_agreement": round(float(np.mean(tops)), 6),
-            "cases": len(dps)}
-
-
 def _goldens(
-    graph: Path, groups: list[list[_Case]], pad_id: int
+    graph: Path, groups: list[list[Case]], pad_id: int
 ) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """Golden cases (batch 1): prompts over an empty past, and for a past graph one continuation."""
     from edge_runtime.engine.session import create_session
@@ -576,9 +410,9 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
             inputs, outputs = _graph_names(graph)
         timings["export"] = s.seconds
         cap = limits.get("validated_input_tokens", limits["max_input_tokens"])
-        groups = _sample_cases(prompt, config, cap)
+        groups = sample_cases(prompt, config, cap)
         with Step("checking code probabilities against Transformers") as s:
-            verified = _verify(lm, graph, groups, token_ids, readout, bias, trained is not None,
+            verified = verify_graph(lm, graph, groups, token_ids, readout, bias, trained is not None,
                                config["logit_softcap"], int(pad_id), opts.attention_mode == "prefix_causal")
         timings["parity"] = s.seconds
         log(f"parity: max |p_onnx - p_torch| = {verified.probabilities:.3g}, hidden {verified.hidden:.3g}"
@@ -592,7 +426,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
 
             with Step("quantizing the backbone to int8 (per-token activation scales, per-channel weights)") as s:
                 q_path = quantize.quantize_variant(opts.quantize, graph, work / quantize.variant_file(opts.quantize))
-                agreement = _agreement(graph, q_path, groups, readout, bias, config["logit_softcap"], int(pad_id))
+                agreement = int8_agreement(graph, q_path, groups, readout, bias, config["logit_softcap"], int(pad_id))
             timings["quantize"] = s.seconds
             log(f"{opts.quantize} agreement with fp32: {agreement}")
             variants[opts.quantize] = quantize.variant_entry(opts.quantize, agreement, quantize.DEFAULT_RECIPE)
@@ -645,7 +479,7 @@ def export_decision_codes(src: str | Path, out: Path, opts: DecisionCodesOptions
 
             digest = write_package(Path(out), card, files, goldens)
         timings["write"] = s.seconds
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
@@ -679,172 +513,4 @@ def _graph_names(path: Path) -> tuple[list[str], list[str]]:
     return [i.name for i in model.graph.input], outputs
 
 
-# ---- fixture -------------------------------------------------------------------------------
-
-FIXTURE_RELEASE_DATE = "2025-01-01"
-FIXTURE_VOCAB = 800
-FIXTURE_MAX_POSITIONS = 1024
-FIXTURE_LIMITS = {"validated_input_tokens": 768, "max_request_tokens": 1536}
-FIXTURE_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
-#: ChatML as Qwen3 renders it with thinking off.
-FIXTURE_CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}"
-    "{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
-    "{%- endif -%}"
-)
-
-
-def train_fixture_tokenizer() -> Any:
-    """A byte-level BPE trained with `tokenizers` on the fixture corpus and the prompt's words,
-    plus merges that make every code (A..Z, AA.., 255 in all) one token."""
-    from converters.fixture_tokenizers import byte_level_bpe
-    from converters.samples import fixture_corpus
-    from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
-
-    corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\nQuestions:\n"]
-    corpus += [json.dumps(b, ensure_ascii=False) for b in _SAMPLES]
-    return byte_level_bpe(corpus, FIXTURE_SPECIALS, vocab_size=FIXTURE_VOCAB, nfc=True, min_frequency=2,
-                          extra_tokens=code_candidates()[:MAX_CODES])
-
-
-def build_fixture_source(d: Path, seed: int = 0, readout: str = "lm_head") -> Path:
-    """A tiny random Qwen3ForCausalLM directory (hidden 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, tied)."""
-    import torch
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-
-    tok = train_fixture_tokenizer()
-    config = Qwen3Config(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
-        max_position_embeddings=FIXTURE_MAX_POSITIONS, pad_token_id=tok.token_to_id("<|endoftext|>"),
-        eos_token_id=tok.token_to_id("<|im_end|>"), bos_token_id=None,
-        initializer_range=0.2,  # wider than Qwen's 0.02 so that random codes get distinct probabilities
-    )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config).eval()
-    d.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    hf_tok = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        model_input_names=["input_ids", "attention_mask"],  # toolchain P4: no token_type_ids for a decoder
-        model_max_length=FIXTURE_MAX_POSITIONS, chat_template=FIXTURE_CHAT_TEMPLATE)
-    hf_tok.save_pretrained(d)
-    if readout == "trained":
-        from safetensors.numpy import save_file
-
-        rng = np.random.default_rng(seed + 2)
-        save_file({"weight": (rng.standard_normal((MAX_CODES, 64)) * 0.5).astype(np.float32)},
-                  str(d / "readout.safetensors"))
-        (d / "decision_config.json").write_text(json.dumps({"codes": code_candidates()[:MAX_CODES]}))
-    elif readout != "lm_head":
-        raise ConversionError(f"fixture readout must be lm_head or trained, not {readout!r}")
-    return d
-
-
-def build_decision_codes_fixture_result(
-    out: Path, seed: int = 0, attention_mode: str = "causal", prompt_layout: str | None = None,
-    temperature_by_questions: dict[str, list] | None = None, readout: str = "lm_head",
-    source_dir: Path | None = None, **options: Any,
-) -> ExportResult:
-    """Build the fixture package at ``out``; ``source_dir`` keeps the Hugging Face source there."""
-    fields = {
-        "attention_mode": attention_mode,
-        "prompt_layout": prompt_layout,
-        "temperature_by_questions": temperature_by_questions,
-        "name": f"fixture-{KIND}" + ("-state-once" if attention_mode == "prefix_causal" else ""),
-        "description": (f"Tiny random-weight Qwen3 {KIND} fixture (seed {seed}, {attention_mode}); "
-                        "for tests, not a real model"),
-        "version": "0.0.1",
-        "release_date": FIXTURE_RELEASE_DATE,
-        "license": "Apache-2.0",
-        "source_name": f"edge-runtime fixture qwen3-tiny (seed {seed})",
-        "validated_input_tokens": FIXTURE_LIMITS["validated_input_tokens"],
-        "max_request_tokens": FIXTURE_LIMITS["max_request_tokens"] if attention_mode == "prefix_causal" else None,
-        **options,
-    }
-    try:
-        opts = DecisionCodesOptions(**fields)
-    except TypeError as e:
-        raise ConversionError(f"fixture option: {e}") from None
-    if source_dir is not None:
-        return export_decision_codes(build_fixture_source(Path(source_dir), seed, readout), Path(out), opts)
-    with tempfile.TemporaryDirectory(prefix="er-fixture-") as tmp:
-        src = build_fixture_source(Path(tmp) / f"fixture-{KIND}", seed, readout)
-        return export_decision_codes(src, Path(out), opts)
-
-
-def build_decision_codes_fixture(out: Path, seed: int = 0, attention_mode: str = "causal",
-                                 prompt_layout: str | None = None,
-                                 temperature_by_questions: dict[str, list] | None = None, **options: Any) -> Path:
-    """The decision-codes fixture package at ``out`` (see build_decision_codes_fixture_result)."""
-    return build_decision_codes_fixture_result(out, seed, attention_mode, prompt_layout, temperature_by_questions,
-                                               **options).path
-
-
-# ---- command line --------------------------------------------------------------------------
-
-_CLI_FLAGS = ("attention_mode", "prompt_layout", "temperature", "temperature_by_questions",
-              "validated_input_tokens", "max_request_tokens")
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
-
-
-def add_cli_arguments(parser: argparse.ArgumentParser, fixture: bool = False) -> None:
-    """The decision-codes options of ``export`` (and a few of ``fixture``)."""
-    g = parser.add_argument_group("decision-codes")
-    g.add_argument("--attention-mode", choices=ATTENTION_MODES, default=None,
-                   help="causal: a row per question; prefix_causal: the state once, questions branched (state-once)")
-    g.add_argument("--prompt-layout", choices=("header-v1",), default=None,
-                   help="header-v1: list the request's questions in front of the state")
-    if fixture:
-        return
-    g.add_argument("--temperature", type=float, help="readout temperature (default 1.0, or the source's)")
-    g.add_argument("--temperature-by-questions", type=_json_object,
-                   help='e.g. \'{"max_questions": [1], "temperature": [1.046, 1.0]}\'')
-    g.add_argument("--validated-input-tokens", type=int, help="per-question cap without options.long_context")
-    g.add_argument("--max-request-tokens", type=int,
-                   help="state-once: the state once and every question (default max_input_tokens)")
-
-
-def reject_cli_arguments(args: argparse.Namespace) -> None:
-    """ConversionError when decision-codes options were given for another kind."""
-    given = [f"--{k.replace('_', '-')}" for k in _CLI_FLAGS if getattr(args, k, None) is not None]
-    if given:
-        raise ConversionError(f"{', '.join(given)} apply to kind decision-codes only")
-
-
-def export_from_args(args: argparse.Namespace) -> ExportResult:
-    """``export SRC --kind decision-codes`` from parsed arguments."""
-    opts = DecisionCodesOptions(
-        quantize=args.quantize,
-        attention_mode=args.attention_mode or "causal", prompt_layout=args.prompt_layout,
-        temperature=args.temperature, temperature_by_questions=args.temperature_by_questions,
-        max_input_tokens=args.max_input_tokens, validated_input_tokens=args.validated_input_tokens,
-        max_request_tokens=args.max_request_tokens, name=args.name, description=args.description,
-        version=args.version, release_date=args.release_date, revision=args.revision,
-        license=args.license, source_name=args.source_name)
-    return export_decision_codes(args.src, args.out, opts)
-
-
-def fixture_from_args(args: argparse.Namespace) -> ExportResult:
-    """``fixture --kind decision-codes`` from parsed arguments."""
-    return build_decision_codes_fixture_result(args.out, seed=args.seed, attention_mode=args.attention_mode or "causal",
-                                               prompt_layout=args.prompt_layout, quantize=args.quantize)
-
-
-__all__ = ["DecisionCodesOptions", "add_cli_arguments", "build_decision_codes_fixture",
-           "build_decision_codes_fixture_result", "build_fixture_source", "choose_codes", "code_candidates",
-           "export_decision_codes", "export_from_args", "fixture_from_args", "reject_cli_arguments",
-           "train_fixture_tokenizer"]
+__all__ = ["DecisionCodesOptions", "choose_codes", "code_candidates", "export_decision_codes"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from converters.errors import ConversionError
 from converters.export import ExportResult
-from converters.multimodal import MultimodalOptions, export_multimodal
+from converters.multimodal.export import MultimodalOptions, export_multimodal
 
 # ---- fixtures ---------------------------------------------------------------------------------
 

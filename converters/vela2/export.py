@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,16 @@ import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.export import ExportResult, PackageIdentity, check_out, identity_card, notice_files, sanitize_name
 from converters.package_writer import card_start
 from converters.progress import Step, log
-from converters.vela2_requests import generated_requests, golden_request
-from converters.vela2_source import Vela2Source, load_tensors, read_source, write_source_fixture
+from converters.vela2.requests import generated_requests, golden_request
+from converters.vela2.source import Vela2Source, load_tensors, read_source
+from converters.vela2.verify import LOGIT_TOLERANCE, check_parity, onnx_hidden, torch_readout
 from edge_runtime.families.vela2.answers import Calibration
 from edge_runtime.families.vela2.layout import LayoutConfig, Tokens, pad_batch, strip_markers
-from edge_runtime.families.vela2.marker import LN_EPS, NORM_EPS, MarkerHead
-from edge_runtime.families.vela2.pipeline import SCAN_INPUTS_CPU, Readout, RequestResult, graph_readout, run_request
+from edge_runtime.families.vela2.marker import MarkerHead
+from edge_runtime.families.vela2.pipeline import SCAN_INPUTS_CPU, graph_readout, run_request
 from edge_runtime.families.vela2.state import PRESETS
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest
@@ -46,10 +47,6 @@ from edge_runtime.packages.manifest import compute_digest
 KIND = "vela2"
 CONFIG_FORMAT = "vela2-package/1"
 QUESTION_TYPES = ("choice", "noul", "score", "set", "span")
-#: |onnx+numpy - torch| allowed on any option, set or span logit
-LOGIT_TOLERANCE = 1e-5
-#: answers' numbers (probabilities, scores, confidences) may differ by at most this much
-ANSWER_TOLERANCE = 1e-5
 DEFAULT_CHECK_REQUESTS = 50
 GOLDEN_SEQUENCES = 3
 
@@ -76,161 +73,6 @@ def load_backbone(source: Vela2Source, backbone: dict[str, Any]) -> Any:
 
     return load_backbone(ModernBertModel, ModernBertConfig, dict(source.config["encoder_config"]), backbone,
                          "model.safetensors (encoder_config)")
-
-
-def torch_readout(model: Any, head: dict[str, np.ndarray], readout: str, threads: int = 1) -> Readout:
-    """The PyTorch reference: each sequence alone through ModernBertModel, then the §2.7 head in torch.
-
-    ``threads``: torch's intra-op threads while a batch is read. One suits the tiny fixtures the
-    parity check runs (their matrices are too small to split); a benchmark of a real-sized
-    backbone passes the thread count every contestant gets.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    t = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in head.items()}
-    hidden_size = t["norm.weight"].shape[0]
-
-    def ln(x: Any) -> Any:
-        return F.layer_norm(x, (hidden_size,), t["norm.weight"], t["norm.bias"], eps=LN_EPS)
-
-    def lin(name: str, x: Any) -> Any:
-        return F.linear(x, t[f"{name}.weight"], t[f"{name}.bias"])
-
-    def run(feeds: dict[str, np.ndarray], idx: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        ids, mask = feeds["input_ids"], feeds["attention_mask"]
-        b, width = ids.shape
-        h = torch.zeros((b, width, hidden_size), dtype=torch.float32)
-        before = torch.get_num_threads()
-        # one thread by default: fixture matrices are tiny, and on a shared CPU more threads are 10-40x slower
-        torch.set_num_threads(threads)
-        try:
-            return _head(h, ids, mask, idx)
-        finally:
-            torch.set_num_threads(before)
-
-    def _head(h: Any, ids: np.ndarray, mask: np.ndarray, idx: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        b = ids.shape[0]
-        with torch.no_grad():
-            for r in range(b):
-                n = int(mask[r].sum())
-                out = model(input_ids=torch.from_numpy(ids[r: r + 1, :n]),
-                            attention_mask=torch.ones((1, n), dtype=torch.long)).last_hidden_state
-                h[r, :n] = out[0]
-            q = torch.from_numpy(idx["q_index"])
-            o = torch.from_numpy(idx["opt_index"])
-            u = torch.from_numpy(idx["unit_index"])
-            e = torch.from_numpy(idx["ent_index"])
-            marker = h[o[:, 0], o[:, 1]]
-            owner = o[:, 2]
-            logits = torch.zeros(o.shape[0])
-            if readout in ("cosine", "both"):
-                pooled = torch.stack([h[int(r), int(a): int(z)].mean(0) for r, _, a, z in q.tolist()])
-                part = F.normalize(lin("w_p", ln(pooled)), dim=-1, eps=NORM_EPS)
-                question = lin("w_q", ln(h[q[:, 0], q[:, 1]]))
-                option = F.normalize(lin("w_o", ln(marker)) + question[owner], dim=-1, eps=NORM_EPS)
-                logits = logits + (option * part[owner]).sum(-1) / t["log_tau"].exp()
-            if readout in ("mlp", "both"):
-                z = F.relu(F.linear(marker, t["cls_mlp.0.weight"], t["cls_mlp.0.bias"]))
-                logits = logits + F.linear(z, t["cls_mlp.3.weight"], t["cls_mlp.3.bias"]).squeeze(-1)
-            words = F.normalize(lin("w_t", ln(h[u[:, 0], u[:, 1]])), dim=-1, eps=NORM_EPS)
-            labels = F.normalize(lin("w_e", ln(h[e[:, 0], e[:, 1]])), dim=-1, eps=NORM_EPS)
-            span = (words @ labels.T) / t["log_tau_span"].exp()
-        return logits.numpy(), span.numpy()
-
-    return run
-
-
-def onnx_hidden(session: Any) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """feeds -> last_hidden_state from an ONNX Runtime session of the exported backbone."""
-    names = [i.name for i in session.get_inputs()]
-
-    def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return session.run(["last_hidden_state"], {n: feeds[n] for n in names})[0]
-
-    return run
-
-
-# ---- parity -------------------------------------------------------------------------------
-
-
-@dataclass
-class Vela2Parity:
-    """Largest differences between the package path and the PyTorch reference."""
-
-    option: float = 0.0
-    set: float = 0.0
-    span: float = 0.0
-    requests: int = 0
-    sequences: int = 0
-    windowed_rows: int = 0
-    truncated_rows: int = 0
-    question_types: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def worst(self) -> float:
-        return max(self.option, self.set, self.span)
-
-
-def _compare_answers(a: Any, b: Any, where: str, tolerance: float = ANSWER_TOLERANCE) -> None:
-    """Same structure and discrete values; numbers within ``tolerance``."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        if list(a) != list(b):
-            raise ConversionError(f"parity: answers differ at {where}: keys {list(a)} vs {list(b)}")
-        for k in a:
-            _compare_answers(a[k], b[k], f"{where}.{k}", tolerance)
-    elif isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            raise ConversionError(f"parity: answers differ at {where}: {len(a)} vs {len(b)} items")
-        for i, (x, y) in enumerate(zip(a, b)):
-            _compare_answers(x, y, f"{where}[{i}]", tolerance)
-    elif isinstance(a, float) and isinstance(b, float):
-        if not abs(a - b) <= tolerance:
-            raise ConversionError(f"parity: answers differ at {where}: {a!r} vs {b!r}")
-    elif a != b:
-        raise ConversionError(f"parity: answers differ at {where}: {a!r} vs {b!r}")
-
-
-def compare(got: RequestResult, ref: RequestResult, report: Vela2Parity, where: str,
-            tolerance: float = ANSWER_TOLERANCE) -> None:
-    """Fold one request's logit differences into ``report``; ConversionError when answers differ."""
-    _compare_answers(got.body, ref.body, where, tolerance)
-    for row, a, b, seqs in zip(got.rows, got.raws, ref.raws, got.sequences):
-        if a is None or b is None:
-            continue
-        report.sequences += len(seqs)
-        report.windowed_rows += 1 if len(seqs) > 1 else 0
-        budget = seqs[0].budget
-        report.truncated_rows += 1 if budget and (budget.shrink_cut or budget.protected_cut) else 0
-        for q in row.questions:
-            report.question_types[q.kind] = report.question_types.get(q.kind, 0) + 1
-            if q.type == "span":
-                assert a.span is not None and b.span is not None
-                if a.span.logits.size:
-                    report.span = max(report.span, float(np.max(np.abs(a.span.logits - b.span.logits))))
-                continue
-            d = float(np.max(np.abs(a.logits[q.id].astype(np.float64) - b.logits[q.id])))
-            if q.type == "set":
-                report.set = max(report.set, d)
-            else:
-                report.option = max(report.option, d)
-    report.requests += 1
-
-
-def check_parity(requests: Sequence[tuple[Any, dict[str, Any]]], *, tokens: Tokens, layout: LayoutConfig,
-                 calibration: Calibration, package: Readout, reference: Readout,
-                 tolerance: float = LOGIT_TOLERANCE) -> Vela2Parity:
-    """Run every request through both readouts; ConversionError beyond ``tolerance`` (logits and answers)."""
-    report = Vela2Parity()
-    for i, (state, questions) in enumerate(requests):
-        got = run_request(state, questions, readout=package, tokens=tokens, layout=layout, calibration=calibration)
-        ref = run_request(state, questions, readout=reference, tokens=tokens, layout=layout, calibration=calibration)
-        compare(got, ref, report, f"request {i}", tolerance)
-    if not report.worst <= tolerance:
-        raise ConversionError(f"parity check failed: max |package - torch| logit = {report.worst:.3g} "
-                              f"(option {report.option:.3g}, set {report.set:.3g}, span {report.span:.3g}) "
-                              f"exceeds {tolerance:g}; no package written")
-    return report
 
 
 # ---- export -------------------------------------------------------------------------------
@@ -262,12 +104,7 @@ def _goldens(session: Any, seqs: Sequence[Any]) -> list[tuple[dict[str, np.ndarr
 
 def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult:
     """Convert the upstream package at ``src`` into an edge-runtime package at ``out``."""
-    from converters.package_writer import check_replaceable
-
-    try:
-        check_replaceable(Path(out))
-    except ValueError as e:
-        raise ConversionError(str(e)) from None
+    check_out(Path(out))
     timings: dict[str, float] = {}
     src_dir = Path(src)
     with Step(f"reading and verifying {src_dir}") as s:
@@ -371,24 +208,7 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
 
             digest = write_package(Path(out), card, files, {"fp32": _goldens(session, golden_seqs)})
         timings["write"] = s.seconds
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
-
-
-# ---- fixtures -----------------------------------------------------------------------------
-
-FIXTURE_RELEASE_DATE = "2025-01-01"
-
-
-def build_vela2_fixture_result(out: Path, seed: int = 0, check_requests: int = DEFAULT_CHECK_REQUESTS,
-                               **source_options: Any) -> ExportResult:
-    """A converted vela2 fixture: the upstream-format fixture written to a temp dir, then exported."""
-    with tempfile.TemporaryDirectory(prefix="er-vela2-src-") as tmp:
-        src = write_source_fixture(Path(tmp) / "vela2-tiny", seed=seed, **source_options)
-        opts = Vela2Options(name="fixture-vela2", description=f"Tiny random-weight Vela 2.0 fixture (seed {seed}); "
-                            "for tests, not a real model", version="0.0.1", release_date=FIXTURE_RELEASE_DATE,
-                            license="Apache-2.0", source_name=f"edge-runtime fixture vela2-tiny (seed {seed})",
-                            check_requests=check_requests, seed=seed)
-        return export_vela2(src, Path(out), opts)

@@ -17,10 +17,8 @@ card's verification member, per tower; an export above the tolerance is refused.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,19 +27,19 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
-from converters.ctranslate2_whisper import is_ct2_whisper
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity
+from converters.export import ExportResult, PackageIdentity, check_out
+from converters.multimodal.ctranslate2_whisper import is_ct2_whisper
+from converters.multimodal.source import audio_spec, clap_spec, image_spec, read_config
+from converters.multimodal.verify import TOLERANCE, compare, sample_clips, sample_images, tower_session
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source, source_stamp
-from edge_runtime.packages import read_package
+from edge_runtime.families.registry import read_package
 from edge_runtime.packages.golden import golden_bytes
 
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 OPSET = 18
-#: largest |onnx - torch| on any vector element a tower may show
-TOLERANCE = 1e-4
 #: card limits written unless the options say otherwise (bytes as sent; pixels of the source image).
 #: 16 MP: a decoded RGB source of 48 MB, which a few concurrent requests on a small edge node can hold;
 #: every tower reads 224-384 px, so larger photos gain nothing but memory.
@@ -116,101 +114,6 @@ def _export(module: Any, args: tuple, path: Path, inputs: list[str], output: str
     return path
 
 
-def _session(path: Path) -> Any:
-    from converters.verify import create_session
-
-    return create_session(path)
-
-
-def _compare(name: str, session: Any, torch_fn: Callable[..., Any], feeds_list: list[dict[str, np.ndarray]],
-             pool: Callable[[np.ndarray, int], np.ndarray] | None = None) -> tuple[float, int]:
-    """(max |onnx - torch|, forwards compared) over feeds run alone and, when several share one
-    shape, as one batch too."""
-    import torch
-
-    worst = 0.0
-    runs = [[f] for f in feeds_list]
-    shapes = {tuple((k, v.shape) for k, v in f.items()) for f in feeds_list}
-    if len(feeds_list) > 1 and len(shapes) == 1:
-        runs.append(feeds_list)
-    for run in runs:
-        feeds = {k: np.concatenate([f[k] for f in run]) for k in run[0]}
-        got = session.run(None, feeds)[0]
-        with torch.no_grad():
-            want = torch_fn(**{k: torch.from_numpy(v) for k, v in feeds.items()}).numpy()
-        if pool is not None:
-            got = np.stack([pool(got[i], i) for i in range(len(run))])
-            want = np.stack([pool(want[i], i) for i in range(len(run))])
-        if got.shape != want.shape or not np.all(np.isfinite(got)):
-            raise ConversionError(f"{name} tower: ONNX output {got.shape} differs from PyTorch {want.shape}")
-        worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want))))
-    if worst > TOLERANCE:
-        raise ConversionError(f"{name} tower: |onnx - torch| = {worst:.3g}, above {TOLERANCE:g}; refused")
-    return worst, len(runs)
-
-
-# ---- the source -------------------------------------------------------------------------------
-
-
-def _read_config(src_dir: Path) -> dict[str, Any]:
-    path = src_dir / "config.json"
-    if not path.is_file():
-        raise ConversionError(f"{src_dir}: no config.json (not a Hugging Face model directory)")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _image_spec(src_dir: Path) -> dict[str, Any]:
-    """The image processor's settings as the multimodal family's features.py reads them (slow PIL semantics)."""
-    from transformers import AutoImageProcessor
-
-    proc = AutoImageProcessor.from_pretrained(src_dir, use_fast=False)
-    size = dict(proc.size)
-    spec: dict[str, Any] = {"convert_rgb": True, "resample": int(proc.resample)}
-    if getattr(proc, "do_resize", True):
-        spec["resize"] = ({"height": int(size["height"]), "width": int(size["width"])} if "height" in size
-                          else {"shortest_edge": int(size["shortest_edge"])})
-    if getattr(proc, "do_center_crop", False):
-        spec["crop"] = {"height": int(proc.crop_size["height"]), "width": int(proc.crop_size["width"])}
-    if getattr(proc, "do_rescale", True):
-        spec["rescale"] = float(proc.rescale_factor)
-    if getattr(proc, "do_normalize", True):
-        spec["mean"] = [float(x) for x in proc.image_mean]
-        spec["std"] = [float(x) for x in proc.image_std]
-    return spec
-
-
-def _audio_spec(src_dir: Path) -> dict[str, Any]:
-    from transformers import WhisperFeatureExtractor
-
-    fe = WhisperFeatureExtractor.from_pretrained(src_dir)
-    if getattr(fe, "dither", 0.0):
-        raise ConversionError("the feature extractor dithers (random noise): not reproducible; set dither 0")
-    return {"sampling_rate": int(fe.sampling_rate), "n_fft": int(fe.n_fft), "hop_length": int(fe.hop_length),
-            "n_mels": int(fe.feature_size), "chunk_length": int(fe.chunk_length), "fmin": 0.0, "fmax": 8000.0,
-            "norm": "slaney", "mel_scale": "slaney", "log": "whisper"}
-
-
-def _sample_images() -> list[Any]:
-    from PIL import Image
-
-    rng = np.random.default_rng(7)
-    images = []
-    for (w, h), mode in (((64, 48), "RGB"), ((31, 90), "RGB"), ((40, 40), "L"), ((120, 75), "RGBA")):
-        small = rng.integers(0, 256, size=(max(1, h // 4), max(1, w // 4), len(mode)), dtype=np.uint8)
-        img = Image.fromarray(small[..., 0] if len(mode) == 1 else small, mode=mode)
-        images.append(img.resize((w, h), Image.Resampling.BILINEAR))
-    return images
-
-
-def _sample_clips(rate: int, window_s: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(11)
-    clips = []
-    for seconds, freq in ((0.37, 220.0), (window_s * 0.6, 440.0), (window_s * 1.5, 880.0)):
-        t = np.arange(int(seconds * rate)) / rate
-        clips.append((0.3 * np.sin(2 * np.pi * freq * t) + rng.normal(0, 0.02, t.shape)).astype(np.float32))
-    return clips
-
-
 # ---- export -----------------------------------------------------------------------------------
 
 
@@ -243,8 +146,8 @@ def _text_tower(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
     path = _export(wrapper, tuple(torch.from_numpy(text_feeds[1][k]) for k in text_inputs), work / "model.onnx",
                    text_inputs, "text_embeds",
                    {**{k: {0: "batch", 1: "sequence"} for k in text_inputs}, "text_embeds": {0: "batch"}})
-    session = _session(path)
-    diff, cases = _compare("text", session, wrapper, text_feeds)
+    session = tower_session(path)
+    diff, cases = compare("text", session, wrapper, text_feeds)
     log(f"text tower: max |onnx - torch| = {diff:.3g}")
     dim = int(session.run(None, text_feeds[0])[0].shape[-1])
     tower = {"graph": "model.onnx", "golden": "golden.npz", "inputs": text_inputs, "output": "text_embeds",
@@ -264,10 +167,10 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
 
     text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, arch)
     wrapper = _wrappers()["image"](model)
-    spec = _image_spec(src_dir)
+    spec = image_spec(src_dir)
     proc = AutoImageProcessor.from_pretrained(src_dir, use_fast=False)
     pixel_feeds, prep_diff = [], 0.0
-    for img in _sample_images():
+    for img in sample_images():
         ours = image_pixels(img, spec)[None]
         ref = proc(img.convert("RGB"), return_tensors="np")["pixel_values"]
         prep_diff = max(prep_diff, float(np.max(np.abs(ours - ref))))
@@ -276,8 +179,8 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
     image_path = _export(wrapper, (torch.from_numpy(pixel_feeds[0]["pixel_values"]),),
                          work / "towers" / "image.onnx", ["pixel_values"], "image_embeds",
                          {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}})
-    image_session = _session(image_path)
-    image_diff, image_cases = _compare("image", image_session, wrapper, pixel_feeds)
+    image_session = tower_session(image_path)
+    image_diff, image_cases = compare("image", image_session, wrapper, pixel_feeds)
     log(f"image tower: max |onnx - torch| = {image_diff:.3g}")
     vcfg = model.config.vision_config
     height, width = pixel_feeds[0]["pixel_values"].shape[2:]
@@ -297,18 +200,6 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
     return towers, files, goldens, {"verification": verification, "max_tokens": max_pos}
 
 
-def _clap_spec(src_dir: Path) -> dict[str, Any]:
-    from transformers import ClapFeatureExtractor
-
-    fe = ClapFeatureExtractor.from_pretrained(src_dir)
-    if fe.padding != "repeatpad":
-        raise ConversionError(f"CLAP padding {fe.padding!r}: only repeatpad is reproduced")
-    return {"sampling_rate": int(fe.sampling_rate), "n_fft": int(fe.fft_window_size),
-            "hop_length": int(fe.hop_length), "n_mels": int(fe.feature_size), "max_length_s": int(fe.max_length_s),
-            "fmin": float(fe.frequency_min), "fmax": float(fe.frequency_max), "norm": "slaney",
-            "mel_scale": "slaney", "log": "clap_db", "padding": "repeatpad"}
-
-
 def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict]:
     """(towers, files, goldens, extra) for an unfused CLAP model: text and audio in one space."""
     import torch
@@ -321,10 +212,10 @@ def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict
         raise ConversionError("fused CLAP reads a data-dependent is_longer flag that ONNX Runtime cannot run; "
                               "export an unfused checkpoint (clap-htsat-unfused)")
     text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, "clap")
-    spec = _clap_spec(src_dir)
+    spec = clap_spec(src_dir)
     fe = ClapFeatureExtractor.from_pretrained(src_dir)
     feeds, prep_diff = [], 0.0
-    for clip in _sample_clips(spec["sampling_rate"], spec["max_length_s"]):
+    for clip in sample_clips(spec["sampling_rate"], spec["max_length_s"]):
         ours = clap_log_mel(clip, spec)[None]
         # The reference crops long clips at a random offset; compare on the window we take (offset 0).
         ref = fe._np_extract_fbank_features(clap_window(clip, spec), fe.mel_filters_slaney)[None, None]
@@ -337,8 +228,8 @@ def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict
     wrapper = _wrappers()["clap_audio"](model)
     path = _export(wrapper, (torch.from_numpy(feeds[0]["input_features"]),), work / "towers" / "audio.onnx",
                    ["input_features"], "audio_embeds", {"input_features": {0: "batch"}, "audio_embeds": {0: "batch"}})
-    session = _session(path)
-    diff, cases = _compare("audio", session, wrapper, feeds)
+    session = tower_session(path)
+    diff, cases = compare("audio", session, wrapper, feeds)
     log(f"audio tower: max |onnx - torch| = {diff:.3g}")
     patches = (int(acfg.spec_size) // int(acfg.patch_size)) ** 2
     towers = {
@@ -363,11 +254,11 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
     from edge_runtime.families.multimodal_embedding.features import log_mel, whisper_real_positions
 
     encoder = model if type(model).__name__ == "WhisperEncoder" else model.get_encoder()
-    spec = _audio_spec(src_dir)
+    spec = audio_spec(src_dir)
     fe = WhisperFeatureExtractor.from_pretrained(src_dir)
     positions = int(model.config.max_source_positions)
     feeds, prep_diff, reals = [], 0.0, []
-    for clip in _sample_clips(spec["sampling_rate"], spec["chunk_length"]):
+    for clip in sample_clips(spec["sampling_rate"], spec["chunk_length"]):
         ours = log_mel(clip, spec)[None]
         window = np.zeros(fe.n_samples, dtype=np.float32)
         window[: min(len(clip), fe.n_samples)] = clip[: fe.n_samples]
@@ -380,7 +271,7 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
     path = _export(wrapper, (torch.from_numpy(feeds[0]["input_features"]),), work / "model.onnx",
                    ["input_features"], "last_hidden_state",
                    {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}})
-    session = _session(path)
+    session = tower_session(path)
 
     # Each row is pooled over its own clip's real positions, alone and in the batch of all clips.
     def pool(hidden: np.ndarray, i: int, offset: int = 0) -> np.ndarray:
@@ -388,9 +279,9 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
 
     diff, cases = 0.0, 0
     for i, f in enumerate(feeds):
-        d, n = _compare("audio", session, wrapper, [f], pool=partial(pool, offset=i))
+        d, n = compare("audio", session, wrapper, [f], pool=partial(pool, offset=i))
         diff, cases = max(diff, d), cases + n
-    d, n = _compare("audio", session, wrapper, feeds, pool=pool)
+    d, n = compare("audio", session, wrapper, feeds, pool=pool)
     diff, cases = max(diff, d), cases + n - len(feeds)  # the alone runs were counted above
     log(f"audio tower (mean over real frames): max |onnx - torch| = {diff:.3g}")
     dim = int(session.run(None, feeds[0])[0].shape[-1])
@@ -410,18 +301,13 @@ def _goldens(session: Any, feeds_list: list[dict[str, np.ndarray]], output: str)
 
 def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> ExportResult:
     """Export ``src`` (SigLIP, CLIP or Whisper) as a multimodal embedding package at ``out``."""
-    from converters.package_writer import check_replaceable
-
     if opts.kind not in MULTIMODAL_KINDS:
         raise ConversionError(f"unknown kind {opts.kind!r} (one of {', '.join(MULTIMODAL_KINDS)})")
-    try:
-        check_replaceable(Path(out))
-    except ValueError as e:
-        raise ConversionError(str(e)) from None
+    check_out(Path(out))
     src_dir = resolve_source(str(src))
     if opts.kind == "audio-embedding" and is_ct2_whisper(src_dir):
         return _export_ct2_whisper(src_dir, Path(out), opts)
-    config = _read_config(src_dir)
+    config = read_config(src_dir)
     model_type = config.get("model_type")
     wanted = {"image-text-embedding": ("siglip", "clip"), "audio-embedding": ("whisper", "clap")}[opts.kind]
     if model_type not in wanted:
@@ -441,7 +327,7 @@ def _export_ct2_whisper(src_dir: Path, out: Path, opts: MultimodalOptions) -> Ex
     """A CTranslate2 Whisper directory (model.bin): its encoder, with Whisper's standard features."""
     from transformers import WhisperFeatureExtractor
 
-    from converters.ctranslate2_whisper import whisper_encoder_from_ct2
+    from converters.multimodal.ctranslate2_whisper import whisper_encoder_from_ct2
 
     with Step(f"reading the CTranslate2 Whisper encoder in {src_dir}") as s:
         encoder = whisper_encoder_from_ct2(src_dir)

@@ -30,13 +30,10 @@ probabilities from the LM's logits.
 
 from __future__ import annotations
 
-import argparse
-import copy
 import gc
 import json
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,15 +41,14 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
-from converters.decision_codes import (
-    MAX_CODES,
+from converters.decision_codes.export import (
     _lm_head,
     _stamp,
     _text_tokenizer,
     chat_markup,
     choose_codes,
-    code_candidates,
 )
+from converters.decision_vision.verify import BOX_TOLERANCE, HIDDEN_TOLERANCE, verify_box, verify_graphs, verify_image
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.graph_files import EXTERNAL_DATA_BYTES, gather_graph
@@ -60,19 +56,13 @@ from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
-from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA, digit_tree, edge_distribution
+from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
 from edge_runtime.families.decision_vision.family import BOX_READOUT, VISION_GOLDEN
 from edge_runtime.packages.golden import npz_bytes
 
 KIND = "decision-vision"
 OPSET = 18
-HIDDEN_TOLERANCE = 1e-4
-BOX_TOLERANCE = 1e-5
 BOX_PREFIX = '{"bbox_2d": ['
-PROBABILITY_TOLERANCE = 1e-4
-#: Image sizes (height, width) the verification reads; chosen to give three different grids.
-VERIFY_SIZES = ((64, 64), (96, 160), (150, 90))
-VERIFY_VIDEO_FRAMES = 4
 SPECIALS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 #: The Qwen2 pre-tokenizer split: digits one per token (\p{N} alone), which Box readouts rely on.
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -253,105 +243,6 @@ def export_graphs(model: Any, work: Path) -> tuple[Path, Path, dict[str, Any]]:
 # ---- verification --------------------------------------------------------------------------
 
 
-def _test_image(height: int, width: int, seed: int) -> Any:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    # smooth gradients plus noise: resizing has real work to do, and every pixel differs
-    y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 255 / max(1, width - 1), y * 255 / max(1, height - 1), (x + y) % 256], axis=-1)
-    return Image.fromarray(np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8), "RGB")
-
-
-@dataclass
-class _Verified:
-    hidden: float
-    probabilities: float
-    state_once: float
-    processor: float
-    cases: list[dict[str, Any]]
-
-
-def _verify(model: Any, hf_processor: Any, family: Any, work: Path,
-            tolerance: float = HIDDEN_TOLERANCE) -> _Verified:
-    """The server's path against Qwen3VLModel, per case; raises ConversionError above tolerance."""
-    import torch
-
-    from edge_runtime.engine.session import create_session
-    from edge_runtime.families.decision_vision.processor import VideoClip, pair_frames
-    from edge_runtime.families.decision_vision.vision_lm import VisionLanguageForward, vision_row
-    from edge_runtime.requests.decisions import parse_decisions_request
-
-    fwd = VisionLanguageForward(create_session(work / "vision.onnx", "cpu", 1),
-                                create_session(work / "model.onnx", "cpu", 1), family.embeddings,
-                                merge=family.settings.merge_size, side=family.side)
-    question = parse_decisions_request({"state": "What does the picture show?", "questions": {
-        "q": {"type": "choice", "instructions": "Which colour dominates?",
-              "criteria": {"red": "mostly red", "green": "mostly green", "blue": "mostly blue"}}}}).single
-    assert question is not None
-    q = question.valid[0]
-    q_ids = family.prompt.question_ids(q, None, 10_000)
-    worst_h = worst_p = worst_branch = worst_pix = 0.0
-    cases = []
-    token_ids = family.config["token_ids"][: len(q.options)]
-
-    def reference(ids: list[int], **media: Any) -> tuple[np.ndarray, np.ndarray]:
-        with torch.no_grad():
-            out = model(input_ids=torch.tensor([ids]), **media)
-            hidden = model.model(input_ids=torch.tensor([ids]), **media).last_hidden_state[0, -1].numpy()
-        z = out.logits[0, -1].double().numpy()[token_ids]
-        e = np.exp(z - z.max())
-        return hidden, e / e.sum()
-
-    def compare(kind: str, ids: list[int], blocks: list[Any], ref_h: np.ndarray, ref_p: np.ndarray) -> None:
-        nonlocal worst_h, worst_p, worst_branch
-        state, branch = ids[: len(ids) - len(q_ids)], ids[len(ids) - len(q_ids):]
-        _, whole_h, _ = fwd.prefill(vision_row(ids, blocks, [branch]))
-        (branched_row,) = fwd([vision_row(state, blocks, [branch])])
-        branched = branched_row.branches
-        p = family.probabilities(branched[0], len(q.options), 1.0)
-        dh = float(np.max(np.abs(whole_h - ref_h)))
-        dp = float(np.max(np.abs(p - ref_p)))
-        db = float(np.max(np.abs(branched[0] - whole_h)))
-        worst_h, worst_p, worst_branch = max(worst_h, dh), max(worst_p, dp), max(worst_branch, db)
-        cases.append({"case": kind, "tokens": len(ids), "hidden": float(f"{dh:.3g}"),
-                      "probabilities": float(f"{dp:.3g}"), "state_once_vs_whole": float(f"{db:.3g}")})
-
-    for i, (height, width) in enumerate(VERIFY_SIZES):
-        image = _test_image(height, width, i)
-        hf = hf_processor(images=[image], return_tensors="np")
-        mine = family.processor.image(image, family.image_max_pixels)
-        if (mine.grid_t, mine.grid_h, mine.grid_w) != tuple(int(x) for x in hf["image_grid_thw"][0]):
-            raise ConversionError(f"processor grid {mine.grid_h}x{mine.grid_w} differs from Transformers' "
-                                  f"{hf['image_grid_thw'][0].tolist()}")
-        worst_pix = max(worst_pix, float(np.max(np.abs(mine.patches - hf["pixel_values"]))))
-        state_ids, blocks = family.state_with_media(question.state, [mine], [])
-        ids = [*state_ids, *q_ids]
-        ref_h, ref_p = reference(ids, pixel_values=torch.from_numpy(hf["pixel_values"]),
-                                 image_grid_thw=torch.from_numpy(hf["image_grid_thw"]))
-        compare(f"image {height}x{width} (grid {mine.grid_h}x{mine.grid_w})", ids, blocks, ref_h, ref_p)
-
-    frames = [_test_image(80, 112, 10 + k) for k in range(VERIFY_VIDEO_FRAMES)]
-    times = [k * 0.5 for k in range(VERIFY_VIDEO_FRAMES)]
-    clip = VideoClip(pair_frames(family.processor, frames, times, family.video_max_pixels), seconds=2.0)
-    state_ids, blocks = family.state_with_media(question.state, [], [clip])
-    ids = [*state_ids, *q_ids]
-    pixel_values = np.concatenate([p.patches.patches for p in clip.pairs])
-    first = clip.pairs[0].patches
-    grid = torch.tensor([[len(clip.pairs), first.grid_h, first.grid_w]])
-    ref_h, ref_p = reference(ids, pixel_values_videos=torch.from_numpy(pixel_values), video_grid_thw=grid)
-    compare(f"video {len(frames)} frames as {len(clip.pairs)} pairs", ids, blocks, ref_h, ref_p)
-
-    for name, value, tol in (("hidden state", worst_h, tolerance),
-                             ("code probabilities", worst_p, PROBABILITY_TOLERANCE),
-                             ("state-once vs the whole sequence", worst_branch, tolerance),
-                             ("processor pixels", worst_pix, 0.0)):
-        if not value <= tol:
-            raise ConversionError(f"verification failed: {name} differ from Transformers' by {value:.3g}, "
-                                  f"above {tol:g}; no package written")
-    return _Verified(worst_h, worst_p, worst_branch, worst_pix, cases)
-
-
 def _box_tokens(text_tok: Any) -> tuple[dict[str, Any] | None, list[int]]:
     """The box config and its readout token ids, or (None, []) when the tokenizer does not write
     numbers one digit per token (then the package answers no box: its digits would not be a tree)."""
@@ -372,57 +263,6 @@ def _box_tokens(text_tok: Any) -> tuple[dict[str, Any] | None, list[int]]:
     config = {"prefix": BOX_PREFIX, "prefix_ids": prefix, "digit_ids": digit_ids, "separator_ids": sep,
               "end_ids": end, "grid": 1000, "confidence": CONFIDENCE_FORMULA}
     return config, [*digit_ids, sep[0], end[0]]
-
-
-def _verify_box(model: Any, hf_processor: Any, planner: Any, work: Path) -> float:
-    """The first two edges' P(v) against Transformers run on every digit path (brute force)."""
-    import torch
-
-    from edge_runtime.engine.session import create_session
-    from edge_runtime.families.decision_vision.vision_lm import VisionLanguageForward, vision_row
-    from edge_runtime.requests.decisions import parse_decisions_request
-
-    fwd = VisionLanguageForward(create_session(work / "vision.onnx", "cpu", 1),
-                                create_session(work / "model.onnx", "cpu", 1), planner.embeddings,
-                                merge=planner.settings.merge_size, side=planner.side)
-    image = _test_image(96, 128, 7)
-    entry = parse_decisions_request({"state": "Find it.", "questions": {
-        "b": {"type": "box", "instructions": "the brightest corner"}}}).single
-    assert entry is not None
-    q = entry.valid[0]
-    box = planner.box
-    patches = planner.processor.image(image, planner.image_max_pixels)
-    state, blocks = planner.state_with_media(entry.state, [patches], [])
-    q_ids = box.question_ids(q, 10_000)
-    (out,) = fwd([vision_row(state, blocks, [], [box.branch(q_ids, 1.0)])])
-    hf = hf_processor(images=[image], return_tensors="pt")
-    tree = digit_tree()
-    prefixes = ["", *tree.index]
-    committed: list[int] = []
-    worst = 0.0
-    for edge in range(2):
-        term = box.readout.shape[0] - 2 if edge < 3 else box.readout.shape[0] - 1
-        columns = [*box.digit_ids.tolist(), [*box.separator_ids][0] if term == 10 else 0]
-        # Transformers' own generation path: the committed text once, then each digit path continued
-        # from a copy of its cache (as generate() would continue it), 102 short forwards per edge
-        base = [*state, *q_ids, *committed]
-        with torch.no_grad():
-            first = model(input_ids=torch.tensor([base]), pixel_values=hf["pixel_values"],
-                          image_grid_thw=hf["image_grid_thw"], use_cache=True)
-            logits = [first.logits[0, -1].double().numpy()[columns]]
-            for p in prefixes[1:]:
-                path = [int(box.digit_ids[int(c)]) for c in p]
-                z = model(input_ids=torch.tensor([path]), past_key_values=copy.deepcopy(first.past_key_values),
-                          cache_position=torch.arange(len(base), len(base) + len(path)), use_cache=True)
-                logits.append(z.logits[0, -1].double().numpy()[columns])
-        want = edge_distribution(np.asarray(logits), tree)
-        got = box.distribution(edge, out.trees[0][edge], 1.0)
-        if abs(want.sum() - 1) > 1e-9:
-            raise ConversionError("verification: the box grammar's P(v) does not sum to 1")
-        worst = max(worst, float(np.max(np.abs(got - want))))
-        v = int(np.argmax(got))
-        committed += [*(int(box.digit_ids[int(c)]) for c in str(v)), *box.separator_ids]
-    return float(f"{worst:.3g}")
 
 
 # ---- export --------------------------------------------------------------------------------
@@ -568,8 +408,8 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
             planner = VisionPlanner.from_parts(tok, config, limits, np.load(work / "onnx" / "embeddings.npy",
                                                                           mmap_mode="r"), readout, box_readout)
             tolerance = opts.parity_tolerance or HIDDEN_TOLERANCE
-            verified = _verify(model, hf_processor, planner, work / "onnx", tolerance)
-            box_diff = _verify_box(model, hf_processor, planner, work / "onnx") if planner.box else None
+            verified = verify_graphs(model, hf_processor, planner, work / "onnx", tolerance)
+            box_diff = verify_box(model, hf_processor, planner, work / "onnx") if planner.box else None
             if box_diff is not None:
                 verified.cases.append({"case": "box: edges 1 and 2, P(v) over 0..1000 against Transformers "
                                                "brute force (every digit path)", "distribution": box_diff})
@@ -625,7 +465,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
 
             digest = write_package(Path(out), card, files, goldens)
         timings["write"] = s.seconds
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
@@ -637,7 +477,7 @@ def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
     from edge_runtime.families.decision_vision.vision_lm import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
 
     session = create_session(vision_graph, "cpu", 1)
-    patches = planner.processor.image(_test_image(96, 160, 21), planner.image_max_pixels)
+    patches = planner.processor.image(verify_image(96, 160, 21), planner.image_max_pixels)
     idx, w = position_taps(patches.grid_h, patches.grid_w, planner.side, planner.settings.merge_size)
     feeds = {PATCHES: patches.patches, POS_IDX: idx, POS_W: w,
              ROWCOL: rowcol(patches.grid_h, patches.grid_w, planner.settings.merge_size)}
@@ -668,137 +508,4 @@ def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], d
     return recorded
 
 
-# ---- fixture -------------------------------------------------------------------------------
-
-FIXTURE_MAX_PIXELS = 128 * 128
-FIXTURE_MIN_PIXELS = 32 * 32
-FIXTURE_VOCAB = 900
-FIXTURE_CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
-)
-
-
-def train_fixture_tokenizer() -> Any:
-    """A byte-level BPE with the Qwen2 split regex (digits one per token), the vision specials,
-    and merges that make every code (A..Z, AA.., 255 in all) one token."""
-    from tokenizers import Regex, pre_tokenizers
-
-    from converters.fixture_tokenizers import byte_level_bpe
-    from converters.samples import fixture_corpus
-    from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
-
-    corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\n",
-              "What does the picture show? Which colour dominates? mostly red green blue seconds",
-              '{"bbox_2d": [12, 340, 560, 1000]}']
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *SPECIALS, "<think>", "</think>"]
-    split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
-                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    return byte_level_bpe(corpus, specials, vocab_size=FIXTURE_VOCAB, pre_tokenizer=split, nfc=True, min_frequency=2,
-                          extra_tokens=code_candidates()[:MAX_CODES])
-
-
-def build_fixture_source(d: Path, seed: int = 0, deepstack: Sequence[int] = (),
-                         text: Mapping[str, Any] | None = None, vision: Mapping[str, Any] | None = None) -> Path:
-    """A tiny random Qwen3VLForConditionalGeneration directory with its tokenizer and processor.
-
-    ``text`` and ``vision`` override members of the text and vision configs (a benchmark builds a
-    real model's shape this way, with the fixture's tokenizer and processor)."""
-    import torch
-    from transformers import (
-        PreTrainedTokenizerFast,
-        Qwen2VLImageProcessor,
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-    )
-
-    tok = train_fixture_tokenizer()
-    ids = {name: tok.token_to_id(name) for name in SPECIALS}
-    config = Qwen3VLConfig(
-        text_config={"vocab_size": tok.get_vocab_size(), "hidden_size": 64, "intermediate_size": 128,
-                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-                     "max_position_embeddings": 2048, "rope_theta": 10000.0,
-                     "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
-                     "initializer_range": 0.2, "pad_token_id": tok.token_to_id("<|endoftext|>"),
-                     **(text or {})},
-        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
-                       "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64,
-                       "num_position_embeddings": 64, "deepstack_visual_indexes": list(deepstack),
-                       "initializer_range": 0.2, **(vision or {})},
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True)
-    torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(config).eval()
-    d.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                            model_input_names=["input_ids", "attention_mask"], model_max_length=2048,
-                            chat_template=FIXTURE_CHAT_TEMPLATE).save_pretrained(d)
-    Qwen2VLImageProcessor(size={"shortest_edge": FIXTURE_MIN_PIXELS, "longest_edge": FIXTURE_MAX_PIXELS},
-                          min_pixels=FIXTURE_MIN_PIXELS, max_pixels=FIXTURE_MAX_PIXELS,
-                          patch_size=16, merge_size=2, temporal_patch_size=2,
-                          image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5]).save_pretrained(d)
-    return d
-
-
-def fixture_options(seed: int = 0, deepstack: Sequence[int] = (), **options: Any) -> DecisionVisionOptions:
-    """The fixture package's options; ``options`` override them."""
-    fields = {"name": f"fixture-{KIND}" + ("-deepstack" if deepstack else ""),
-              "description": f"Tiny random-weight Qwen3-VL {KIND} fixture (seed {seed}); for tests, not a real model",
-              "version": "0.0.1", "release_date": "2025-01-01", "license": "Apache-2.0",
-              "source_name": f"edge-runtime fixture qwen3-vl-tiny (seed {seed})",
-              "max_input_tokens": 1024, "video_max_pixels": 64 * 64, "video_max_tokens": 256,
-              "box_video_max_seconds": 3.0, **options}
-    return DecisionVisionOptions(**fields)
-
-
-def build_decision_vision_fixture_result(out: Path, seed: int = 0, deepstack: Sequence[int] = (),
-                                         source_dir: Path | None = None, **options: Any) -> ExportResult:
-    """Build the fixture package at ``out``; ``source_dir`` keeps the Hugging Face source there."""
-    opts = fixture_options(seed, deepstack, **options)
-    if source_dir is not None:
-        return export_decision_vision(build_fixture_source(Path(source_dir), seed, deepstack), Path(out), opts)
-    with tempfile.TemporaryDirectory(prefix="er-fixture-") as tmp:
-        return export_decision_vision(build_fixture_source(Path(tmp) / f"fixture-{KIND}", seed, deepstack),
-                                      Path(out), opts)
-
-
-# ---- command line --------------------------------------------------------------------------
-
-
-def export_from_args(args: argparse.Namespace) -> ExportResult:
-    """``export SRC --kind decision-vision`` from parsed arguments."""
-    if args.quantize:
-        raise ConversionError("--quantize: decision-vision packages are fp32")
-    _reject_code_flags(args)
-    opts = DecisionVisionOptions(
-        max_input_tokens=args.max_input_tokens, max_request_tokens=getattr(args, "max_request_tokens", None),
-        temperature=args.temperature if getattr(args, "temperature", None) is not None else 1.0,
-        name=args.name, description=args.description, version=args.version, release_date=args.release_date,
-        revision=args.revision, license=args.license, source_name=args.source_name)
-    return export_decision_vision(args.src, args.out, opts)
-
-
-def _reject_code_flags(args: argparse.Namespace) -> None:
-    """decision-codes options that this kind does not read (it is always state-once, plain layout)."""
-    given = [f"--{k.replace('_', '-')}" for k in ("attention_mode", "prompt_layout", "temperature_by_questions",
-                                                   "validated_input_tokens") if getattr(args, k, None) is not None]
-    if given:
-        raise ConversionError(f"{', '.join(given)} do not apply to kind decision-vision (always state-once, "
-                              "media requests keep the plain layout)")
-
-
-def fixture_from_args(args: argparse.Namespace) -> ExportResult:
-    """``fixture --kind decision-vision`` from parsed arguments."""
-    if args.quantize:
-        raise ConversionError("--quantize: decision-vision packages are fp32")
-    _reject_code_flags(args)
-    return build_decision_vision_fixture_result(args.out, seed=args.seed)
-
-
-__all__ = ["DecisionVisionOptions", "build_decision_vision_fixture_result", "build_fixture_source",
-           "export_decision_vision", "export_from_args", "export_graphs", "fixture_from_args",
-           "train_fixture_tokenizer"]
+__all__ = ["DecisionVisionOptions", "export_decision_vision", "export_graphs"]

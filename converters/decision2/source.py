@@ -22,6 +22,7 @@ from typing import Any
 
 from converters.errors import ConversionError
 from edge_runtime.families.decision2.candidate import HEAD_TENSORS
+from edge_runtime.packages.manifest import file_sha256
 
 POINTER = {"decision_format": "vllm-sr-decision", "format_version": 2, "package_schema": "dev2-package/1"}
 MANIFEST = "MODEL_MANIFEST.json"
@@ -39,14 +40,6 @@ MODEL_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt")
 SCORE_BIAS_FORMAT = "dev2-score-bias-v1"
 CALIBRATION_VERSION = "decision2-per-type-temperature/1"
 TASK_TYPES = ("choice", "noul", "score")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def sha256_json(value: Any) -> str:
@@ -83,7 +76,7 @@ def inventory(root: Path) -> dict[str, str]:
         if not p.is_file() or rel == ".gitattributes" or rel.startswith(".cache/huggingface/") \
                 or (p.suffix == ".pyc" and "__pycache__" in p.parts):
             continue
-        out[rel] = sha256_file(p)
+        out[rel] = file_sha256(p)
     return out
 
 
@@ -93,7 +86,7 @@ def checkpoint_files(root: Path) -> dict[str, str]:
     for folder in ("backbone", "adapter"):
         if (root / folder).is_dir():
             files |= {p for p in (root / folder).rglob("*") if p.is_file() and p.suffix in MODEL_SUFFIXES}
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(files)}
+    return {p.relative_to(root).as_posix(): file_sha256(p) for p in sorted(files)}
 
 
 def source_files(base: Path) -> dict[str, str]:
@@ -103,7 +96,7 @@ def source_files(base: Path) -> dict[str, str]:
              and p.name not in {"trainer_state.pt", "checkpoint.json"}]
     if not any(p.suffix in (".safetensors", ".bin") for p in files):
         raise ConversionError(f"{base}: the pinned base holds no weight files")
-    return {p.relative_to(base).as_posix(): sha256_file(p) for p in sorted(files)}
+    return {p.relative_to(base).as_posix(): file_sha256(p) for p in sorted(files)}
 
 
 def safetensors_elements(path: Path) -> int:
@@ -198,7 +191,7 @@ def read_decision2(src: Path, base: Path | None = None) -> Decision2Source:
         if got != expected:
             raise ConversionError("the base's files differ from the adapter's source fingerprint")
         for name, digest in ((manifest.get("base") or {}).get("files_sha256") or {}).items():
-            if not (base_dir / name).is_file() or sha256_file(base_dir / name) != digest:
+            if not (base_dir / name).is_file() or file_sha256(base_dir / name) != digest:
                 raise ConversionError(f"base file differs from the pinned revision: {name}")
         hashes = {**{f"checkpoint/{k}": v for k, v in checkpoint_files(root).items()},
                   **{f"source/{k}": v for k, v in got.items()}}
@@ -250,7 +243,7 @@ def _score_bias(root: Path, manifest: dict[str, Any], identity: str) -> dict[int
     if entry is None:
         return None
     path = root / entry["file"]
-    if manifest["files_sha256"].get(entry["file"]) != entry.get("sha256") or sha256_file(path) != entry["sha256"]:
+    if manifest["files_sha256"].get(entry["file"]) != entry.get("sha256") or file_sha256(path) != entry["sha256"]:
         raise ConversionError("score_bias: file differs from its manifest entry")
     report = _json(path)
     if not isinstance(report, dict) or set(report) != {"format", "model_sha256", "offsets", "fit"} \

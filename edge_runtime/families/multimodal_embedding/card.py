@@ -1,4 +1,5 @@
-"""Multimodal embedding packages: the rules between towers, space, head and limits the schema cannot say.
+"""The multimodal embedding family's cards: its kinds, its schema (card.schema.json beside this file),
+the rules between towers, space, head and limits the schema cannot say, and the files a package holds.
 
 A package holds one graph per tower (text, image, audio). The tower whose graph is model.onnx is
 the package's primary graph (its fp32 variant, self-checked by the runtime like any other); the
@@ -8,11 +9,13 @@ tower of a package writes into one space, so a text and an image of one model ca
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from edge_runtime.packages.errors import PackageError
+from edge_runtime.packages import CARD_FILE, TOKENIZER_FILE, FamilyCard, PackageError, schema_fragment
 
-MULTIMODAL_FAMILY = "multimodal-embedding"
+#: kind -> the surfaces it serves
+KINDS: dict[str, tuple[str, ...]] = {"image-text-embedding": ("embeddings",), "audio-embedding": ("embeddings",)}
 PRIMARY_GRAPH, PRIMARY_GOLDEN = "model.onnx", "golden.npz"
 #: tower -> the limits its card must state
 TOWER_LIMITS: dict[str, tuple[str, ...]] = {
@@ -31,7 +34,7 @@ TOWER_MEMBERS: dict[str, tuple[str, ...]] = {
 def check_multimodal_card(card: dict[str, Any]) -> None:
     """Raise PackageError (naming card.json) when towers, space, head, variants and limits disagree."""
     def bad(reason: str) -> PackageError:
-        return PackageError("card.json", reason)
+        return PackageError(CARD_FILE, reason)
 
     towers: dict[str, Any] = card["towers"]
     space = card["space"]
@@ -83,5 +86,14 @@ def multimodal_required_files(card: dict[str, Any]) -> dict[str, str]:
         required[tower["graph"]] = f"the graph of the {name} tower"
         required[tower["golden"]] = f"the golden cases of the {name} tower"
     if "text" in card["towers"]:
-        required["tokenizer.json"] = "the tokenizer of the text tower"
+        required[TOKENIZER_FILE] = "the tokenizer of the text tower"
     return required
+
+
+def tower_goldens(card: dict[str, Any]) -> list[str]:
+    """Every tower's golden file (the primary tower's is its variant's too)."""
+    return [tower["golden"] for tower in card["towers"].values()]
+
+
+CARD = FamilyCard(kinds=KINDS, schema=schema_fragment(Path(__file__).with_name("card.schema.json")),
+                  check=check_multimodal_card, files=multimodal_required_files, goldens=tower_goldens)
