@@ -25,7 +25,8 @@ literally, so pruned, irregular patterns build as written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,8 +101,7 @@ def unit_lower_inverse(a: Tensor, masks: Sequence[Tensor]) -> Tensor:
     return d
 
 
-@torch.jit.script
-def _chunk_scan(query: Tensor, key: Tensor, new_values: Tensor, k_cumdecay: Tensor, intra: Tensor,
+def _chunk_scan_eager(query: Tensor, key: Tensor, new_values: Tensor, k_cumdecay: Tensor, intra: Tensor,
                 chunk_decay: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
     """The sequential scan over chunks ([B, H, N, C, D] inputs): scripted, so it exports as a Loop."""
     outs: list[Tensor] = []
@@ -112,12 +112,19 @@ def _chunk_scan(query: Tensor, key: Tensor, new_values: Tensor, k_cumdecay: Tens
     return torch.stack(outs, 2), state
 
 
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script: the TorchScript exporter needs it
+    _chunk_scan = torch.jit.script(_chunk_scan_eager)
+
+
 def chunk_gated_delta(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, state: Tensor,
-                      masks: Sequence[Tensor], chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
+                      masks: Sequence[Tensor], chunk: int = CHUNK,
+                      inverse: Callable[[Tensor, Sequence[Tensor]], Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """Transformers' ``torch_chunk_gated_delta_rule`` (l2-normed q/k, fp32) with the block-inverse solve.
 
     query/key [B, T, H, Dk] (already repeated to the value heads), value [B, T, H, Dv], g/beta [B, T, H],
     state [B, H, Dk, Dv]. Returns the output [B, T, H, Dv] and the state after the last position.
+    ``inverse`` replaces the solve (stress.py's negative control); None is :func:`unit_lower_inverse`.
     """
     length = query.shape[1]
     query, key, value, beta, g = (x.transpose(1, 2) for x in (query, key, value, beta, g))
@@ -138,8 +145,8 @@ def chunk_gated_delta(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta
     ut_system = (k_beta @ key.transpose(-1, -2)) * pairwise
     intra = (query @ key.transpose(-1, -2)) * pairwise
     decayed_k_beta = k_beta * cum.exp().unsqueeze(-1)
-    solve = unit_lower_inverse(ut_system.masked_fill(~torch.ones(chunk, chunk, dtype=torch.bool).tril(-1), 0.0),
-                               masks)
+    strictly_lower = ut_system.masked_fill(~torch.ones(chunk, chunk, dtype=torch.bool).tril(-1), 0.0)
+    solve = (inverse or unit_lower_inverse)(strictly_lower, masks)
     new_values = solve @ v_beta
     k_cumdecay = solve @ decayed_k_beta
     query = query * cum.exp().unsqueeze(-1)
