@@ -31,8 +31,9 @@ KIND_SURFACES: dict[str, tuple[str, ...]] = {
     "vela2": ("decisions",),
     "decision2": ("decisions",),
     "decision-vision": ("decisions",),
+    "decision3": ("decisions",),
 }
-DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2", "decision2", "decision-vision"})
+DECISION_FAMILIES = frozenset({"sparrow", "decision-codes", "vela2", "decision2", "decision-vision", "decision3"})
 
 
 @dataclass(frozen=True)
