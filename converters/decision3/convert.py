@@ -44,7 +44,7 @@ from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import card_start
 from converters.progress import Step, log
-from edge_runtime.engine.causal import CausalRow, causal_row
+from edge_runtime.engine.causal import causal_row
 from edge_runtime.families.decision3.prompt import D3Prompt, PromptTokens
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.packages.golden import npz_bytes
