@@ -21,6 +21,8 @@ EVIDENCE: dict[str, tuple[tuple[str, ...], str, str]] = {
     "vela2": (("vela2", "vela2-source"), "test_vela2_package.py", "test_parity_on_unseen_requests"),
     "decision-vision": (("decision-vision",), "test_decision_vision.py",
                         "test_card_records_parity_at_three_sizes_a_video_and_state_once"),
+    "decision3": (("decision3", "decision3-source"), "test_decision3.py",
+                  "test_conversion_matches_transformers_5"),
 }
 
 

@@ -45,7 +45,7 @@ from converters.export import ExportResult, PackageIdentity, identity_card, noti
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from edge_runtime.engine.causal import causal_row
-from edge_runtime.families.decision3.prompt import D3Prompt, PromptTokens
+from edge_runtime.families.decision3.prompt import D3Prompt, PromptTokens, common_prefix
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.questions import Question, parse_question
@@ -130,16 +130,6 @@ def _rows(prompt: D3Prompt, requests: Sequence[tuple[Any, dict[str, Any]]], limi
                 raise ConversionError(f"check request {r}: question {qid} does not fit {limit} tokens")
             rows.append(_Row(r, q, got.ids))
     return rows
-
-
-def common_prefix(rows: Sequence[Sequence[int]]) -> int:
-    """The longest common token prefix of the rows, leaving at least one token in every row."""
-    n = min(len(r) for r in rows) - 1
-    first = rows[0]
-    for k in range(max(n, 0)):
-        if any(r[k] != first[k] for r in rows[1:]):
-            return k
-    return max(n, 0)
 
 
 # ---- checks -------------------------------------------------------------------------------------
@@ -275,7 +265,7 @@ def _goldens(graph: Path, embeddings: np.ndarray, rows: Sequence[_Row]
     cases = []
     for row in (ordered[0], ordered[len(ordered) // 2], ordered[-1]):
         n = len(row.ids)
-        feeds = {"inputs_embeds": np.asarray(embeddings[list(row.ids)], dtype=np.float32)[None],
+        feeds: dict[str, np.ndarray] = {"inputs_embeds": np.asarray(embeddings[list(row.ids)], dtype=np.float32)[None],
                  "attention_mask": np.ones((1, n), dtype=np.int64), "position_ids": text_positions(0, n)[None],
                  **forward.empty_states(1)}
         cases.append((feeds, session.run(feeds, ["last_hidden_state"])))
@@ -501,5 +491,5 @@ def build_fixture(out: Path, variant: str = "text", attention_mode: str = "causa
 
 
 __all__ = ["DEFAULT_CHECK_REQUESTS", "PROBABILITY_TOLERANCE", "Decision3Options", "add_cli_arguments",
-           "build_fixture", "common_prefix", "decision_config", "export_decision3", "export_from_args",
+           "build_fixture", "decision_config", "export_decision3", "export_from_args",
            "fixture_from_args", "reject_cli_arguments", "sample_requests"]

@@ -14,6 +14,7 @@ from typing import Any
 from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import Graph, ModelFamily, open_graphs
 from edge_runtime.families.decision2 import family as decision2
+from edge_runtime.families.decision3 import family as decision3
 from edge_runtime.families.decision_codes import family as decision_codes
 from edge_runtime.families.decision_vision import family as decision_vision
 from edge_runtime.families.encoder import family as encoder
@@ -74,6 +75,10 @@ FAMILIES: dict[str, FamilySpec] = {
         lambda package, session, opened, config: decision_vision.DecisionVisionFamily(
             package, session, name=config.name, max_input_tokens=config.max_input_tokens, opened=opened),
         graphs=decision_vision.graphs,
+    ),
+    "decision3": FamilySpec(
+        lambda package, session, opened, config: decision3.Decision3Family(
+            package, session, name=config.name, max_input_tokens=config.max_input_tokens),
     ),
 }
 

@@ -159,10 +159,22 @@ class D3Prompt:
         return PromptTokens(ids, length)
 
 
+def common_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """The longest common token prefix of the rows, leaving at least one token in every row: what a causal
+    package runs once for a request's questions (each prompt is encoded whole, so the prefix ends where the
+    rows' tokens first differ, which may be inside the state when a token merges across the boundary)."""
+    n = max(min(len(r) for r in rows) - 1, 0)
+    first = rows[0]
+    for k in range(n):
+        if any(r[k] != first[k] for r in rows[1:]):
+            return k
+    return n
+
+
 def _too_long(q: Question, limit: int) -> dict[str, Any]:
     return failed_answer(q.type, "max_length_exceeded", "question_tokens",
                          f"the state and this question take more than the {limit} tokens this model reads per "
                          "question; nothing was truncated")
 
 
-__all__ = ["D3Prompt", "PromptTokens", "describe", "option_texts", "refusal", "render", "user_text"]
+__all__ = ["D3Prompt", "PromptTokens", "common_prefix", "describe", "option_texts", "refusal", "render", "user_text"]
