@@ -13,11 +13,12 @@ from pathlib import Path
 from converters.errors import ConversionError
 
 KIND_CHOICES = ("embedding", "sequence-classification", "multi-label", "token-classification", "rerank",
-                "decision-codes", "image-text-embedding", "audio-embedding", "vela2", "decision2", "decision-vision")
+                "decision-codes", "image-text-embedding", "audio-embedding", "vela2", "decision2", "decision-vision",
+                "decision3")
 #: kinds served by the multimodal embedding family (converters/multimodal/)
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
-SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source")
+SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source")
 
 
 def _int_list(text: str) -> list[int]:
@@ -44,6 +45,7 @@ def _thresholds(text: str) -> dict[str, float]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from converters.decision3.cli import add_cli_arguments as add_decision3_arguments
     from converters.decision_codes.cli import add_cli_arguments
 
     p = argparse.ArgumentParser(prog="python -m converters", description="Build edge-runtime model packages.")
@@ -79,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--base", type=Path, default=None,
                    help="decision2 qwen-adapter: the pinned base model directory (default: SRC-base)")
     add_cli_arguments(e)
+    add_decision3_arguments(e)
 
     f = sub.add_parser("fixture", help="build a tiny random-weight package for tests")
     f.add_argument("--kind", required=True, choices=KIND_CHOICES + SOURCE_FIXTURE_KINDS,
@@ -91,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
                         "siglip-base-vision is SigLIP base's vision tower at its real shape, for benchmarks")
     f.add_argument("--keep-source", type=Path, help="multimodal kinds: write the Hugging Face source here and keep it")
     add_cli_arguments(f, fixture=True)
+    add_decision3_arguments(f, fixture=True)
 
     d = sub.add_parser("default", help="build the embedded default packages offline")
     d.add_argument("--out", required=True, type=Path, help="directory that receives one package per model")
@@ -110,11 +114,12 @@ def _summary(result: object) -> None:
 
 
 def _detect_kind(src: str) -> str:
-    """The kind a source declares in its own config.json (Vela 2.0); else the user must say."""
+    """The kind a source declares in its own files (Vela 2.0, Decision 2.0, Decision 3.0); else the user must say."""
     from converters.decision2.source import detect as detect_decision2
+    from converters.decision3.source import detect as detect_decision3
     from converters.vela2.source import detect
 
-    kind = detect(Path(src)) or detect_decision2(Path(src))
+    kind = detect(Path(src)) or detect_decision2(Path(src)) or detect_decision3(Path(src))
     if kind is None:
         raise ConversionError(f"{src}: --kind is required (its config.json names no format this converter detects)")
     return kind
@@ -160,6 +165,7 @@ CONVERTERS: dict[str, Callable[[argparse.Namespace], object]] = {
     "decision-vision": _family("converters.decision_vision.cli"),
     **dict.fromkeys(("vela2", "vela2-source"), _family("converters.vela2.cli")),
     **dict.fromkeys(("decision2", "decision2-source", "decision2-lora-source"), _family("converters.decision2.cli")),
+    **dict.fromkeys(("decision3", "decision3-source"), _family("converters.decision3.cli")),
 }
 
 
@@ -175,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConversionError("--check-requests and --parity-tolerance apply to kind vela2 only")
         if args.command == "export" and args.base is not None and args.kind != "decision2":
             raise ConversionError("--base applies to kind decision2 only")
+        if args.command in ("export", "fixture") and args.kind not in ("decision3", "decision3-source"):
+            from converters.decision3.cli import reject_cli_arguments as reject_decision3
+
+            reject_decision3(args)
         if args.command in ("export", "fixture"):
             _summary(CONVERTERS[args.kind](args))
         else:

@@ -68,7 +68,7 @@ def pair_sum_probe() -> dict[str, int]:
 
 def _integer_checks(package_dir: Path) -> dict[str, Any]:
     from converters.quantize import Int8Recipe, check_integer_products
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     package = read_package(package_dir)
     found: dict[str, Any] = {}
@@ -87,7 +87,7 @@ def _integer_checks(package_dir: Path) -> dict[str, Any]:
 def _served_checks(package_dir: Path) -> dict[str, Any]:
     """Each variant loaded as the server loads it: golden self-check and probe (edge_runtime check)."""
     from edge_runtime.cli import main as edge_runtime_main
-    from edge_runtime.packages import read_package
+    from edge_runtime.families.registry import read_package
 
     variants = sorted(read_package(package_dir).card.raw["variants"])
     lines = "".join(f"  - name: {v}\n    package: {package_dir.resolve()}\n    variant: {v}\n    device: cpu\n"

@@ -19,6 +19,7 @@ CONVERTER_FOLDERS: dict[str, tuple[str, str]] = {
     "decision2": ("decision2", "write_decision2_fixture"),
     "vela2": ("vela2", "build_vela2_fixture_result"),
     "decision-vision": ("decision_vision", "build_decision_vision_fixture_result"),
+    "decision3": ("decision3", "write_source_fixture"),
 }
 
 #: family -> (the converter kinds that write its packages, the test that checks their parity with the
@@ -35,6 +36,8 @@ EVIDENCE: dict[str, tuple[tuple[str, ...], str, str]] = {
     "vela2": (("vela2", "vela2-source"), "test_vela2_package.py", "test_parity_on_unseen_requests"),
     "decision-vision": (("decision-vision",), "test_decision_vision.py",
                         "test_card_records_parity_at_three_sizes_a_video_and_state_once"),
+    "decision3": (("decision3", "decision3-source"), "test_decision3.py",
+                  "test_conversion_matches_transformers_5"),
 }
 
 

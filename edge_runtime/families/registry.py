@@ -17,6 +17,7 @@ from edge_runtime import packages
 from edge_runtime.config import ModelConfig
 from edge_runtime.families.base import Graph, ModelFamily, open_graphs
 from edge_runtime.families.decision2 import family as decision2
+from edge_runtime.families.decision3 import family as decision3
 from edge_runtime.families.decision_codes import family as decision_codes
 from edge_runtime.families.decision_plan import SURFACE as DECISIONS
 from edge_runtime.families.decision_vision import family as decision_vision
@@ -77,6 +78,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "decision2": FamilySpec(decision2.Decision2Family, decision_card("decision2")),
     "decision-vision": FamilySpec(decision_vision.DecisionVisionFamily, decision_card("decision-vision"),
                                   graphs=decision_vision.graphs),
+    "decision3": FamilySpec(decision3.Decision3Family, decision_card("decision3")),
 }
 
 #: Every served family's card rules: what the package reader and the package writer check cards with.

@@ -1,0 +1,227 @@
+"""`export SRC --kind decision3`: an upstream Decision 3.0 package becomes an edge-runtime decision3 package.
+
+Steps: verify the source exactly as the released runtime does (source.py), build its tokenizer (tokenizer.py),
+upcast the BF16 text weights exactly to fp32, export the text core (export.py: inputs_embeds in, GDN states and
+attention caches in and out, the package's attention mode baked in), and check it: the code probabilities of
+generated requests (choice, noul, score; empty, short and long states) read from the ONNX graph through the
+server's own Forward (edge_runtime.engine.recurrent) against Transformers 5's ``Qwen3_5TextModel`` in fp32
+(run in .venv-ref), within :data:`PROBABILITY_TOLERANCE`, plus the agreement of the fp32 answers with
+Transformers in BF16 (how the released runtime computes). For causal packages the state-once path (the
+longest common token prefix of a request's rows run once, each question continuing from its states) is
+checked against the whole rows. ``--no-reference`` skips Transformers; the graph is then checked against
+our own torch forward only and the card says it is not verified against Transformers.
+
+The written package (d3-spec.md): model.onnx, embeddings.npy (float32 [vocab, H]), head.npz (readout
+[255, H], rounded through readout_dtype), decision_config.json (ours), tokenizer.json (as built), card.json,
+golden.npz. The vision tower is not converted yet: a vision package converts its text path (card modalities
+``text``) and the card says so.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters import CONVERTER_VERSION
+from converters.decision3 import source as src
+from converters.decision3.tokenizer import (
+    BuiltTokenizer,
+    build_tokenizer,
+    check_chat_template,
+    check_codes,
+    check_config_tokens,
+)
+from converters.decision3.verify import check_rows, sample_requests, verify
+from converters.decision3.verify import goldens as golden_cases
+from converters.errors import ConversionError
+from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.package_writer import card_start
+from converters.progress import Step, log
+from edge_runtime.families.decision3.family import QUESTION_TYPES
+from edge_runtime.families.decision3.prompt import D3Prompt
+from edge_runtime.packages.golden import npz_bytes
+
+KIND = "decision3"
+CONFIG_FORMAT = "decision3-config/1"
+#: the largest |p_onnx - p_transformers| over the code probabilities accepted (fp32 both)
+PROBABILITY_TOLERANCE = 1e-5
+DEFAULT_CHECK_REQUESTS = 50
+#: rows per ORT call while checking (the server batches the same way; rows are batch-invariant)
+NONCAUSAL_STATE_ONCE = ("a full-attention layer of a noncausal_full_attention package lets the prefix's positions "
+                        "attend to the question's tokens, so the prefix's states depend on the question: every "
+                        "question runs its whole prompt")
+
+
+@dataclass(kw_only=True)
+class Decision3Options(PackageIdentity):
+    """What `export --kind decision3` takes besides the identity."""
+
+    reference: bool = True
+    check_requests: int = DEFAULT_CHECK_REQUESTS
+    max_input_tokens: int | None = None
+
+
+# ---- export -------------------------------------------------------------------------------------
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def decision_config(source: src.Decision3Source, built: BuiltTokenizer, limit: int) -> dict[str, Any]:
+    """The converted package's decision_config.json: what the server's family reads."""
+    return {
+        "format": CONFIG_FORMAT, "prompt": "d3", "codes": source.codes, "token_ids": source.token_ids,
+        "temperature": source.temperature, "attention_mode": source.attention_mode, "pad_id": built.pad_id,
+        "special_ids": built.special_ids, "max_input_tokens": limit,
+        "layer_types": list(source.text_config["layer_types"]), "readout_dtype": source.readout_dtype,
+        "source": {"format_id": src.FORMAT_ID, "model_sha256": source.model_sha256,
+                   "manifest_sha256": source.manifest_sha256, "base_model": source.decision.get("base_model"),
+                   "revision": source.decision.get("revision")},
+    }
+
+
+def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) -> ExportResult:
+    """Convert the upstream package ``src_path`` into the package ``out`` (see the module docstring)."""
+    import torch
+
+    from converters.decision3.export import OPSET, export_text_core
+
+    timings: dict[str, float] = {}
+    if opts.check_requests < 1:
+        raise ConversionError("the parity check needs at least one request")
+    with Step("verifying the upstream Decision 3.0 package") as s:
+        source = src.read_source(src_path)
+        template = check_chat_template(source.root)
+        built = build_tokenizer(source.root)
+        check_codes(built.tokenizer, source.codes, source.token_ids)
+        check_config_tokens(built, source.config, source.vision_prefix is not None)
+    timings["verify"] = s.seconds
+    limit = source.max_input_tokens
+    if opts.max_input_tokens is not None:
+        if not src.MIN_INPUT_TOKENS <= opts.max_input_tokens <= limit:
+            raise ConversionError(f"--max-input-tokens must be in [{src.MIN_INPUT_TOKENS}, {limit}]")
+        limit = opts.max_input_tokens
+    name = sanitize_name(opts.name or source.manifest.get("model_name") or source.root.name)
+    with Step("reading the BF16 text weights (exact fp32 upcast)") as s:
+        weights = src.text_weights(source)
+        if "embed_tokens.weight" not in weights:
+            raise ConversionError("the checkpoint has no language_model embed_tokens.weight")
+        embeddings = np.ascontiguousarray(weights["embed_tokens.weight"].numpy(), dtype=np.float32)
+        readout = src.readout_matrix(source)
+    timings["read"] = s.seconds
+    vocab = built.tokenizer.get_vocab_size()
+    if embeddings.shape[0] < vocab:
+        raise ConversionError(f"the embedding table has {embeddings.shape[0]} rows; the tokenizer has {vocab} ids")
+    prompt = D3Prompt(built.tokenizer, source.codes)
+    rows = check_rows(prompt, sample_requests(opts.check_requests), limit)
+    with tempfile.TemporaryDirectory(prefix="er-decision3-") as tmp:
+        work = Path(tmp)
+        with Step(f"exporting the text core to ONNX (opset {OPSET}, {source.attention_mode})") as s:
+            report = export_text_core(weights, source.text_config, source.attention_mode, work / "model.onnx")
+        timings["export"] = s.seconds
+        graph = report.files[0]
+        what = "Transformers 5 (fp32 and bf16)" if opts.reference else "our torch forward (--no-reference)"
+        with Step(f"checking code probabilities over {len(rows)} questions against {what}") as s:
+            verified = verify(source, weights, graph, embeddings, readout, rows, built.pad_id, opts.reference)
+        timings["parity"] = s.seconds
+        if verified.probabilities > PROBABILITY_TOLERANCE:
+            raise ConversionError(f"the graph's code probabilities differ from the reference by "
+                                  f"{verified.probabilities:.3g} (> {PROBABILITY_TOLERANCE})")
+        if verified.state_once is not None and verified.state_once > PROBABILITY_TOLERANCE:
+            raise ConversionError(f"state-once hidden states differ from whole rows by {verified.state_once:.3g}")
+        log(f"parity: max |dp| = {verified.probabilities:.3g}, hidden {verified.hidden:.3g}"
+            + (f", bf16 argmax agreement {verified.bf16['argmax_agreement']}" if verified.bf16 else "")
+            + (f", state-once vs whole {verified.state_once:.3g}" if verified.state_once is not None else ""))
+        goldens = {"fp32": golden_cases(graph, embeddings, rows)}
+        config = decision_config(source, built, limit)
+        files: dict[str, Path | bytes] = {
+            **{p.name: p for p in report.files},
+            "embeddings.npy": _npy_bytes(embeddings),
+            "head.npz": npz_bytes({"readout": readout}),
+            "tokenizer.json": built.to_json(),
+            "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
+        }
+        files.update(notice_files(source.root, opts))
+        vision = source.vision_prefix is not None
+        if opts.reference:
+            reference = (f"Transformers 5 Qwen3_5TextModel fp32 ({source.attention_mode}, upstream's noncausal hook "
+                         "where set), code probabilities at the last real token")
+        else:
+            reference = ("not verified against Transformers (--no-reference): the graph against edge-runtime's torch "
+                         "Qwen3.5 forward it was exported from")
+        outputs = {"probabilities": float(f"{verified.probabilities:.3g}"),
+                   "last_hidden_state": float(f"{verified.hidden:.3g}"),
+                   "torch_core_probabilities": float(f"{verified.torch_core:.3g}")}
+        if verified.state_once is not None:
+            outputs["state_once_vs_whole"] = float(f"{verified.state_once:.3g}")
+        architecture = "Qwen3_5Model"
+        card = {
+            **card_start(name, KIND, KIND, identity_card(
+                opts, source.root, source_name=opts.source_name or str(source.decision.get("base_model")
+                                                                        or source.root.name),
+                architecture=architecture, stamp=source.model_sha256,
+                description=f"Decision 3.0 code-readout model ({source.attention_mode}) from {source.root.name}")),
+            "head": {"output": "last_hidden_state", "pooling": "last", "readout": "head.npz:readout",
+                     "codes": src.MAX_OPTIONS, "readout_dtype": source.readout_dtype,
+                     "temperature": source.temperature},
+            "limits": {"max_input_tokens": limit},
+            "graph": {"inputs": report.input_names, "outputs": report.output_names, "opset": OPSET,
+                      "attention_mode": source.attention_mode, "layer_types": config["layer_types"],
+                      "embeddings": "embeddings.npy"},
+            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+            "verification": {"reference": reference, "max_abs_diff": outputs["probabilities"],
+                             "tolerance": PROBABILITY_TOLERANCE, "cases": verified.cases, "outputs": outputs,
+                             "lengths": verified.lengths, "transformers": verified.transformers,
+                             **({"bf16": verified.bf16} if verified.bf16 else {})},
+            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.model_sha256,
+                      "torch": torch.__version__.split("+")[0],
+                      "options": {"reference": opts.reference, "check_requests": opts.check_requests,
+                                  "max_input_tokens": opts.max_input_tokens}},
+            "attention_mode": source.attention_mode,
+            "question_types": list(QUESTION_TYPES),
+            "usage": "state_once" if source.attention_mode == "causal" else "per_question",
+            "state_once": ("the longest common token prefix of a request's question prompts runs once; each "
+                           "question continues from its GDN and attention states" if source.attention_mode == "causal"
+                           else NONCAUSAL_STATE_ONCE),
+            "upstream": {"format_id": src.FORMAT_ID, "model_sha256": source.model_sha256,
+                         "manifest_sha256": source.manifest_sha256, "chat_template_sha256": template,
+                         "vision_tower": "present, not converted yet: images are refused" if vision else "absent"},
+        }
+        with Step(f"writing package {out}") as s:
+            from converters.package_writer import write_package
+
+            digest = write_package(Path(out), card, files, goldens)
+        timings["write"] = s.seconds
+    from edge_runtime.families.registry import read_package
+
+    log(f"package {name} written to {out} (digest {digest[:16]}...)")
+    return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
+
+
+def build_fixture(out: Path, variant: str = "text", attention_mode: str = "causal", seed: int = 0,
+                  reference: bool = False, check_requests: int = 12) -> ExportResult:
+    """A converted tiny decision3 package (the upstream fixture written to a temporary directory, then
+    exported as a user would)."""
+    from converters.decision3.fixture import write_source_fixture
+
+    with tempfile.TemporaryDirectory(prefix="er-decision3-src-") as tmp:
+        source = write_source_fixture(Path(tmp) / f"decision3-{variant}", variant, seed=seed,
+                                      attention_mode=attention_mode)
+        return export_decision3(source, out, Decision3Options(
+            name=f"fixture-decision3-{variant}", version="0.0.1", release_date="2025-01-01", license="Apache-2.0",
+            description=f"Tiny random-weight Decision 3.0 fixture ({variant}, {attention_mode}, seed {seed}); "
+                        "for tests", source_name=f"edge-runtime fixture decision3-{variant} (seed {seed})",
+            reference=reference, check_requests=check_requests))
+
+
+__all__ = ["DEFAULT_CHECK_REQUESTS", "PROBABILITY_TOLERANCE", "Decision3Options", "build_fixture",
+           "decision_config", "export_decision3"]
