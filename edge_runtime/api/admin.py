@@ -81,6 +81,9 @@ def create_admin_app(config: ServeConfig, updates: Updates, keys: ApiKeys) -> Sa
     app.config.MOTD = False
     app.config.ACCESS_LOG = False
     app.config.REQUEST_MAX_SIZE = MAX_BODY
+    # Sanic's TouchUp rewrites its HTTP classes once per process, for the serving app; a second
+    # pass for this app fails (the methods are already rewritten), so it is skipped here.
+    app.config.TOUCHUP = False
     root = config.admin_package_root or config.models_file.parent
 
     @app.on_request
