@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -28,6 +29,18 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
         tls_cert=getattr(args, "tls_cert", None),
         tls_key=getattr(args, "tls_key", None),
         access_log=getattr(args, "access_log", True),
+        watch_models=getattr(args, "watch_models", None),
+        update_drain_seconds=getattr(args, "update_drain_seconds", cfg.DEFAULT_UPDATE_DRAIN_SECONDS),
+        update_watch_seconds=getattr(args, "update_watch_seconds", cfg.DEFAULT_UPDATE_WATCH_SECONDS),
+        rollback_error_rate=getattr(args, "rollback_error_rate", 0.05),
+        rollback_p99_ratio=getattr(args, "rollback_p99_ratio", 3.0),
+        rollback_min_requests=getattr(args, "rollback_min_requests", 50),
+        memory_reserve_bytes=getattr(args, "memory_reserve_bytes", 0),
+        update_policy=getattr(args, "update_policy", "beside"),
+        admin_key_file=getattr(args, "admin_key_file", None),
+        admin_host=getattr(args, "admin_host", cfg.DEFAULT_HOST),
+        admin_port=getattr(args, "admin_port", cfg.DEFAULT_ADMIN_PORT),
+        admin_package_root=getattr(args, "admin_package_root", None),
     )
 
 
@@ -35,6 +48,13 @@ def _at_least_one(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
     return value
 
 
@@ -69,6 +89,33 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", type=Path, default=None, help="the PEM private key of --tls-cert")
     serve.add_argument("--no-access-log", dest="access_log", action="store_false",
                        help="no JSON access line per request on stderr")
+    up = serve.add_argument_group("model updates (docs/updating-models.md)")
+    up.add_argument("--watch-models", type=_positive_seconds, default=None, metavar="SECONDS",
+                    help="re-read the models file every SECONDS (it is re-read on SIGHUP in any case)")
+    up.add_argument("--update-drain-seconds", type=_positive_seconds, default=cfg.DEFAULT_UPDATE_DRAIN_SECONDS,
+                    help="how long a swapped-out version may finish its work before what is queued gets 503")
+    up.add_argument("--update-watch-seconds", type=float, default=cfg.DEFAULT_UPDATE_WATCH_SECONDS,
+                    help="after a promotion, keep the previous version this long and roll back automatically "
+                         "on a regression (0: no watch)")
+    up.add_argument("--rollback-error-rate", type=float, default=0.05,
+                    help="roll back when the new version's error rate exceeds the old one's by this")
+    up.add_argument("--rollback-p99-ratio", type=float, default=3.0,
+                    help="roll back when the new version's p99 exceeds the old one's times this")
+    up.add_argument("--rollback-min-requests", type=_at_least_one, default=50,
+                    help="answers a new version gives before it is judged")
+    up.add_argument("--memory-reserve-bytes", type=int, default=0,
+                    help="memory kept free: a version that does not fit beside the others within the "
+                         "rest is refused (409 insufficient_memory)")
+    up.add_argument("--update-policy", choices=cfg.UPDATE_POLICIES, default="beside",
+                    help="replace: when a new version does not fit beside the old, unload the old first "
+                         "(a short gap, announced on /health) instead of refusing")
+    up.add_argument("--admin-key-file", type=Path, default=None,
+                    help="turn on the admin API (its own listener) with these keys; re-read on SIGHUP")
+    up.add_argument("--admin-host", default=cfg.DEFAULT_HOST)
+    up.add_argument("--admin-port", type=int, default=cfg.DEFAULT_ADMIN_PORT)
+    up.add_argument("--admin-package-root", type=Path, default=None,
+                    help="packages the admin API may load lie under this directory (default: the models "
+                         "file's directory)")
     ex = sub.add_parser("examples", help="send the contract's Decisions examples to a server and check the answers")
     ex.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8100")
     ex.add_argument("--model", required=True, help="the decision model to ask (replaces the examples' model)")
@@ -140,5 +187,8 @@ def _serve(config: ServeConfig) -> int:
               file=sys.stderr)
         return 2
     ssl = None if config.tls_cert is None else {"cert": str(config.tls_cert), "key": str(config.tls_key)}
+    # Until the server installs its handler (after it starts listening), a SIGHUP must not end it:
+    # its default action would. The handler then re-reads keys and models.yaml.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     app.run(host=config.host, port=config.port, single_process=True, access_log=False, motd=False, ssl=ssl)
     return 0

@@ -21,6 +21,12 @@ DEFAULT_MAX_PREP_QUEUE = 128
 DEFAULT_FORWARD_TIMEOUT_SECONDS = 60.0
 # Under Kubernetes' default 30 s termination grace period (deploy/ sets it to match).
 DEFAULT_DRAIN_SECONDS = 25.0
+# A swapped-out version finishes what it accepted within this; what is still queued then gets 503.
+DEFAULT_UPDATE_DRAIN_SECONDS = 30.0
+# After a promotion the previous version stays resident and the new one is watched this long.
+DEFAULT_UPDATE_WATCH_SECONDS = 60.0
+DEFAULT_ADMIN_PORT = 8101
+UPDATE_POLICIES = ("beside", "replace")
 SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
 DEVICES = ("cpu", "cuda", "auto")
 BATCHING = ("exact", "padded")
@@ -79,6 +85,21 @@ class ServeConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     access_log: bool = True
+    # Model updates (edge_runtime/updates, docs/updating-models.md). models.yaml is re-read on
+    # SIGHUP always; every watch_models seconds too when set.
+    watch_models: float | None = None
+    update_drain_seconds: float = DEFAULT_UPDATE_DRAIN_SECONDS
+    update_watch_seconds: float = DEFAULT_UPDATE_WATCH_SECONDS
+    rollback_error_rate: float = 0.05
+    rollback_p99_ratio: float = 3.0
+    rollback_min_requests: int = 50
+    memory_reserve_bytes: int = 0
+    update_policy: str = "beside"
+    # The admin API: its own listener, off unless an admin key file is given.
+    admin_key_file: Path | None = None
+    admin_host: str = DEFAULT_HOST
+    admin_port: int = DEFAULT_ADMIN_PORT
+    admin_package_root: Path | None = None  # default: the models file's directory
 
 
 _MODEL_KEYS = {

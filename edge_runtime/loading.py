@@ -4,7 +4,9 @@ outputs and probe which rows may share a forward. One failed model leaves the ot
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,41 @@ log = logging.getLogger("edge_runtime")
 
 PROBE_LENGTHS = (3, 9, 9, 17, 40, 130)
 
+#: A version's life (edge_runtime/updates): loading and verifying beside the active one, standby
+#: (verified, not named), active (the name points to it), draining (no new work, finishing its
+#: own), retired (released), failed (never promoted, or rolled back; the reason says which).
+VERSION_STATES = ("loading", "verifying", "standby", "active", "draining", "retired", "failed")
+#: Latencies kept per version for the post-promotion watch (error rate, p99).
+STATS_WINDOW = 2048
+
+
+class VersionStats:
+    """One version's recent answers: counts and a bounded window of latencies, for the watch window
+    after a promotion (an error is a request the server failed: 5xx, never a client's 4xx)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.errors = 0
+        self._latencies: deque[float] = deque(maxlen=STATS_WINDOW)
+
+    def record(self, seconds: float, failed: bool) -> None:
+        with self._lock:
+            self.requests += 1
+            if failed:
+                self.errors += 1
+            else:
+                self._latencies.append(seconds)
+
+    def snapshot(self) -> dict[str, float]:
+        """requests, errors, error_rate and p99 (seconds, 0.0 with no answer yet)."""
+        with self._lock:
+            latencies = sorted(self._latencies)
+            requests, errors = self.requests, self.errors
+        p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
+        return {"requests": requests, "errors": errors, "error_rate": errors / requests if requests else 0.0,
+                "p99": p99}
+
 
 @dataclass
 class ServedModel:
@@ -36,10 +73,49 @@ class ServedModel:
     grouping: Grouping | None = None
     numerics: str = "exact"
     self_check: dict[str, Any] = field(default_factory=lambda: {"status": "unverified"})
+    # -- the version this entry is (edge_runtime/updates) --
+    version_state: str = "loading"
+    serial: int = 0  # the process's count of versions loaded, to tell two loads of one digest apart
+    reason_code: str | None = None  # why a version failed, as a metric label: load, verify, self_check, ...
+    loaded_at: float | None = None  # time.time() of each transition below
+    activated_at: float | None = None
+    released_at: float | None = None
+    resident_bytes: int | None = None  # RSS growth measured across the load
+    stats: VersionStats = field(default_factory=VersionStats)
+    leases: int = 0  # requests that resolved this version and have not been answered yet
+    _lease_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def version_id(self) -> str | None:
+        """The first 8 hex digits of the package digest: what ``name@<version_id>`` addresses."""
+        return None if self.package is None else self.package.digest[:8]
+
+    def acquire(self) -> None:
+        """A request now holds this version: a drain waits for it (or for its deadline)."""
+        with self._lease_lock:
+            self.leases += 1
+
+    def release(self) -> None:
+        with self._lease_lock:
+            self.leases -= 1
+
+    def version(self) -> dict[str, Any]:
+        """This version as /v1/models, /health and the admin API list it."""
+        entry: dict[str, Any] = {"version_id": self.version_id, "serial": self.serial, "state": self.version_state}
+        if self.package is not None:
+            entry.update(model_sha256=self.package.digest, revision=self.package.card.revision,
+                         package=str(self.config.package), variant=self.config.variant)
+        if self.reason and self.version_state in ("failed", "retired", "draining"):
+            entry["reason"] = self.reason
+        for key in ("loaded_at", "activated_at", "released_at", "resident_bytes"):
+            value = getattr(self, key)
+            if value is not None:
+                entry[key] = value
+        return entry
 
     @property
     def surfaces(self) -> frozenset[str]:
@@ -63,6 +139,7 @@ class ServedModel:
         if self.package is not None:
             card = self.package.card
             entry.update(
+                version_id=self.version_id,
                 family=card.family,
                 kind=card.kind,
                 surfaces=sorted(card.surfaces),
@@ -104,6 +181,7 @@ class ServedModel:
             "engine": "onnxruntime",
             "device": self.device(),
             "variant": self.config.variant,
+            "version_id": self.version_id,  # which version answered, across a swap
             "timings": timing.milliseconds(("parse", "tokenize", "queue", "forward", "post")),
         }
         meta.update(extras)
@@ -116,6 +194,7 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
     started = time.perf_counter()
     try:
         model.status = "loading"
+        model.version_state = "loading"
         package = read_package(cfg.package)
         if cfg.variant not in package.card.variants:
             raise PackageError(
@@ -128,6 +207,7 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
         # the family, over every graph of the package (the others opened and self-checked like this one)
         model.family, checks = build_family(package, model.session, cfg)
         model.status = "warming"
+        model.version_state = "verifying"
         model.family.warm()
         model.self_check = self_check(model.session, package.golden(cfg.variant), model.session.device)
         if model.self_check["status"] == "failed":
@@ -140,13 +220,18 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
             inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
         )
         model.status = "ready"
+        model.version_state = "standby"
+        model.loaded_at = time.time()
         if metrics is not None:
             metrics.model_info(model)
         log.info("model %s ready in %.2fs (%s, grouping %s)", model.name,
                  time.perf_counter() - started, model.session.device, model.grouping)
     except Exception as exc:  # one failed model leaves the others serving
         model.status = "failed"
+        model.version_state = "failed"
         model.reason = str(exc) or type(exc).__name__
+        model.reason_code = "self_check" if "self-check failed" in model.reason else (
+            "verify" if isinstance(exc, PackageError) else "load")
         log.error("model %s failed: %s", model.name, model.reason)
 
 def grouping(model: ServedModel) -> tuple[Grouping, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -67,7 +68,30 @@ class Metrics:
         self.pending_jobs.set_function(lambda: float(self.pending()))
         self.pending_jobs_mean.set_function(self.pending_mean)
         self.saturation.set_function(self.current_saturation)
-        self._loads: dict[str, Callable[[], Any]] = {}
+        # Model updates (edge_runtime/updates): swaps, rollbacks, how long loads and drains take, which
+        # version each name points to, what each resident version holds, and the memory budget.
+        self.swaps = Counter(f"{PREFIX}_model_swaps", "Version swaps by model and result "
+                             "(succeeded, failed, waiting: a package not yet complete).", ["model", "result"],
+                             registry=r)
+        self.rollbacks = Counter(f"{PREFIX}_model_rollbacks", "Versions not promoted or rolled back, by reason "
+                                 "(verify, load, self_check, memory, explicit, error_rate, p99).", ["model", "reason"],
+                                 registry=r)
+        self.load_duration = Histogram(f"{PREFIX}_model_load_duration_seconds", "Loading and verifying one version.",
+                                       ["model"], buckets=tuple(0.05 * 2**i for i in range(14)), registry=r)
+        self.drain_duration = Histogram(f"{PREFIX}_model_drain_duration_seconds", "From a version's last moment "
+                                        "active to its release.", ["model"],
+                                        buckets=tuple(0.01 * 2**i for i in range(14)), registry=r)
+        self.active_version = Gauge(f"{PREFIX}_model_active_version", "1 for the version each model name "
+                                    "points to (version = the package digest's first 8 hex digits).",
+                                    ["model", "version"], registry=r)
+        self.resident_bytes = Gauge(f"{PREFIX}_model_resident_bytes", "Resident memory a loaded version added "
+                                    "(RSS measured across its load), by model and version.", ["model", "version"],
+                                    registry=r)
+        self.memory_budget = Gauge(f"{PREFIX}_memory_budget_bytes", "Memory a new version may use: the cgroup "
+                                   "v2 limit minus usage, else MemAvailable, less the configured reserve.",
+                                   registry=r)
+        self._active_versions: dict[str, str] = {}
+        self._loads: dict[int, tuple[str, Callable[[], Any]]] = {}
         self._loads_lock = threading.Lock()
         # labels() takes a lock and builds a key on every call (~5 us); a sub-millisecond request
         # makes a dozen of them, so each labelled child is looked up once and kept.
@@ -97,16 +121,22 @@ class Metrics:
         self.dropped_rows.labels(model).inc(rows)
 
     def watch(self, model: str, load: Callable[[], Any]) -> None:
-        """Read `model`'s load (an ExecutorLoad: queued, in_flight, capacity) at every scrape; a model
-        reloaded under the same name replaces its old executor."""
+        """Read `model`'s load (an ExecutorLoad: queued, in_flight, capacity) at every scrape, one
+        per executor: while a model is swapped its old and new versions both count until
+        :meth:`unwatch` drops the released one."""
         with self._loads_lock:
-            self._loads[model] = load
+            self._loads[id(getattr(load, "__self__", load))] = (model, load)
+
+    def unwatch(self, executor: Any) -> None:
+        """Stop reading a released executor's load."""
+        with self._loads_lock:
+            self._loads.pop(id(executor), None)
 
     # pod-level scaling gauges -------------------------------------------------------------------
 
     def _current_loads(self) -> list[Any]:
         with self._loads_lock:
-            readers = list(self._loads.values())
+            readers = [load for _, load in self._loads.values()]
         return [read() for read in readers]
 
     def pending(self) -> int:
@@ -144,6 +174,25 @@ class Metrics:
         card = model.package.card
         self.info.labels(model.name, card.family, card.kind, model.config.variant, model.dtype(),
                          model.device(), model.numerics, card.revision).set(1.0)
+
+    def forget_model_info(self, model: Any) -> None:
+        """Drop a released version's model_info and resident_bytes samples."""
+        card = model.package.card
+        labels = (model.name, card.family, card.kind, model.config.variant, model.dtype(), model.device(),
+                  model.numerics, card.revision)
+        for metric, values in ((self.info, labels), (self.resident_bytes, (model.name, str(model.version_id)))):
+            with contextlib.suppress(KeyError):  # never set (a version that failed before it was counted)
+                metric.remove(*values)
+
+    def set_active_version(self, model: str, version: str | None) -> None:
+        """``model`` now points to ``version`` (None: to no loaded version)."""
+        old = self._active_versions.pop(model, None)
+        if old is not None:
+            with contextlib.suppress(KeyError):
+                self.active_version.remove(model, old)
+        if version is not None:
+            self._active_versions[model] = version
+            self.active_version.labels(model, version).set(1.0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

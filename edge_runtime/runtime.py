@@ -1,8 +1,15 @@
 """The process's models over their lifetime: loading in turn, health, model resolution, running one
-surface request's rows on its model, and the drain. Loading one model is edge_runtime.loading's."""
+surface request's rows on its model, and the drain. Loading one model is edge_runtime.loading's;
+replacing a served version with another while serving is edge_runtime.updates'.
+
+The request path reads ``models`` (name -> the active version) and ``pinned`` (``name@<digest8>``
+-> a resident version) once each: both are replaced whole, never changed in place, so a request
+sees one version or the other, never a mix."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 from edge_runtime import API_VERSION
@@ -21,7 +28,12 @@ class Runtime:
     def __init__(self, config: ServeConfig, metrics: Any = None) -> None:
         self.config = config
         self.metrics = metrics
-        self.models: dict[str, ServedModel] = {m.name: ServedModel(m) for m in config.models}
+        self.models: dict[str, ServedModel] = {m.name: ServedModel(m, serial=i + 1)
+                                               for i, m in enumerate(config.models)}
+        self.pinned: dict[str, ServedModel] = {}
+        # Every version of each name still resident, and the last few released (edge_runtime/updates
+        # replaces it whole): what /v1/models and /health list under "versions".
+        self.versions: dict[str, tuple[ServedModel, ...]] = {}
         self.started = False
         self.draining = False
         # A full preparation queue is refused as a full model queue is: the engine's Overloaded.
@@ -34,8 +46,43 @@ class Runtime:
         self.started = True
         for model in self.models.values():
             load_model(model, self.metrics)
+            if model.status == "ready":
+                model.version_state = "active"
+                model.activated_at = time.time()
+                self.pin(model)
             if self.metrics is not None:
                 self.metrics.set_ready(self.status() == "ready")
+                self.metrics.set_active_version(model.name, model.version_id)
+
+    # -- versions (edge_runtime/updates calls these under its own lock) --------------------------
+
+    def set_active(self, model: ServedModel) -> None:
+        """Point ``model.name`` at ``model`` (its entry in the configuration too): one replacement of
+        the map, so a request resolves the old version or the new one, never neither."""
+        self.config = dataclasses.replace(self.config, models=_with_entry(self.config.models, model.config))
+        self.models = {**self.models, model.name: model}
+
+    def remove(self, name: str) -> None:
+        """Stop serving ``name``: new requests get model_not_found; accepted ones finish."""
+        self.models = {k: v for k, v in self.models.items() if k != name}
+        self.config = dataclasses.replace(self.config, models=tuple(m for m in self.config.models if m.name != name))
+
+    def set_entry(self, entry: Any) -> None:
+        """Take a models.yaml entry whose identity is unchanged (its aliases, say) without a swap."""
+        self.config = dataclasses.replace(self.config, models=_with_entry(self.config.models, entry))
+        active = self.models.get(entry.name)
+        if active is not None:
+            active.config = entry
+
+    def pin(self, model: ServedModel) -> None:
+        """``name@<digest8>`` addresses this version while it is resident and takes work."""
+        if model.version_id is not None:
+            self.pinned = {**self.pinned, f"{model.name}@{model.version_id}": model}
+
+    def unpin(self, model: ServedModel) -> None:
+        key = f"{model.name}@{model.version_id}"
+        if self.pinned.get(key) is model:
+            self.pinned = {k: v for k, v in self.pinned.items() if k != key}
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -59,7 +106,14 @@ class Runtime:
         # Keyed by model name, {status, reason?} each: the shape the Router's health poller decodes.
         models: dict[str, dict[str, str]] = {}
         for m in self.models.values():
-            models[m.name] = {"status": m.status, "reason": m.reason} if m.reason else {"status": m.status}
+            entry: dict[str, Any] = {"status": m.status, "reason": m.reason} if m.reason else {"status": m.status}
+            if m.version_id is not None:
+                entry["version_id"] = m.version_id
+            others = [v for v in self.versions.get(m.name, ()) if v is not m and v.version_state not in ("retired",)]
+            if others:  # a swap in progress, a standby kept for rollback, or a failed attempt
+                entry["versions"] = [{"version_id": v.version_id, "state": v.version_state}
+                                     | ({"reason": v.reason} if v.reason else {}) for v in (m, *others)]
+            models[m.name] = entry
         body["models"] = models
         if status != "ready":
             reasons = [f"{m.name}: {m.reason or m.status}" for m in self.models.values() if m.status != "ready"]
@@ -93,7 +147,7 @@ class Runtime:
         """The served model a requested name or alias names, None for any other name."""
         if name is None:
             return None
-        canonical = canonical_name(self.config.models, name)
+        canonical = canonical_name(self.config.models, name.partition("@")[0])
         return canonical if canonical in self.models else None
 
     def resolve(self, surface: str, name: str | None) -> ServedModel:
@@ -107,7 +161,13 @@ class Runtime:
                 raise ApiError("invalid_request", f"model is required; models serving {surface}: {serving}")
             model = candidates[0]
         else:
-            found = self.models.get(canonical_name(self.config.models, name))  # an alias names its model
+            base, at, version = name.partition("@")
+            if at:  # name@<digest8>: a resident version, active or standby
+                found = self.pinned.get(f"{canonical_name(self.config.models, base)}@{version}")
+                if found is not None and found.version_state not in ("active", "standby"):
+                    found = None
+            else:
+                found = self.models.get(canonical_name(self.config.models, name))  # an alias names its model
             if found is None:
                 raise ApiError(
                     "model_not_found",
@@ -122,13 +182,16 @@ class Runtime:
                 "unsupported_surface",
                 f"model {model.name!r} does not serve {surface}; it serves {sorted(model.surfaces)}",
             )
+        model.acquire()  # released by the caller once answered (service.serve)
         return model
 
     async def execute(
         self, model: ServedModel, plan: Plan, deadline: float | None, timing: Timing
     ) -> dict[str, Any]:
         """Run a plan's rows on the model's executor and build its body (without meta)."""
-        assert model.executor is not None
+        executor = model.executor
+        if executor is None:  # released at its drain deadline after this request resolved it
+            raise ApiError("not_ready", f"model {model.name!r} version {model.version_id} was released; retry")
         outputs: list[Any] | ItemError
         if not plan.rows:
             outputs = []
@@ -136,7 +199,7 @@ class Runtime:
             try:
                 # Overloaded, RequestTooLarge, ExecutorClosed and ForwardError go up as they are:
                 # api/statuses.py gives each its code and status.
-                result = await model.executor.submit(plan.rows, deadline)
+                result = await executor.submit(plan.rows, deadline)
             except DeadlineExceeded:
                 outputs = ItemError("deadline_exceeded", "options.deadline_ms passed before the input was run")
             else:
@@ -146,3 +209,9 @@ class Runtime:
         with timing.phase("post"):
             return await self.work.finish(plan.finish, outputs)
 
+
+
+def _with_entry(models: tuple[Any, ...], entry: Any) -> tuple[Any, ...]:
+    """The configured entries with ``entry`` in place of its name's (or added at the end)."""
+    replaced = tuple(entry if m.name == entry.name else m for m in models)
+    return replaced if any(m.name == entry.name for m in models) else (*models, entry)

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from edge_runtime.engine.errors import EngineError, ForwardError
+from edge_runtime.errors import ApiError
 from edge_runtime.families.base import Plan
 from edge_runtime.loading import ServedModel
 from edge_runtime.requests.decisions import parse_decisions_request
@@ -36,14 +38,27 @@ def _resolve(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedMode
 
 def _plan(surface: str, request: Any, model: ServedModel) -> Plan:
     """Plan the request's rows on its model: tokenization, and media decoding where it has media."""
-    assert model.family is not None  # resolve answers ready models only
-    return model.family.plan(surface, request)
+    family = model.family
+    if family is None:  # a draining version released at its deadline after this request resolved it
+        raise ApiError("not_ready", f"model {model.name!r} version {model.version_id} was released; retry")
+    return family.plan(surface, request)
 
 
 def _prepare(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedModel, Plan]:
-    """Validate, resolve the model and plan its rows: the request's CPU work before the engine."""
+    """Validate, resolve the model and plan its rows: the request's CPU work before the engine.
+    The model comes back held (Runtime.resolve): the caller releases it once answered."""
     request, model = _resolve(runtime, surface, body)
-    return request, model, _plan(surface, request, model)
+    try:
+        return request, model, _plan(surface, request, model)
+    except BaseException:
+        model.release()
+        raise
+
+
+def server_fault(exc: ApiError | EngineError) -> bool:
+    """Whether a failed request counts against its version (the watch after a promotion): a failed
+    forward or an internal error does; a client's mistake, a full queue or a deadline does not."""
+    return isinstance(exc, ForwardError) or (isinstance(exc, ApiError) and exc.code == "internal_error")
 
 
 def deadline_at(deadline_ms: float | None, started: float) -> float | None:
@@ -63,11 +78,24 @@ async def serve(
             # costs to decode is not bounded by the body's size.
             request, model = _resolve(runtime, surface, body)
             run = runtime.work.offload if request.has_media else runtime.work.run
-            plan = await run(_plan, surface, request, model)
-    deadline = deadline_at(request.options.deadline_ms, started)
-    if bundle_deadline is not None:
-        deadline = bundle_deadline if deadline is None else min(deadline, bundle_deadline)
-    answer = await runtime.execute(model, plan, deadline, timing)
+            try:
+                plan = await run(_plan, surface, request, model)
+            except BaseException:
+                model.release()
+                raise
+    # From here the model is held: a version being drained finishes this request before it is freed.
+    failed = False  # a client that went away (CancelledError) is not the version's fault
+    try:
+        deadline = deadline_at(request.options.deadline_ms, started)
+        if bundle_deadline is not None:
+            deadline = bundle_deadline if deadline is None else min(deadline, bundle_deadline)
+        answer = await runtime.execute(model, plan, deadline, timing)
+    except Exception as exc:
+        failed = server_fault(exc) if isinstance(exc, (ApiError, EngineError)) else True
+        raise
+    finally:
+        model.release()
+        model.stats.record(time.monotonic() - started, failed)
     if runtime.metrics is not None and plan.input_tokens:
         runtime.metrics.input_tokens.labels(model.name).inc(plan.input_tokens)
     out: dict[str, Any] = {"model": model.name, **answer}

@@ -58,14 +58,16 @@ ENTRY_POINTS = {"cli", "__main__", "examples"}  # may import anything
 
 #: What each layer may import besides itself and the leaves.
 ALLOWED: dict[str, set[str]] = {
-    "service": {"runtime", "loading", "requests", "families"},
+    "service": {"runtime", "loading", "requests", "families", "engine"},
+    # replacing served versions: loads through loading, switches through runtime, reads packages
+    "updates": {"runtime", "loading", "packages"},
     "runtime": {"loading", "families", "engine"},
     "loading": {"families", "engine", "packages"},
     "requests": {"questions", "media"},  # media: the contract's asset and data-URL limits
     "families": {"requests", "questions"} | BOTTOM,
     "questions": {"heads"},
     # HTTP only: it reaches the models through service and runtime, and the engine for its error types
-    "api": {"service", "runtime", "loading", "requests", "engine"},
+    "api": {"service", "runtime", "loading", "requests", "engine", "updates"},
     # the bottom layers are generic and stand alone: none imports another (nor a family)
     **{layer: set() for layer in BOTTOM},
     **{leaf: set() for leaf in LEAVES},

@@ -9,9 +9,7 @@ shape (code ``unauthorized``) on the internal surfaces, in the System One shape 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 from typing import Any
 
 from sanic import Request, Sanic
@@ -42,7 +40,7 @@ def unauthorized_response(path: str, schema: str) -> HTTPResponse:
 
 
 def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool, metrics: Any = None) -> None:
-    """Register the middleware, and SIGHUP to re-read the key file once the server runs.
+    """Register the middleware (SIGHUP, which re-reads the key file, is api/app.py's).
 
     ``metrics`` (edge_runtime.metrics.Metrics) counts refused requests under status 401, so a
     client with a stale key shows on a dashboard.
@@ -83,15 +81,6 @@ def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool, m
 
     app.register_middleware(identify_and_authorize, "request", priority=100)
     app.register_middleware(stamp_and_log, "response", priority=100)
-
-    @app.after_server_start
-    async def reload_on_sighup(app: Sanic) -> None:
-        if keys.key_file is None:
-            return
-        try:
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keys.reload)
-        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not on a POSIX main thread
-            log.warning("SIGHUP is not available here: the API key file is read once")
 
 
 def note_request(request: Request, body: Any) -> None:

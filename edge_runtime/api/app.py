@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
@@ -17,6 +18,7 @@ from sanic.response import HTTPResponse
 
 from edge_runtime import API_VERSION
 from edge_runtime.api import access
+from edge_runtime.api.admin import create_admin_app
 from edge_runtime.api.auth import ApiKeys
 from edge_runtime.api.body import decode_body, decode_small, inline_parts, parse_json, parse_multipart, read_raw_body
 from edge_runtime.api.bundle import serve_bundle
@@ -32,6 +34,8 @@ from edge_runtime.metrics import Metrics
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
+from edge_runtime.updates import Updates, UpdateSettings
+from edge_runtime.updates.memory import budget
 from edge_runtime.work import INLINE_BODY_BYTES, keep_inline
 
 _app_ids = itertools.count()
@@ -58,11 +62,43 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     # API keys, request ids and the access log (edge_runtime/api/access.py).
     app.ctx.keys = ApiKeys(config.api_key_file)
     access.install(app, app.ctx.keys, config.systemone_schema, config.metrics_require_key, metrics)
+    # Model updates (edge_runtime/updates): started once the first versions are loaded.
+    updates = app.ctx.updates = Updates(runtime, update_settings(config), metrics)
+    metrics.memory_budget.set_function(lambda: float(budget(config.memory_reserve_bytes).bytes))
+    # The admin API's own keys (never the serving ones, nor the environment's): off without a file.
+    admin_keys = app.ctx.admin_keys = (ApiKeys(config.admin_key_file, env={})
+                                       if config.admin_key_file is not None else None)
+
+    def load_then_watch() -> None:
+        runtime.load_all()
+        updates.start()
+
+    def on_sighup() -> None:
+        # Keys rotate and models.yaml is re-read; a SIGHUP never ends the server (cli ignores it
+        # until this handler is in place).
+        if app.ctx.keys.key_file is not None:
+            app.ctx.keys.reload()
+        if admin_keys is not None:
+            admin_keys.reload()
+        updates.reload("sighup")
 
     @app.after_server_start
     async def start_loading(app: Sanic) -> None:
         loop = asyncio.get_running_loop()
-        app.ctx.loading = loop.run_in_executor(None, runtime.load_all)
+        app.ctx.loading = loop.run_in_executor(None, load_then_watch)
+        try:
+            loop.add_signal_handler(signal.SIGHUP, on_sighup)
+        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not on a POSIX main thread
+            log.warning("SIGHUP is not available here: keys and models.yaml are read once")
+        app.ctx.admin_server = None
+        if admin_keys is not None:
+            admin = create_admin_app(config, updates, admin_keys)
+            server = await admin.create_server(config.admin_host, config.admin_port, return_asyncio_server=True)
+            if server is not None:
+                await server.startup()
+                await server.start_serving()
+                app.ctx.admin_server = server
+                log.info("admin API on http://%s:%d/admin/v1", config.admin_host, config.admin_port)
 
     @app.before_server_stop
     async def start_draining(app: Sanic) -> None:
@@ -76,8 +112,14 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
 
     @app.after_server_stop
     async def stop_models(app: Sanic) -> None:
+        admin_server = getattr(app.ctx, "admin_server", None)
+        if admin_server is not None:
+            admin_server.close()
+            await admin_server.wait_closed()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, updates.stop)
         # Joins every executor's thread, so no ONNX Runtime session is freed under a running forward.
-        await asyncio.get_running_loop().run_in_executor(None, runtime.close)
+        await loop.run_in_executor(None, runtime.close)
 
     async def read_request(request: Request, multipart: bool) -> Any:
         """The decoded JSON request; decisions routes also read multipart/form-data bodies."""
@@ -209,6 +251,20 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         return error_response(ApiError("internal_error", "internal error; the server log has the details"))
 
     return app
+
+
+def update_settings(config: ServeConfig) -> UpdateSettings:
+    """The update flags of ``serve`` as the manager takes them."""
+    return UpdateSettings(
+        drain_seconds=config.update_drain_seconds,
+        watch_seconds=config.update_watch_seconds,
+        rollback_error_rate=config.rollback_error_rate,
+        rollback_p99_ratio=config.rollback_p99_ratio,
+        rollback_min_requests=config.rollback_min_requests,
+        memory_reserve_bytes=config.memory_reserve_bytes,
+        policy=config.update_policy,
+        watch_models_seconds=config.watch_models,
+    )
 
 
 async def _systemone_handler(runtime: Runtime, schema: str, batch: bool, body: Any, timing: Timing,

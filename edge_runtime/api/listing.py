@@ -12,7 +12,7 @@ from edge_runtime.runtime import Runtime
 
 def list_models(runtime: Runtime) -> dict[str, Any]:
     """GET /v1/models: each model's card and state, the decision models in the SDK's shape, the limits."""
-    data = [_card(m, runtime.config.max_inputs) for m in runtime.models.values()]
+    data = [_card(m, runtime.config.max_inputs, runtime.versions.get(m.name, ())) for m in runtime.models.values()]
     extended = runtime.config.systemone_schema == "vllm-sr/5.0"
     decision = []
     for m in runtime.models.values():
@@ -34,10 +34,12 @@ def list_models(runtime: Runtime) -> dict[str, Any]:
     }
 
 
-def _card(model: ServedModel, max_inputs: int) -> dict[str, Any]:
-    """One model's entry in ``data``: its card and state, its aliases, and in its limits the most
-    inputs one request may carry (the Router sizes the classify calls it fuses by it)."""
-    entry = {**model.info(), "aliases": list(model.config.aliases)}
+def _card(model: ServedModel, max_inputs: int, versions: tuple[ServedModel, ...] = ()) -> dict[str, Any]:
+    """One model's entry in ``data``: its card and state, its aliases, its versions (resident and
+    recently released: edge_runtime/updates), and in its limits the most inputs one request may
+    carry (the Router sizes the classify calls it fuses by it)."""
+    entry = {**model.info(), "aliases": list(model.config.aliases),
+             "versions": [v.version() for v in (versions or (model,))]}
     if "limits" in entry:
         entry["limits"] = {**entry["limits"], "max_inputs": max_inputs}
     return entry

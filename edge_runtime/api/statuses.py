@@ -15,7 +15,12 @@ from edge_runtime.requests.validation import ShapeInvalid
 STATUS_OF: dict[str, int] = {
     "invalid_request": 400,
     "unauthorized": 401,
+    "forbidden": 403,  # the admin API: a package path outside the allowed root
     "model_not_found": 404,
+    # the admin API: a version in the wrong state, a package still being copied, a swap that does not fit
+    "conflict": 409,
+    "package_incomplete": 409,
+    "insufficient_memory": 409,
     "request_too_large": 413,
     "unsupported_media_type": 415,
     "unsupported_surface": 422,
