@@ -312,7 +312,10 @@ def test_pod_gauges_sum_the_models_and_are_unlabelled() -> None:
     assert metric_value(text, "edge_runtime_pending_jobs") == 4.0
     assert metric_value(text, "edge_runtime_pending_jobs_mean") == 1.75
     assert metric_value(text, "edge_runtime_saturation") == pytest.approx((3 + 2 + 1) / 25)
-    metrics.watch("a", _Load(ExecutorLoad(0, 0, 20)))  # a reloaded model replaces its executor
+    # a swapped model: both versions' executors count while the old one drains, until it is released
+    metrics.watch("a", _Load(ExecutorLoad(0, 0, 20)))
+    assert metric_value(metrics.render().decode(), "edge_runtime_pending_jobs") == 4.0
+    metrics.unwatch(a)
     text = metrics.render().decode()
     assert metric_value(text, "edge_runtime_pending_jobs") == 1.0
     assert metric_value(text, "edge_runtime_saturation") == pytest.approx(1 / 25)

@@ -1,5 +1,5 @@
 """Our own torch forward of the Qwen3.5 text model (Transformers 5's ``Qwen3_5TextModel`` math), built
-to export as the decision3 text core (d3-spec.md: the exact graph interface).
+to export as the decision3 text core (docs/decision3.md: the exact graph interface).
 
 Why not Transformers' forward: it does not export (``linalg_solve_triangular`` and ``aten::diff`` are
 unsupported at opset 18, and its chunk loop would be frozen at the traced length), and Transformers 5

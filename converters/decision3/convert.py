@@ -11,7 +11,7 @@ longest common token prefix of a request's rows run once, each question continui
 checked against the whole rows. ``--no-reference`` skips Transformers; the graph is then checked against
 our own torch forward only and the card says it is not verified against Transformers.
 
-The written package (d3-spec.md): model.onnx, embeddings.npy (float32 [vocab, H]), head.npz (readout
+The written package (docs/decision3.md): model.onnx, embeddings.npy (float32 [vocab, H]), head.npz (readout
 [255, H], rounded through readout_dtype), decision_config.json (ours), tokenizer.json (as built), card.json,
 golden.npz. The vision tower is not converted yet: a vision package converts its text path (card modalities
 ``text``) and the card says so.

@@ -2,7 +2,7 @@
 
 :func:`export_text_core` traces :class:`converters.decision3.backbone.Qwen35TextCore` with the
 TorchScript exporter at opset 18 (the chunk loop is a scripted loop, so the graph holds an ONNX Loop and
-serves every length) and writes ``model.onnx`` with the exact names and dynamic axes of d3-spec.md;
+serves every length) and writes ``model.onnx`` with the exact names and dynamic axes of docs/decision3.md;
 past 1.8 GB the weights go to one ``model.onnx.data`` beside it (converters/graph_files.py).
 
 :func:`reference_hidden` runs converters/decision3/reference.py in the reference environment

@@ -1,6 +1,6 @@
 """Decision 3.0 packages (``d3-package-manifest/1``) in the upstream format: detect, verify, read the weights.
 
-docs: /work/shared/reference/upstream-formats.md §3.1-§3.4. A package is a Transformers ``Qwen3_5Model``
+docs: docs/reference/upstream-formats.md §3.1-§3.4. A package is a Transformers ``Qwen3_5Model``
 checkpoint (text model, optionally its vision tower) in BF16, a 255-row answer-code readout
 (``readout.safetensors``), ``decision_config.json``, the tokenizer files, a chat template and a
 ``MODEL_MANIFEST.json`` that lists every file's SHA-256 (and size), the parameter counts and the identity of

@@ -1,6 +1,6 @@
 """The Forward for hybrid recurrent/attention text cores (decision3: Qwen3.5's Gated DeltaNet + attention).
 
-The graph (converters/decision3/export.py; d3-spec.md has the exact interface) takes ``inputs_embeds
+The graph (converters/decision3/export.py; docs/decision3.md has the exact interface) takes ``inputs_embeds
 [B, q, H]``, ``attention_mask [B, past + q]``, M-RoPE ``position_ids [B, 3, q]`` and per layer either a
 GDN conv and recurrent state (``past_conv.{i}``, ``past_recurrent.{i}``: fixed shapes after the batch) or
 an attention cache (``past_key_values.{i}.key|value``); it returns ``last_hidden_state`` and the new
