@@ -43,10 +43,14 @@ def test_answer_problems_finds_wrong_shapes() -> None:
     assert answer_problems(DECISIONS_EXAMPLE_2, answered) == ["thresholds.contacts is missing"]
 
 
-@pytest.mark.parametrize("family", ["sparrow", "decision-codes"])
+@pytest.mark.parametrize("family", ["sparrow", "decision-codes", "decision3"])
 def test_examples_command_against_a_live_server(family: str, tmp_path: Path) -> None:
     if family == "sparrow":
         package = build_sparrow_package(tmp_path)
+    elif family == "decision3":  # the causal pruned fixture: state-once, irregular layer_types
+        from converters.decision3.convert import build_fixture
+
+        package = build_fixture(tmp_path / "d3", variant="pruned", attention_mode="causal").path
     else:
         from converters.decision_codes.fixture import build_decision_codes_fixture
 
