@@ -77,6 +77,14 @@ class Package:
             return None
         return _load_json_object(self.path / DECISION_CONFIG_FILE, DECISION_CONFIG_FILE)
 
+    def require_decision_config(self) -> dict[str, Any]:
+        """decision_config.json as an object; PackageError when the package has none (a decision
+        family cannot plan without it)."""
+        config = self.decision_config()
+        if config is None:
+            raise PackageError(DECISION_CONFIG_FILE, f"package {self.card.name} has no {DECISION_CONFIG_FILE}")
+        return config
+
     def _variant(self, variant: str):
         try:
             return self.card.variants[variant]

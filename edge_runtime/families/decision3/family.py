@@ -71,9 +71,7 @@ class Decision3Family(DecisionFamily[RecurrentForward]):
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
                  max_input_tokens: int | None = None) -> None:
         card = package.card
-        config = package.decision_config()
-        if config is None:
-            raise ValueError(f"package {card.name} has no decision_config.json")
+        config = package.require_decision_config()
         check_config(config)
         self.name = name or card.name
         self.config = config

@@ -305,9 +305,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
                  max_input_tokens: int | None = None, opened: Mapping[str, Any] | None = None) -> None:
         card = package.card
-        config = package.decision_config()
-        if config is None:
-            raise ValueError(f"package {card.name} has no decision_config.json")
+        config = package.require_decision_config()
         self.name = name or card.name
         embeddings = np.load(package.file(EMBEDDINGS_FILE), mmap_mode="r", allow_pickle=False)
         weights = package.head_weights()

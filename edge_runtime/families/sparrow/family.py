@@ -361,9 +361,7 @@ class SparrowFamily(DecisionFamily[SparrowForward]):
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
                  opened: Mapping[str, Any] | None = None) -> None:
         card = package.card
-        config = package.decision_config()
-        if config is None:
-            raise ValueError(f"package {card.name} has no decision_config.json")
+        config = package.require_decision_config()
         self.name = name or card.name
         self.max_input_tokens = int(card.limits["max_input_tokens"])
         self.question_types = answered_types(card, tuple(KINDS))
