@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from sanic import Request, Sanic
-from sanic.exceptions import MethodNotAllowed, NotFound, SanicException
 from sanic.response import HTTPResponse
 
 from edge_runtime.api.auth import ApiKeys, bearer_token
 from edge_runtime.api.body import parse_json
-from edge_runtime.api.responses import error_response, json_response
+from edge_runtime.api.responses import error_response, install_error_handlers, json_response
 from edge_runtime.config import ConfigError, ServeConfig
 from edge_runtime.errors import ApiError
 from edge_runtime.updates import Updates
@@ -179,16 +178,6 @@ def create_admin_app(config: ServeConfig, updates: Updates, keys: ApiKeys) -> Sa
     async def api_error(request: Request, exc: ApiError) -> HTTPResponse:
         return error_response(exc)
 
-    @app.exception(NotFound, MethodNotAllowed)
-    async def no_route(request: Request, exc: SanicException) -> HTTPResponse:
-        reason = "method_not_allowed" if isinstance(exc, MethodNotAllowed) else "route_not_found"
-        return error_response(ApiError("invalid_request", f"no route {request.method} {request.path}", reason))
-
-    @app.exception(Exception)
-    async def internal(request: Request, exc: Exception) -> HTTPResponse:
-        if isinstance(exc, SanicException) and exc.status_code < 500:
-            return error_response(ApiError("invalid_request", str(exc)))
-        log.exception("admin: internal error on %s %s", request.method, request.path, exc_info=exc)
-        return error_response(ApiError("internal_error", "internal error; the server log has the details"))
+    install_error_handlers(app, log)
 
     return app

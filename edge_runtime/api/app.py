@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, cast
 
 from sanic import Request, Sanic
-from sanic.exceptions import MethodNotAllowed, NotFound, PayloadTooLarge, RequestTimeout, SanicException
+from sanic.exceptions import PayloadTooLarge
 from sanic.http import Http
 from sanic.response import HTTPResponse
 
@@ -23,7 +23,14 @@ from edge_runtime.api.auth import ApiKeys
 from edge_runtime.api.body import decode_body, decode_small, inline_parts, parse_json, parse_multipart, read_raw_body
 from edge_runtime.api.bundle import serve_bundle
 from edge_runtime.api.listing import list_models
-from edge_runtime.api.responses import Reply, contract_error, error_response, json_response, surface_response
+from edge_runtime.api.responses import (
+    Reply,
+    contract_error,
+    error_response,
+    install_error_handlers,
+    json_response,
+    surface_response,
+)
 from edge_runtime.api.schema import openapi_bytes
 from edge_runtime.api.statuses import RETRY_AFTER, as_api_error
 from edge_runtime.api.systemone import serve_systemone, systemone_error
@@ -235,20 +242,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         limit = config.max_request_bytes
         return error_response(ApiError("request_too_large", f"the body exceeds {limit} bytes", limit=limit))
 
-    @app.exception(NotFound, MethodNotAllowed)
-    async def no_route(request: Request, exc: SanicException) -> HTTPResponse:
-        reason = "method_not_allowed" if isinstance(exc, MethodNotAllowed) else "route_not_found"
-        return error_response(ApiError("invalid_request", f"no route {request.method} {request.path}", reason))
-
-    @app.exception(Exception)
-    async def internal(request: Request, exc: Exception) -> HTTPResponse:
-        if isinstance(exc, RequestTimeout):
-            return error_response(ApiError("invalid_request", str(exc), "request_timeout"))
-        if isinstance(exc, SanicException) and exc.status_code < 500:
-            return error_response(ApiError("invalid_request", str(exc)))
-        # The exception's text may hold request data or internals: it goes to the log, not the client.
-        log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
-        return error_response(ApiError("internal_error", "internal error; the server log has the details"))
+    install_error_handlers(app, log)
 
     return app
 

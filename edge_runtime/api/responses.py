@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
+from sanic import Request, Sanic
+from sanic.exceptions import MethodNotAllowed, NotFound, RequestTimeout, SanicException
 from sanic.response import HTTPResponse
 
 from edge_runtime.api.statuses import retry_headers, status_of
@@ -43,3 +46,23 @@ def surface_response(
     timing.finish()
     headers["Server-Timing"] = timing.header()
     return HTTPResponse(data, status=status, headers=headers, content_type=JSON)
+
+
+def install_error_handlers(app: Sanic, log: logging.Logger) -> None:
+    """The contract's error shape for what Sanic raises itself, on any of our listeners: unknown
+    routes and methods, request timeouts, Sanic's other 4xx, and the catch-all 500 that logs the
+    exception (its text may hold request data or internals) and never echoes it."""
+
+    @app.exception(NotFound, MethodNotAllowed)
+    async def no_route(request: Request, exc: SanicException) -> HTTPResponse:
+        reason = "method_not_allowed" if isinstance(exc, MethodNotAllowed) else "route_not_found"
+        return error_response(ApiError("invalid_request", f"no route {request.method} {request.path}", reason))
+
+    @app.exception(Exception)
+    async def internal(request: Request, exc: Exception) -> HTTPResponse:
+        if isinstance(exc, RequestTimeout):
+            return error_response(ApiError("invalid_request", str(exc), "request_timeout"))
+        if isinstance(exc, SanicException) and exc.status_code < 500:
+            return error_response(ApiError("invalid_request", str(exc)))
+        log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
+        return error_response(ApiError("internal_error", "internal error; the server log has the details"))
