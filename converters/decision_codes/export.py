@@ -50,6 +50,7 @@ from converters.export import (
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source
+from edge_runtime.families.code_options import SYSTEM
 from edge_runtime.families.decision_codes.family import (
     ATTENTION_MODES,
     CONFIG_FORMAT,
@@ -57,7 +58,6 @@ from edge_runtime.families.decision_codes.family import (
     QUESTION_TYPES,
     READOUT,
     READOUT_BIAS,
-    SYSTEM,
     CodesPrompt,
     check_config,
 )

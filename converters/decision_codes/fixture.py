@@ -22,9 +22,7 @@ from converters.errors import ConversionError
 from converters.export import (
     ExportResult,
 )
-from edge_runtime.families.decision_codes.family import (
-    SYSTEM,
-)
+from edge_runtime.families.code_options import SYSTEM
 
 FIXTURE_RELEASE_DATE = "2025-01-01"
 
@@ -58,7 +56,7 @@ def train_fixture_tokenizer() -> Any:
     plus merges that make every code (A..Z, AA.., 255 in all) one token."""
     from converters.fixture_tokenizers import byte_level_bpe
     from converters.samples import fixture_corpus
-    from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
+    from edge_runtime.families.code_options import DEFAULT_INSTRUCTIONS, REPLY
 
     corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\nQuestions:\n"]
     corpus += [json.dumps(b, ensure_ascii=False) for b in SAMPLES]

@@ -55,7 +55,8 @@ from converters.graph_files import EXTERNAL_DATA_BYTES, gather_graph
 from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source
-from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, READOUT, SYSTEM, check_config
+from edge_runtime.families.code_options import SYSTEM
+from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, READOUT, check_config
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
 from edge_runtime.families.decision_vision.family import BOX_READOUT, VISION_GOLDEN
 from edge_runtime.packages.golden import npz_bytes

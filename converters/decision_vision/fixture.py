@@ -14,7 +14,7 @@ from converters.decision_codes.export import (
 )
 from converters.decision_vision.export import KIND, QWEN_SPLIT, SPECIALS, DecisionVisionOptions, export_decision_vision
 from converters.export import ExportResult
-from edge_runtime.families.decision_codes.family import SYSTEM
+from edge_runtime.families.code_options import SYSTEM
 
 FIXTURE_MAX_PIXELS = 128 * 128
 
@@ -40,7 +40,7 @@ def train_fixture_tokenizer() -> Any:
 
     from converters.fixture_tokenizers import byte_level_bpe
     from converters.samples import fixture_corpus
-    from edge_runtime.families.decision_codes.family import DEFAULT_INSTRUCTIONS, REPLY
+    from edge_runtime.families.code_options import DEFAULT_INSTRUCTIONS, REPLY
 
     corpus = [*fixture_corpus(), SYSTEM, REPLY, DEFAULT_INSTRUCTIONS, "State:\nQuestion:\nOptions:\n",
               "What does the picture show? Which colour dominates? mostly red green blue seconds",
