@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 
 from converters.decision3.convert import PROBABILITY_TOLERANCE, build_fixture
-from converters.decision3.export import reference_python
-from converters.errors import ConversionError
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
 from edge_runtime.engine.causal import BranchRow, CausalRow, causal_row
@@ -23,6 +21,7 @@ from edge_runtime.families.decision3.family import Decision3Family
 from edge_runtime.families.registry import read_package
 from edge_runtime.questions import Question, answer, parse_question
 from edge_runtime.requests.decisions import parse_decisions_request
+from tests.support.d3_models import NO_REFERENCE, reference_environment
 from tests.support.server_harness import ROOT, Server, write_models_file
 
 STATE = "Write a Python function that merges two sorted lists and explain its running time."
@@ -37,14 +36,6 @@ QUESTIONS: dict[str, Any] = {
 }
 
 
-def _has_reference() -> bool:
-    try:
-        reference_python()
-    except ConversionError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A causal text package (state-once) and a noncausal pruned one (irregular layers), converted; the
@@ -52,7 +43,7 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("d3pkg")
     causal = build_fixture(root / "causal", variant="text", attention_mode="causal", seed=1)
     noncausal = build_fixture(root / "noncausal", variant="pruned", attention_mode="noncausal_full_attention",
-                              seed=2, reference=_has_reference())
+                              seed=2, reference=reference_environment() is not None)
     return {"causal": causal.path, "noncausal": noncausal.path}
 
 
@@ -74,8 +65,8 @@ def _whole_row_answers(family: Decision3Family, state: Any, questions: dict[str,
 
 
 def test_conversion_matches_transformers_5(packages: dict[str, Path]) -> None:
-    if not _has_reference():
-        pytest.skip("no .venv-ref: scripts/reference_env.sh builds it")
+    if reference_environment() is None:
+        pytest.skip(NO_REFERENCE)
     card = read_package(packages["noncausal"]).card.raw
     v = card["verification"]
     assert v["transformers"] is True and v["max_abs_diff"] <= PROBABILITY_TOLERANCE == v["tolerance"]

@@ -20,31 +20,28 @@ from converters.decision3.backbone import (
     graph_output_names,
     unit_lower_inverse,
 )
-from converters.decision3.export import REFERENCE_ENV_VAR, export_text_core, reference_hidden, reference_python
+from converters.decision3.export import REFERENCE_ENV_VAR, export_text_core, reference_hidden
 from converters.decision3.stress import BOUND, series_inverse, stress_check
 from converters.errors import ConversionError
 from edge_runtime.engine.causal import branch_row, causal_row
 from edge_runtime.engine.probe import probe_grouping
 from edge_runtime.engine.recurrent import EmbedsBranchRow, RecurrentForward, embeds_row
 from edge_runtime.engine.session import create_session
-from tests.support.d3_models import IRREGULAR, random_text_weights, save_safetensors, tiny_text_config
+from tests.support.d3_models import (
+    IRREGULAR,
+    NO_REFERENCE,
+    needs_reference,
+    random_text_weights,
+    reference_environment,
+    save_safetensors,
+    tiny_text_config,
+)
 
 MODES = ("causal", "noncausal_full_attention")
 LENGTHS = (1, 7, 64, 65, 200)
 PREFIX, BRANCHES = 120, (3, 40)
 #: ORT vs Transformers fp32, last hidden state (|h| <= 2.6): measured <= 7.2e-7 on this model (both modes).
 PARITY = 1e-5
-
-
-def _has_reference() -> bool:
-    try:
-        reference_python()
-    except ConversionError:
-        return False
-    return True
-
-
-needs_reference = pytest.mark.skipif(not _has_reference(), reason="no .venv-ref: scripts/reference_env.sh builds it")
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +83,8 @@ def _cases(seed: int = 3) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarra
 @pytest.fixture(scope="module")
 def reference(tiny: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     """Transformers 5's hidden states for every case, one right-padded batch per mode (fp32 and bf16)."""
-    if not _has_reference():
-        pytest.skip("no .venv-ref: scripts/reference_env.sh builds it")
+    if reference_environment() is None:
+        pytest.skip(NO_REFERENCE)
     rows, positions, prefix, branches = _cases()
     seqs = [*rows, *(np.concatenate([prefix, b]) for b in branches)]
     pos = [*positions, *(np.broadcast_to(np.arange(PREFIX + len(b)), (3, PREFIX + len(b))) for b in branches)]

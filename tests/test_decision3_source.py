@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -26,11 +25,9 @@ from converters.decision3.tokenizer import (
 from converters.errors import ConversionError
 from edge_runtime.families.decision3.prompt import D3Prompt, PromptTokens, describe, option_texts, refusal
 from edge_runtime.questions import Question, parse_question
-from tests.support.server_harness import ROOT
+from tests.support.d3_models import needs_reference, reference_environment
 
-REFERENCE_PYTHON = Path(os.environ.get("EDGE_RUNTIME_REFERENCE_PYTHON", ROOT / ".venv-ref" / "bin" / "python"))
-needs_reference = pytest.mark.skipif(not REFERENCE_PYTHON.exists(),
-                                     reason="the reference environment is not built (scripts/reference_env.sh)")
+REFERENCE_PYTHON = reference_environment()
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 LIN, FULL = "linear_attention", "full_attention"
 #: A pruned backbone's irregular pattern (upstream's d3 "pruned" fixture): layer_types must be followed.
@@ -115,3 +117,19 @@ def save_safetensors(weights: dict[str, np.ndarray], path: Any) -> None:
         f.write(text)
         for blob in blobs:
             f.write(blob)
+
+
+def reference_environment() -> Path | None:
+    """The Transformers 5 reference interpreter (.venv-ref, or EDGE_RUNTIME_REFERENCE_PYTHON), None if absent."""
+    from converters.decision3.export import reference_python
+    from converters.errors import ConversionError
+
+    try:
+        return reference_python()
+    except ConversionError:
+        return None
+
+
+#: Marks a test that compares with Transformers 5: skipped, with the reason, where .venv-ref is absent.
+NO_REFERENCE = "no .venv-ref: scripts/reference_env.sh builds it"
+needs_reference = pytest.mark.skipif(reference_environment() is None, reason=NO_REFERENCE)
