@@ -34,8 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from edge_runtime.engine.causal import ATTENTION_MASK, HIDDEN, POSITION_IDS, PRESENT_PREFIX
+from edge_runtime.engine.causal import PAST_PREFIX as KV_PREFIX
+from edge_runtime.engine.recurrent import CAUSAL, CONV_PREFIX, INPUTS_EMBEDS, NONCAUSAL, RECURRENT_PREFIX
+
 LINEAR, FULL = "linear_attention", "full_attention"
-CAUSAL, NONCAUSAL = "causal", "noncausal_full_attention"
 ATTENTION_MODES: tuple[str, ...] = (CAUSAL, NONCAUSAL)
 #: Transformers' chunk size for the chunked gated delta rule; the graph pads each row's q to it.
 CHUNK = 64
@@ -43,30 +46,29 @@ CHUNK = 64
 #: a fully masked row can never turn into NaN that the GDN layers would then carry.
 MASKED = float(np.finfo(np.float32).min)
 
-INPUTS_EMBEDS, ATTENTION_MASK, POSITION_IDS = "inputs_embeds", "attention_mask", "position_ids"
-HIDDEN = "last_hidden_state"
+
+
+def _state_names(layer_types: Sequence[str], past: bool) -> list[str]:
+    """Each layer's state names in order (past inputs or present outputs), spelled as the engine reads them."""
+    names: list[str] = []
+    for i, kind in enumerate(layer_types):
+        if kind == LINEAR:
+            conv, recurrent = (CONV_PREFIX, RECURRENT_PREFIX) if past else ("present_conv.", "present_recurrent.")
+            names += [f"{conv}{i}", f"{recurrent}{i}"]
+        else:
+            kv = KV_PREFIX if past else PRESENT_PREFIX
+            names += [f"{kv}{i}.key", f"{kv}{i}.value"]
+    return names
 
 
 def graph_input_names(layer_types: Sequence[str]) -> list[str]:
     """The text core's inputs, in order: embeds, mask, positions, then each layer's past states."""
-    names = [INPUTS_EMBEDS, ATTENTION_MASK, POSITION_IDS]
-    for i, kind in enumerate(layer_types):
-        if kind == LINEAR:
-            names += [f"past_conv.{i}", f"past_recurrent.{i}"]
-        else:
-            names += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
-    return names
+    return [INPUTS_EMBEDS, ATTENTION_MASK, POSITION_IDS, *_state_names(layer_types, past=True)]
 
 
 def graph_output_names(layer_types: Sequence[str]) -> list[str]:
     """The text core's outputs, in order: the final-normed hidden states, then each layer's new states."""
-    names = [HIDDEN]
-    for i, kind in enumerate(layer_types):
-        if kind == LINEAR:
-            names += [f"present_conv.{i}", f"present_recurrent.{i}"]
-        else:
-            names += [f"present.{i}.key", f"present.{i}.value"]
-    return names
+    return [HIDDEN, *_state_names(layer_types, past=False)]
 
 
 # ---- the in-chunk solve ------------------------------------------------------------------------

@@ -27,13 +27,11 @@ import numpy as np
 
 from converters.errors import ConversionError
 from converters.graph_files import EXTERNAL_DATA_BYTES, gather_graph
+from edge_runtime.engine.causal import ATTENTION_MASK, HIDDEN, POSITION_IDS
+from edge_runtime.engine.recurrent import INPUTS_EMBEDS
 
 from .backbone import (
-    ATTENTION_MASK,
-    HIDDEN,
-    INPUTS_EMBEDS,
     LINEAR,
-    POSITION_IDS,
     build_text_core,
     graph_input_names,
     graph_output_names,

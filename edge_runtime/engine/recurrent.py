@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .causal import BranchRow, CausalRow
+from .causal import ATTENTION_MASK, HIDDEN, POSITION_IDS, PRESENT_PREFIX, BranchRow, CausalRow
+from .causal import PAST_PREFIX as KV_PREFIX
 
 if TYPE_CHECKING:  # keeps this module importable without onnxruntime
     from .session import GraphSession
 
-INPUTS_EMBEDS, ATTENTION_MASK, POSITION_IDS = "inputs_embeds", "attention_mask", "position_ids"
-HIDDEN = "last_hidden_state"
-CONV_PREFIX, RECURRENT_PREFIX, KV_PREFIX = "past_conv.", "past_recurrent.", "past_key_values."
+INPUTS_EMBEDS = "inputs_embeds"
+CONV_PREFIX, RECURRENT_PREFIX = "past_conv.", "past_recurrent."
 CAUSAL, NONCAUSAL = "causal", "noncausal_full_attention"
 
 #: Tiled state bytes one branch chunk may hold (GDN states are fixed per row; keys/values grow with the
@@ -129,7 +129,7 @@ class RecurrentForward:
                 if len(dims) != 3 or not isinstance(dims[0], int) or not isinstance(dims[2], int):
                     raise ValueError(f"{name} has shape {spec.shape}; expected [batch, kv_heads, past, head_dim]")
                 shape: tuple[int, ...] = (dims[0], 0, dims[2])
-                present = "present." + name[len(KV_PREFIX):]
+                present = PRESENT_PREFIX + name[len(KV_PREFIX):]
             else:
                 if not all(isinstance(d, int) for d in dims):
                     raise ValueError(f"{name} has shape {spec.shape}; a GDN state has fixed dims after the batch")
