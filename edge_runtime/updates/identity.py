@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_runtime.config import ModelConfig
-
-MANIFEST = "MANIFEST.json"
+from edge_runtime.packages.manifest import MANIFEST_FILE as MANIFEST
+from edge_runtime.packages.manifest import list_package_files
 
 
 @dataclass(frozen=True)
@@ -81,10 +81,9 @@ def incomplete(package: Path) -> str | None:
         want = entry.get("size") if isinstance(entry, dict) else None
         if size != want:
             return f"{package}: {rel} has {size} of {want} bytes"
-    listed = set(files) | {MANIFEST}
-    for path in sorted(package.rglob("*")):
-        if path.is_file() and path.relative_to(package).as_posix() not in listed:
-            return f"{package}: {path.relative_to(package).as_posix()} is not in {MANIFEST} (a copy in progress?)"
+    for rel in list_package_files(package):
+        if rel not in files and (package / rel).is_file():
+            return f"{package}: {rel} is not in {MANIFEST} (a copy in progress?)"
     return None
 
 
