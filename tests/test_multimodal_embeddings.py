@@ -219,7 +219,7 @@ def test_card_records_parity_and_the_long_audio_rule(mm_sources: dict[str, tuple
         assert set(towers) == set(card["towers"]) and card["verification"]["max_abs_diff"] <= PARITY
         assert all(t["preprocess_max_abs_diff"] == 0.0 for n, t in towers.items() if n != "text")
     audio = read_package(mm_sources["whisper"][1]).card.raw["towers"]["audio"]
-    assert audio["long_audio"] == "first_window" and audio["pooling"] == "mean_real_frames"
+    assert audio["long_audio"] == "windows" and audio["pooling"] == "mean_real_frames"
 
 
 @pytest.mark.parametrize("arch", ["siglip", "clip"])
@@ -251,6 +251,12 @@ def test_image_text_parity_with_transformers(mm_server: Server, mm_sources: dict
             assert np.max(np.abs(got[len(texts) + j] - want)) <= PARITY
 
 
+def _wav_samples(clip: bytes) -> np.ndarray:
+    """The WAV's samples read by the reference itself, not through PyAV."""
+    with wave.open(io.BytesIO(clip)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+
+
 def test_whisper_parity_with_transformers(mm_server: Server, mm_sources: dict[str, tuple[Path, Path]]) -> None:
     import torch
     from transformers import AutoModel, WhisperFeatureExtractor
@@ -261,8 +267,7 @@ def test_whisper_parity_with_transformers(mm_server: Server, mm_sources: dict[st
     clips = [encode_audio(tone(s, 16000, f, seed=int(f)), 16000, "wav") for s, f in ((0.45, 300.0), (1.3, 700.0))]
     answer = embed(mm_server, {"model": "whisper", "input": [audio_part(c) for c in clips]})
     for clip, item in zip(clips, answer["data"]):
-        with wave.open(io.BytesIO(clip)) as w:  # the reference reads the WAV itself, not through PyAV
-            samples = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+        samples = _wav_samples(clip)
         window = np.zeros(fe.n_samples, dtype=np.float32)
         window[: len(samples)] = samples
         features = torch.from_numpy(fe._np_extract_fbank_features(window[None], "cpu"))
@@ -294,11 +299,55 @@ def test_clap_parity_with_transformers(mm_server: Server, mm_sources: dict[str, 
         want = _unit(model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]))
         assert np.max(np.abs(got[0] - want)) <= PARITY
         for clip, vector in zip(clips, got[1:]):
-            with wave.open(io.BytesIO(clip)) as w:
-                samples = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
-            features = fe(samples, sampling_rate=16000, return_tensors="pt")["input_features"]
+            features = fe(_wav_samples(clip), sampling_rate=16000, return_tensors="pt")["input_features"]
             want = _unit(model.get_audio_features(input_features=features).numpy())
             assert np.max(np.abs(vector - want)) <= PARITY
+
+
+def test_long_clips_are_read_in_windows_and_pooled(mm_server: Server, mm_sources: dict[str, tuple[Path, Path]]) -> None:
+    """A clip longer than the tower's window (2 s in the fixtures) is read window by window, each as
+    Transformers reads a clip of that length, and pooled: Whisper over every real encoder position,
+    CLAP's vectors weighted by seconds; past the card's budget (8 s) it is refused."""
+    import torch
+    from transformers import AutoModel, ClapFeatureExtractor, WhisperFeatureExtractor
+
+    clip = encode_audio(tone(5.3, 16000, 620.0, seed=5), 16000, "wav")
+    samples = _wav_samples(clip)
+    windows = [samples[i: i + 32000] for i in range(0, len(samples), 32000)]
+    assert [len(w) for w in windows] == [32000, 32000, 20800]
+
+    src = mm_sources["whisper"][0]
+    encoder = AutoModel.from_pretrained(src, attn_implementation="eager").eval().get_encoder()
+    fe = WhisperFeatureExtractor.from_pretrained(src)
+    hidden = []
+    for w in windows:
+        padded = np.zeros(fe.n_samples, dtype=np.float32)
+        padded[: len(w)] = w
+        mask = fe([w], sampling_rate=16000, return_attention_mask=True, return_tensors="pt")["attention_mask"]
+        real = int(encoder._get_feat_extract_output_lengths(mask.sum(-1))[0])
+        with torch.no_grad():
+            features = torch.from_numpy(fe._np_extract_fbank_features(padded[None], "cpu"))
+            hidden.append(encoder(input_features=features).last_hidden_state[0, :real].double())
+    want = _unit(torch.cat(hidden).mean(0).numpy())
+    answer = embed(mm_server, {"model": "whisper", "input": [audio_part(clip)]})
+    assert np.max(np.abs(np.asarray(answer["data"][0]["embedding"]) - want)) <= PARITY
+    assert answer["data"][0]["input"]["windows"] == 3
+    assert answer["usage"]["prompt_tokens"] == sum(len(h) for h in hidden)
+
+    src = mm_sources["clap"][0]
+    model = AutoModel.from_pretrained(src).eval()
+    fe = ClapFeatureExtractor.from_pretrained(src)
+    with torch.no_grad():
+        vectors = [model.get_audio_features(input_features=fe(w, sampling_rate=16000, return_tensors="pt")
+                                            ["input_features"]).double().numpy()[0] for w in windows]
+    want = _unit(np.average(np.stack(vectors), axis=0, weights=[len(w) for w in windows]))
+    answer = embed(mm_server, {"model": "clap", "input": [audio_part(clip)]})
+    assert np.max(np.abs(np.asarray(answer["data"][0]["embedding"]) - want)) <= PARITY
+    assert answer["data"][0]["input"]["windows"] == 3
+
+    too_long = embed(mm_server, {"model": "whisper", "input": [audio_part(encode_audio(tone(8.5, 16000), 16000))]},
+                     status=400)["error"]
+    assert (too_long["reason"], too_long["limit"]) == ("audio_too_long", 8)
 
 
 def test_every_input_form_with_the_openai_client(mm_server: Server) -> None:

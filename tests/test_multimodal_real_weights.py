@@ -46,7 +46,7 @@ def test_the_ct2_export_matches_pytorch_and_records_it(tiny_en_package: Path) ->
     card = read_package(tiny_en_package).card.raw
     audio = card["towers"]["audio"]
     assert (audio["dimension"], audio["layers"], audio["positions"]) == (384, 4, 1500)
-    assert audio["preprocess"]["chunk_length"] == 30 and audio["long_audio"] == "first_window"
+    assert audio["preprocess"]["chunk_length"] == 30 and audio["long_audio"] == "windows"
     # float16 weights in fp32 graphs: ONNX Runtime vs PyTorch on 30 s windows, pooled vectors.
     assert card["verification"]["towers"]["audio"]["max_abs_diff"] <= 1e-4
     assert card["verification"]["towers"]["audio"]["preprocess_max_abs_diff"] == 0.0

@@ -42,9 +42,10 @@ MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 OPSET = 18
 #: card limits written unless the options say otherwise (bytes as sent; pixels of the source image).
 #: 16 MP: a decoded RGB source of 48 MB, which a few concurrent requests on a small edge node can hold;
-#: every tower reads 224-384 px, so larger photos gain nothing but memory.
+#: every tower reads 224-384 px, so larger photos gain nothing but memory. Audio: 5 minutes (10
+#: Whisper windows of 30 s, 19 MB of decoded samples) is the budget long clips are read in windows to.
 DEFAULT_LIMITS = {"image_max_bytes": 10 * 1024 * 1024, "image_source_max_pixels": 16_000_000,
-                  "audio_max_bytes": 25 * 1024 * 1024, "audio_max_seconds": 120}
+                  "audio_max_bytes": 25 * 1024 * 1024, "audio_max_seconds": 300}
 SAMPLE_TEXTS = ("a photo of a cat", "two dogs playing in the snow on a sunny winter afternoon",
                 "Überweisung fehlgeschlagen: Konto gesperrt?", "x")
 
@@ -236,7 +237,7 @@ def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict
         "text": text,
         "audio": {"graph": "towers/audio.onnx", "golden": "towers/audio.golden.npz", "inputs": ["input_features"],
                   "output": "audio_embeds", "dimension": text["dimension"], "layers": int(sum(acfg.depths)),
-                  "pooling": "none", "tokens": patches, "long_audio": "first_window", "preprocess": spec},
+                  "pooling": "none", "tokens": patches, "long_audio": "windows", "preprocess": spec},
     }
     goldens["towers/audio.golden.npz"] = _goldens(session, feeds[:1], "audio_embeds")
     files["towers/audio.onnx"] = path
@@ -288,7 +289,7 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
     towers = {"audio": {"graph": "model.onnx", "golden": "golden.npz", "inputs": ["input_features"],
                         "output": "last_hidden_state", "dimension": dim,
                         "layers": int(model.config.encoder_layers), "pooling": "mean_real_frames",
-                        "positions": positions, "long_audio": "first_window", "preprocess": spec}}
+                        "positions": positions, "long_audio": "windows", "preprocess": spec}}
     goldens = {"golden.npz": _goldens(session, feeds[:1], "last_hidden_state")}
     verification = {"audio": {"max_abs_diff": diff, "cases": cases, "preprocess_max_abs_diff": prep_diff,
                               "preprocess_reference": "WhisperFeatureExtractor numpy path"}}

@@ -21,6 +21,16 @@ def pool(hidden: np.ndarray, mode: str) -> np.ndarray:
     raise ValueError(f"unknown pooling {mode!r}")
 
 
+def weighted_mean(vectors: list[np.ndarray], weights: list[float]) -> np.ndarray:
+    """The mean of several vectors of one input (its audio windows) weighted by what each covered,
+    in float64; a single vector comes back as it is."""
+    if len(vectors) == 1:
+        return vectors[0]
+    w = np.asarray(weights, dtype=np.float64)
+    stacked = np.stack([v.astype(np.float64) for v in vectors])
+    return ((w[:, None] * stacked).sum(axis=0) / w.sum()).astype(np.float32)
+
+
 def normalize(vector: np.ndarray) -> np.ndarray:
     """L2-normalise, leaving an all-zero vector as it is."""
     norm = float(np.linalg.norm(vector.astype(np.float64)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -25,12 +25,14 @@ from edge_runtime.families.embeddings import Embedded, embedding_card, embedding
 from edge_runtime.families.items import InputUsage
 from edge_runtime.families.multimodal_embedding.card import PRIMARY_GRAPH
 from edge_runtime.families.multimodal_embedding.features import (
+    audio_windows,
     clap_log_mel,
     image_pixels,
     log_mel,
     whisper_real_positions,
+    window_samples,
 )
-from edge_runtime.heads.pooling import normalize
+from edge_runtime.heads.pooling import normalize, weighted_mean
 from edge_runtime.media.audio import AudioLimits, decode_audio
 from edge_runtime.media.dataurl import b64_bytes
 from edge_runtime.media.errors import MediaError
@@ -49,14 +51,16 @@ TEXT_PROBE_LENGTHS = (3, 9, 9, 17, 40, 130)
 
 @dataclass(frozen=True)
 class TowerRow:
-    """One input for one tower: the array it reads, its token(-equivalent) count, and for audio the
-    encoder positions that saw sound (the only ones averaged)."""
+    """One input for one tower (or one window of a long clip): the array it reads, its
+    token(-equivalent) count, for audio the encoder positions that saw sound (the only ones
+    averaged), and its weight when an input's windows are pooled."""
 
     tower: str
     data: np.ndarray
     tokens: int
     real: int = 0
     width: int = 0  # what the forward computes over, for the engine's batch planning (0: tokens)
+    weight: float = 1.0
 
 
 class Tower:
@@ -251,20 +255,21 @@ class MultimodalEmbeddingModel:
             raise invalid_request("embeddings take overflow reject or truncate")
         parts = req.parts or req.inputs
         rows: list[TowerRow] = []
-        owners: list[tuple[int, InputUsage] | ItemError] = []
+        # each input's rows (a long clip has one per window) and its usage, or its error
+        owners: list[tuple[slice, InputUsage] | ItemError] = []
         tokens = 0
         for index, part in enumerate(parts):
             try:
-                item = self._row(part, req)
+                item = self._rows(part, req)
             except MediaError as exc:
                 raise exc.api_error(f"input[{index}]") from None
             if isinstance(item, ItemError):
                 owners.append(item)
                 continue
-            row, usage = item
-            owners.append((len(rows), usage))
-            rows.append(row)
-            tokens += row.tokens
+            own, usage = item
+            owners.append((slice(len(rows), len(rows) + len(own)), usage))
+            rows.extend(own)
+            tokens += usage.tokens
         dims = req.dimensions if req.dimensions != self.dimension else None
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
@@ -273,7 +278,9 @@ class MultimodalEmbeddingModel:
                 if isinstance(own, ItemError) or isinstance(outputs, ItemError):
                     items.append(own if isinstance(own, ItemError) else outputs)  # type: ignore[arg-type]
                     continue
-                vector = np.asarray(outputs[own[0]], dtype=np.float32)
+                mine = rows[own[0]]
+                vector = weighted_mean([np.asarray(v, dtype=np.float32) for v in outputs[own[0]]],
+                                       [r.weight for r in mine])
                 if dims is not None:
                     vector = vector[:dims]
                 items.append((normalize(vector) if self.normalized else vector, own[1]))
@@ -282,12 +289,16 @@ class MultimodalEmbeddingModel:
         return Plan(rows, finish, tokens,
                     extras={"representation": self.representation(req.dimensions or self.dimension)})
 
-    def _row(self, part: Any, req: EmbeddingsRequest) -> tuple[TowerRow, InputUsage] | ItemError:
-        """The row of one input and its coverage; an over-long text is an item error, a refused
-        medium a MediaError."""
-        if isinstance(part, (ImageInput, AudioInput)):
-            row = self._media_row(part)
-            return row, InputUsage.whole(row.tokens)
+    def _rows(self, part: Any, req: EmbeddingsRequest) -> tuple[list[TowerRow], InputUsage] | ItemError:
+        """The rows of one input (one, or a long clip's windows) and its coverage; an over-long
+        text is an item error, a refused medium a MediaError."""
+        if isinstance(part, ImageInput):
+            row = self._image_row(part)
+            return [row], InputUsage.whole(row.tokens)
+        if isinstance(part, AudioInput):
+            rows = self._audio_rows(part)
+            usage = InputUsage.whole(sum(r.tokens for r in rows))
+            return rows, usage if len(rows) == 1 else replace(usage, windows=len(rows))
         assert self.text is not None
         budget = token_budget(req.options.max_tokens, self.max_input_tokens)
         result = self.text.encode(part, None, max_tokens=budget, overflow=req.options.overflow or "reject")
@@ -295,21 +306,34 @@ class MultimodalEmbeddingModel:
             return ItemError(result.code, result.message)
         assert isinstance(result, Encoded)
         ids = np.asarray(result.rows[0].ids, dtype=np.int64)
-        return TowerRow("text", ids, int(len(ids)), width=self.towers["text"].pad_to or 0), InputUsage.of(result)
+        return [TowerRow("text", ids, int(len(ids)), width=self.towers["text"].pad_to or 0)], InputUsage.of(result)
 
-    def _media_row(self, part: ImageInput | AudioInput) -> TowerRow:
-        """The tower row of an image or an audio clip (whole: a tower reads a fixed shape)."""
-        if isinstance(part, ImageInput):
-            spec = self.towers["image"].spec
-            limits = ImageLimits(int(self.limits["image_max_bytes"]), int(self.limits["image_source_max_pixels"]))
-            image = decode_image_url(part.url, limits, check_declared=True)
-            return TowerRow("image", image_pixels(image, spec["preprocess"]), int(spec["tokens"]))
+    def _image_row(self, part: ImageInput) -> TowerRow:
+        """The tower row of an image (whole: the tower reads a fixed shape)."""
+        spec = self.towers["image"].spec
+        limits = ImageLimits(int(self.limits["image_max_bytes"]), int(self.limits["image_source_max_pixels"]))
+        image = decode_image_url(part.url, limits, check_declared=True)
+        return TowerRow("image", image_pixels(image, spec["preprocess"]), int(spec["tokens"]))
+
+    def _audio_rows(self, part: AudioInput) -> list[TowerRow]:
+        """A clip's tower rows: one per window when the card reads long audio in windows (up to
+        the card's audio_max_seconds, the budget decode_audio enforces), else the first window.
+
+        Each window is read as the reference reads a clip of that length (Whisper: zero padded;
+        CLAP: repeat-padded). Pooling: Whisper's windows weigh by the encoder positions that saw
+        sound, so the result is the mean over every real position of the clip; CLAP's projected
+        vectors weigh by their seconds of sound."""
         spec = self.towers["audio"].spec
         pre = spec["preprocess"]
         audio_limits = AudioLimits(int(self.limits["audio_max_bytes"]), float(self.limits["audio_max_seconds"]))
         samples = decode_audio(b64_bytes(part.data, audio_limits.max_bytes, "audio"), audio_limits,
                                int(pre["sampling_rate"]), part.format)
-        if pre["log"] == "clap_db":  # CLAP: the graph pools; a clip counts as its spectrogram's patches
-            return TowerRow("audio", clap_log_mel(samples, pre), int(spec["tokens"]))
-        real = whisper_real_positions(len(samples), pre, int(spec["positions"]))
-        return TowerRow("audio", log_mel(samples, pre), real, real, int(spec["positions"]))
+        windows = audio_windows(samples, window_samples(pre), spec.get("long_audio", "first_window"))
+        if pre["log"] == "clap_db":  # CLAP: the graph pools; a window counts as its spectrogram's patches
+            return [TowerRow("audio", clap_log_mel(w, pre), int(spec["tokens"]), weight=float(len(w)))
+                    for w in windows]
+        rows = []
+        for w in windows:
+            real = whisper_real_positions(len(w), pre, int(spec["positions"]))
+            rows.append(TowerRow("audio", log_mel(w, pre), real, real, int(spec["positions"]), weight=float(real)))
+        return rows

@@ -128,6 +128,21 @@ def _power_spectrogram(waveform: np.ndarray, n_fft: int, hop: int) -> np.ndarray
     return (np.abs(spectrum, dtype=np.float64) ** 2).T
 
 
+def audio_windows(samples: np.ndarray, window: int, long_audio: str) -> list[np.ndarray]:
+    """The clip as the tower reads it: consecutive windows of ``window`` samples (the last one
+    short) when the card's ``long_audio`` is ``windows``, else the clip whole (``first_window``,
+    packages converted before windows: its first window is taken later)."""
+    if long_audio != "windows" or samples.shape[0] <= window:
+        return [samples]
+    return [samples[i: i + window] for i in range(0, samples.shape[0], window)]
+
+
+def window_samples(spec: dict[str, Any]) -> int:
+    """Samples in one window of the tower: Whisper's chunk_length, CLAP's max_length_s."""
+    seconds = spec["max_length_s"] if spec.get("log") == "clap_db" else spec["chunk_length"]
+    return int(seconds) * int(spec["sampling_rate"])
+
+
 def whisper_window(samples: np.ndarray, spec: dict[str, Any]) -> np.ndarray:
     """The samples the tower reads: the first window (chunk_length seconds), zero padded to it."""
     n = int(spec["chunk_length"]) * int(spec["sampling_rate"])
