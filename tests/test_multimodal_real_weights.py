@@ -65,3 +65,33 @@ def test_one_sentence_in_two_voices_is_closer_than_two_sentences(tiny_en_server:
     same = [float(v["lights-us"] @ v["lights-gb"]), float(v["card-us"] @ v["card-gb"])]
     different = [float(v[a] @ v[b]) for a in ("lights-us", "lights-gb") for b in ("card-us", "card-gb")]
     assert min(same) > max(different), (same, different)
+
+
+
+def test_a_three_minute_clip_is_read_in_windows(tiny_en_server: Server) -> None:
+    """Three minutes within the card's 300 s budget: six 30 s windows, pooled over every real
+    position. Six copies of one window give that window's own vector; three of one sentence then
+    three of another give a vector that moved towards the second (the first window alone would not)."""
+    from edge_runtime.media.audio import AudioLimits, decode_audio
+    from tests.support.media_samples import encode_audio
+
+    def window(name: str) -> np.ndarray:
+        said = decode_audio((SPEECH / f"{name}.ogg").read_bytes(), AudioLimits(1 << 24, 60), 16000, "ogg")
+        once = np.concatenate([said, np.zeros(8000, dtype=np.float32)])
+        return np.tile(once, 30 * 16000 // len(once) + 1)[: 30 * 16000]
+
+    lights, card = window("lights-us"), window("card-us")
+    clips = [lights, card, np.tile(lights, 6), np.concatenate([lights] * 3 + [card] * 3)]
+    body = {"model": "whisper-tiny-en", "encoding_format": "float",
+            "input": [{"type": "input_audio", "input_audio": {
+                "data": base64.b64encode(encode_audio(c, 16000, "flac")).decode("ascii"), "format": "flac"}}
+                for c in clips]}
+    response = tiny_en_server.client.post("/v1/embeddings", json=body, timeout=300)
+    validate_response("/v1/embeddings", "post", response.status_code, response.json())
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    assert [d["input"].get("windows") for d in data] == [None, None, 6, 6]
+    assert data[2]["input"]["tokens"] == 6 * 1500
+    a, b, same, mixed = (np.asarray(d["embedding"]) for d in data)
+    assert np.max(np.abs(same - a)) <= 1e-6
+    assert float(mixed @ b) > float(a @ b) + 0.01
