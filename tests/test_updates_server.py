@@ -22,7 +22,9 @@ ADMIN_KEY = "admin-key-for-tests-0123456789"
 
 
 def entry(package: Path) -> dict[str, Any]:
-    return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1}
+    # seeds 0 and 1 are different embedders: their swaps are allowed to change the output space
+    return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1,
+            "update": {"allow_space_change": True}}
 
 
 @pytest.fixture(scope="module")

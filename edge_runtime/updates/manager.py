@@ -30,6 +30,7 @@ from edge_runtime.config import ConfigError, ModelConfig, load_models_file
 from edge_runtime.errors import ApiError
 from edge_runtime.loading import ServedModel, load_model
 from edge_runtime.runtime import Runtime
+from edge_runtime.updates.agreement import Side, compare, gate_failures, guarded, space_change
 from edge_runtime.updates.identity import Change, Identity, identity, incomplete, plan
 from edge_runtime.updates.memory import budget, give_back, package_need, resident_bytes
 
@@ -103,6 +104,7 @@ class Tracked:
     hold_until: float | None = None  # a drained previous version stays standby until then (rollback)
     watch_until: float | None = None  # an active version's watch window
     baseline: dict[str, float] | None = None  # the previous version's stats at the promotion
+    agreement: dict[str, Any] | None = None  # its agreement report against the version active at its load
     end_state: str = "retired"
 
 
@@ -233,7 +235,7 @@ class Updates:
                 with self._lock:
                     self.runtime.set_entry(change.entry)
                     self.applied[change.name] = (change.entry, identity(change.entry))
-                op.step(f"{change.name}: aliases now {list(change.entry.aliases)}")
+                op.step(f"{change.name}: aliases now {list(change.entry.aliases)}, update rules taken")
             elif change.action == "wait":
                 with self._lock:
                     self.waiting[change.name] = change.reason or "incomplete"
@@ -334,10 +336,54 @@ class Updates:
                 self.applied[name] = (entry, identity(entry, new.package.digest if new.package else None))
             self.runtime.pin(new)
             self._publish(name)
+        report = self._agreement(op, tracked)
+        if promote and report is not None:
+            space = (report.get("space") or {}).get("reason")
+            if space is not None and not entry.update.allow_space_change:
+                with self._lock:
+                    new.reason = (f"held: its output space changed ({space}); {name}@{new.version_id} reaches it "
+                                  "until an explicit promote")
+                self._count_swap(name, "held")
+                op.result["held"] = True
+                op.step(f"version {new.version_id} is standby, not promoted: {new.reason}")
+                return
+            failures = gate_failures(report, entry.update, skip_cosine=space is not None)
+            if failures:
+                reason = f"version {new.version_id} failed the agreement gate: " + "; ".join(failures)
+                new.reason, new.reason_code = reason, "agreement"
+                self._release(tracked, "failed")
+                self._not_promoted(op, name, identity(entry, new.package.digest if new.package else None),
+                                   "agreement", reason, "update_failed")
+                return
         if promote:
             self._promote(op, tracked)
         else:
             op.step(f"version {new.version_id} is standby: {name}@{new.version_id} reaches it until promoted")
+
+    def _agreement(self, op: Operation, tracked: Tracked) -> dict[str, Any] | None:
+        """The agreement report of a verified version against the active one (None without one to
+        compare with: a first load, or the replace policy's gap), with the space guard's verdict
+        for embedding and rerank models; kept on the version and in the operation's result."""
+        new = tracked.model
+        with self._lock:
+            old = self.runtime.models.get(new.name)
+        if (old is None or old is new or old.status != "ready" or old.session is None or old.package is None
+                or new.session is None or new.package is None):
+            return None
+        report = compare(Side(old.version_id, old.package.card, old.session, old.package.golden(old.config.variant)),
+                         Side(new.version_id, new.package.card, new.session, new.package.golden(new.config.variant)))
+        if guarded(new.package.card):
+            why = space_change(old.package.card, new.package.card, report, new.config.update)
+            report["space"] = {"changed": why is not None, **({"reason": why} if why else {})}
+        tracked.agreement = report
+        op.result["agreement"] = report
+        if self.metrics is not None:
+            self.metrics.set_agreement(new.name, report)
+        figures = ", ".join(f"{k} {report[k]:.4g}" for k in ("max_abs_dp", "argmax_agreement", "min_cosine",
+                                                              "mean_cosine") if k in report)
+        op.step(f"agreement with {old.version_id} on {report['cases']} golden cases "
+                f"({report['skipped']} skipped): {figures or report.get('reason') or 'nothing compared'}")
+        return report
 
     def _replace_first(self, op: Operation, name: str) -> Tracked | None:
         """The replace policy: take the active version out first and release it (an announced gap)."""
@@ -385,6 +431,7 @@ class Updates:
             if old is new:
                 return
             new.version_state = "active"
+            new.reason = None  # a held version's reason ends with its promotion
             new.activated_at = time.time()
             self.runtime.set_active(new)
             self.runtime.pin(new)
@@ -631,6 +678,8 @@ class Updates:
     def _version_view(self, tracked: Tracked) -> dict[str, Any]:
         view = tracked.model.version()
         view["leases"] = tracked.model.leases
+        if tracked.agreement is not None:
+            view["agreement"] = tracked.agreement
         now = time.monotonic()
         if tracked.drain_deadline is not None and tracked.model.version_state == "draining":
             view["drain_deadline_in_s"] = round(max(0.0, tracked.drain_deadline - now), 3)
@@ -648,7 +697,11 @@ class Updates:
             if applied is None:
                 raise ApiError("model_not_found", f"{name!r} is not a configured model")
             current = applied[0]
-        return dataclasses.replace(current, package=package, variant=variant or current.variant)
+        with self._lock:
+            applied = self.applied.get(name)
+        # the file's update rules, not those an earlier admin load overrode
+        rules = applied[0].update if applied is not None else current.update
+        return dataclasses.replace(current, package=package, variant=variant or current.variant, update=rules)
 
     # -- metrics ------------------------------------------------------------------------------
 
