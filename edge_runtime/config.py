@@ -51,6 +51,10 @@ class UpdateRules:
     max_dp: float | None = None
     min_argmax_agreement: float | None = None
     min_cosine: float | None = None
+    # Opt-in: the last requests the active version answered, kept in memory only (count and bytes
+    # bounded), which old and new also answer for the report. 0 turns it off.
+    sample_requests: int = 0
+    sample_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,13 @@ def update_rules(raw: Any, where: str) -> UpdateRules:
     if not isinstance(allow, bool):
         raise ConfigError(f"{where}.allow_space_change must be true or false, not {allow!r}")
     values: dict[str, Any] = {"allow_space_change": allow}
-    for key in known - {"allow_space_change"}:
+    for key in ("sample_requests", "sample_bytes"):
+        value = raw.get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{where}.{key} must be a whole number of at least 0, not {value!r}")
+            values[key] = value
+    for key in known - {"allow_space_change", "sample_requests", "sample_bytes"}:
         value = raw.get(key)
         if value is None:
             continue

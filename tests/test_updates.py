@@ -509,3 +509,53 @@ def test_an_agreement_gate_that_fails_keeps_the_old_version(tmp_path: Path) -> N
     finally:
         updates.stop()
         runtime.close()
+
+
+def test_the_recent_request_sample_is_bounded_and_replayed(served: Any, packages: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    from edge_runtime.updates.sample import RecentRequests
+
+    ring = RecentRequests()
+    for i in range(5):
+        ring.record("emb", "embeddings", {"model": "emb", "input": "x" * 10, "i": i}, count=3, max_bytes=1000)
+    assert [b["i"] for _, b in ring.take("emb")] == [2, 3, 4] and ring.held("emb")[0] == 3
+    size = ring.held("emb")[1] // 3
+    ring.record("emb", "embeddings", {"model": "emb", "input": "x" * 10, "i": 5}, count=3, max_bytes=2 * size)
+    assert [b["i"] for _, b in ring.take("emb")] == [4, 5]  # the byte bound drops the oldest too
+    ring.record("emb", "embeddings", {"input": "y" * 5000}, count=3, max_bytes=1000)  # alone too large
+    assert ring.held("emb")[0] == 2
+
+    runtime, updates = served()
+    off = updates.entry_for("emb", packages["a"], None)
+    assert off.update.sample_requests == 0
+    answer(runtime)
+    assert updates.recent.held("emb") == (0, 0)  # off by default
+    sampled = dataclasses.replace(off, update=dataclasses.replace(off.update, sample_requests=4), threads=2)
+    finished(updates.load(sampled))  # the same weights under another setting, now sampling
+    for i in range(6):
+        answer(runtime, {**EMBED, "input": [f"recent request {i}"]})
+    assert updates.recent.held("emb")[0] == 4
+    op = finished(updates.load(dataclasses.replace(sampled, package=packages["b"])))
+    sample = op.result["agreement"]["sample"]
+    assert op.state == "succeeded", op.describe()
+    assert (sample["sampled"], sample["requests"], sample["failed_old"], sample["failed_new"]) == (4, 4, 0, 0)
+    assert sample["min_cosine"] < 0.99 and sample["min_cosine"] <= sample["mean_cosine"]
+    assert updates.recent.held("emb")[0] == 4  # the report's own requests are not sampled
+
+
+def test_answers_are_compared_by_the_contract_members() -> None:
+    from edge_runtime.updates.sample import compare_answers
+
+    def classify(p: list[float]) -> dict[str, Any]:
+        return {"data": [{"index": 0, "probabilities": p, "input": {"tokens": 3}}], "usage": {"tokens": 3}}
+
+    def decide(p: dict[str, float]) -> dict[str, Any]:
+        return {"answers": {"q": {"type": "choice", "confidence": max(p.values()), "probabilities": p}}}
+
+    got = compare_answers([(classify([0.2, 0.8]), classify([0.3, 0.7])),
+                           (decide({"a": 0.6, "b": 0.4}), decide({"a": 0.4, "b": 0.6})),
+                           (classify([0.5, 0.5]), classify([0.2, 0.3, 0.5]))])  # another label set
+    assert got["requests"] == 3 and got["not_comparable"] == 1
+    assert abs(got["max_abs_dp"] - 0.2) < 1e-12 and got["argmax_agreement"] == 0.5
+    vectors = compare_answers([({"data": [{"embedding": [1.0, 0.0]}]}, {"data": [{"embedding": [1.0, 1.0]}]})])
+    assert abs(vectors["min_cosine"] - 2 ** -0.5) < 1e-12

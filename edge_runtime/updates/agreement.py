@@ -179,17 +179,19 @@ def space_change(old: Card, new: Card, report: Mapping[str, Any], rules: UpdateR
     return None
 
 
-def gate_failures(report: Mapping[str, Any], rules: UpdateRules, skip_cosine: bool = False) -> list[str]:
+def gate_failures(report: Mapping[str, Any], rules: UpdateRules, skip_cosine: bool = False,
+                  sample: bool = False) -> list[str]:
     """The gate's bounds that ``report`` does not meet (empty: it passes or no bound is set).
 
     A bound on a figure the report does not have (max |dp| for an embedder) does not apply; a gate
-    with a bound set and no case compared fails, since nothing shows the versions agree.
+    with a bound set and no golden case compared fails, since nothing shows the versions agree (the
+    sample of recent requests, ``sample``, may be empty: it adds bounds, never the only ones).
     """
     bounds = {"max_abs_dp": rules.max_dp, "argmax_agreement": rules.min_argmax_agreement,
               "min_cosine": None if skip_cosine else rules.min_cosine}
     if all(v is None for v in bounds.values()):
         return []
-    if not report.get("cases") or report.get("comparable") is False:
+    if not sample and (not report.get("cases") or report.get("comparable") is False):
         return [f"no golden case could be compared ({report.get('reason') or 'none fits both graphs'})"]
     out = []
     if rules.max_dp is not None and "max_abs_dp" in report and report["max_abs_dp"] > rules.max_dp:

@@ -13,6 +13,7 @@ answered not_ready (the retryable refusal), never dropped.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import logging
@@ -30,9 +31,12 @@ from edge_runtime.config import ConfigError, ModelConfig, load_models_file
 from edge_runtime.errors import ApiError
 from edge_runtime.loading import ServedModel, load_model
 from edge_runtime.runtime import Runtime
+from edge_runtime.service import serve
+from edge_runtime.timing import Timing
 from edge_runtime.updates.agreement import Side, compare, gate_failures, guarded, space_change
 from edge_runtime.updates.identity import Change, Identity, identity, incomplete, plan
 from edge_runtime.updates.memory import budget, give_back, package_need, resident_bytes
+from edge_runtime.updates.sample import RecentRequests, compare_answers
 
 log = logging.getLogger("edge_runtime.updates")
 
@@ -131,6 +135,8 @@ class Updates:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_poll: float | None = None
+        self.recent = RecentRequests()
+        self._replaying = threading.local()  # the report's own requests are not sampled
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -145,6 +151,7 @@ class Updates:
                 if model.status == "failed":
                     self.failed[name] = ident
                 self._publish(name)
+        self.runtime.on_answered = self._on_answered
         if self.settings.watch_models_seconds:
             self._next_poll = time.monotonic() + self.settings.watch_models_seconds
         for target, name in ((self._load_loop, "updates-loader"), (self._monitor_loop, "updates-monitor")):
@@ -165,6 +172,14 @@ class Updates:
         for model in others:
             if model.executor is not None:
                 model.executor.close(timeout=30.0)
+
+    def _on_answered(self, model: ServedModel, surface: str, body: Any) -> None:
+        """Keep a request the active version answered in its name's sample, when the entry asks for one."""
+        rules = model.config.update
+        if rules.sample_requests <= 0 or getattr(self._replaying, "on", False):
+            return
+        if self.runtime.models.get(model.name) is model:
+            self.recent.record(model.name, surface, body, rules.sample_requests, rules.sample_bytes)
 
     def _load_loop(self) -> None:
         while True:
@@ -348,6 +363,9 @@ class Updates:
                 op.step(f"version {new.version_id} is standby, not promoted: {new.reason}")
                 return
             failures = gate_failures(report, entry.update, skip_cosine=space is not None)
+            if "sample" in report:
+                failures += [f"recent requests: {f}" for f in
+                             gate_failures(report["sample"], entry.update, skip_cosine=space is not None, sample=True)]
             if failures:
                 reason = f"version {new.version_id} failed the agreement gate: " + "; ".join(failures)
                 new.reason, new.reason_code = reason, "agreement"
@@ -372,6 +390,8 @@ class Updates:
             return None
         report = compare(Side(old.version_id, old.package.card, old.session, old.package.golden(old.config.variant)),
                          Side(new.version_id, new.package.card, new.session, new.package.golden(new.config.variant)))
+        if new.config.update.sample_requests > 0:
+            report["sample"] = self._replay(old, new)
         if guarded(new.package.card):
             why = space_change(old.package.card, new.package.card, report, new.config.update)
             report["space"] = {"changed": why is not None, **({"reason": why} if why else {})}
@@ -420,6 +440,34 @@ class Updates:
         if tracked.model.version_state not in ("standby",):
             raise ApiError("conflict", f"version {version} of {name!r} is {tracked.model.version_state}, not standby")
         return self.submit("promote", name, self._promote, tracked)
+
+    def _replay(self, old: ServedModel, new: ServedModel) -> dict[str, Any]:
+        """Old and new answer the sampled recent requests of their name (see updates/sample.py): old
+        under the plain name (still active: nothing else switches while the loader runs this), new
+        as name@<version_id>."""
+        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        failed = {"old": 0, "new": 0}
+        sampled = self.recent.take(new.name)
+
+        async def answer(surface: str, body: dict[str, Any], model: str) -> dict[str, Any]:
+            return await serve(self.runtime, surface, {**body, "model": model}, Timing())
+
+        self._replaying.on = True
+        try:
+            for surface, body in sampled:
+                got: dict[str, dict[str, Any]] = {}
+                for side, model in (("old", new.name), ("new", f"{new.name}@{new.version_id}")):
+                    try:
+                        got[side] = asyncio.run(answer(surface, body, model))
+                    except Exception:  # an answer refused or failed: counted, never raised
+                        failed[side] += 1
+                if len(got) == 2:
+                    pairs.append((got["old"], got["new"]))
+        finally:
+            self._replaying.on = False
+        out = compare_answers(pairs)
+        out.update(sampled=len(sampled), failed_old=failed["old"], failed_new=failed["new"])
+        return out
 
     def _promote(self, op: Operation, tracked: Tracked, rollback_reason: str | None = None) -> None:
         """Point the name at ``tracked`` (one replacement of the map); the old version drains."""
@@ -611,6 +659,7 @@ class Updates:
         """models.yaml no longer lists ``name``: stop serving it, drain and release every version."""
         with self._lock:
             self.runtime.remove(name)
+            self.recent.forget(name)
             self.applied.pop(name, None)
             self.previous.pop(name, None)
             for tracked in self.resident.get(name, []):
