@@ -559,3 +559,25 @@ def test_answers_are_compared_by_the_contract_members() -> None:
     assert abs(got["max_abs_dp"] - 0.2) < 1e-12 and got["argmax_agreement"] == 0.5
     vectors = compare_answers([({"data": [{"embedding": [1.0, 0.0]}]}, {"data": [{"embedding": [1.0, 1.0]}]})])
     assert abs(vectors["min_cosine"] - 2 ** -0.5) < 1e-12
+
+
+def test_update_rules_in_models_yaml(tmp_path: Path, packages: dict[str, Path]) -> None:
+    from edge_runtime.config import ConfigError
+
+    def rules(update: Any) -> UpdateRules:
+        (m,) = load_models_file(write_models_file(tmp_path / "m.yaml", [entry(packages["a"], update=update)]))
+        return m.update
+
+    assert rules(None) == UpdateRules()
+    got = rules({"allow_space_change": True, "min_cosine": 0.995, "max_dp": 0, "sample_requests": 8})
+    assert got == UpdateRules(allow_space_change=True, min_cosine=0.995, max_dp=0.0, sample_requests=8)
+    for bad, message in (({"min_cosine": 1.5}, "from 0 to 1"), ({"allow_space_change": "yes"}, "true or false"),
+                         ({"sample_requests": -1}, "at least 0"), ({"gate": 1}, r"unknown keys \['gate'\]"),
+                         ([1], "must be a mapping")):
+        with pytest.raises(ConfigError, match=message):
+            rules(bad)
+    # update rules are not part of a version's identity: changing them swaps nothing
+    (a,) = load_models_file(write_models_file(tmp_path / "m.yaml", [entry(packages["a"])]))
+    (b,) = load_models_file(write_models_file(tmp_path / "m2.yaml", [entry(packages["a"], update={"max_dp": 0.1})]))
+    assert identity(a) == identity(b)
+    assert [c.action for c in plan({"emb": (a, identity(a))}, (b,), {}, False)] == ["aliases"]
