@@ -476,6 +476,15 @@ def test_agreement_figures_on_constructed_cases(tmp_path: Path) -> None:
     failed = gate_failures(report, UpdateRules(max_dp=0.1, min_argmax_agreement=0.9))
     assert failed == ["max |dp| 0.6 > 0.1", "argmax agreement 0.5 < 0.9"]
 
+    class Refusing(Scripted):
+        def run(self, feeds: Any, names: Any) -> dict[str, np.ndarray]:
+            raise RuntimeError("INVALID_ARGUMENT: unexpected input shape")
+
+    report = compare(Side("old", card, Scripted(same), cases), Side("new", card, Refusing([]), []))
+    assert (report["cases"], report["skipped"]) == (0, 2) and "INVALID_ARGUMENT" in report["skipped_reasons"][0]
+    assert gate_failures(report, UpdateRules()) == []  # no gate, nothing to fail
+    assert "no golden case could be compared" in gate_failures(report, UpdateRules(max_dp=0.5))[0]
+
 
 def test_an_agreement_gate_that_fails_keeps_the_old_version(tmp_path: Path) -> None:
     from converters.fixture import build_fixture

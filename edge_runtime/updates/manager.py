@@ -351,7 +351,16 @@ class Updates:
                 self.applied[name] = (entry, identity(entry, new.package.digest if new.package else None))
             self.runtime.pin(new)
             self._publish(name)
-        report = self._agreement(op, tracked)
+        try:
+            report = self._agreement(op, tracked)
+        except Exception as exc:  # a report that cannot be made must not leave the new version behind
+            log.exception("model %s: the agreement report failed", name)
+            reason = f"version {new.version_id}: the agreement report failed ({type(exc).__name__}: {exc})"
+            new.reason, new.reason_code = reason, "agreement"
+            self._release(tracked, "failed")
+            self._not_promoted(op, name, identity(entry, new.package.digest if new.package else None),
+                               "agreement", reason, "update_failed")
+            return
         if promote and report is not None:
             space = (report.get("space") or {}).get("reason")
             if space is not None and not entry.update.allow_space_change:
