@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,26 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class UpdateRules:
+    """An entry's ``update:`` settings: how a new version of it is judged before its promotion
+    (edge_runtime/updates/agreement.py, docs/updating-models.md). Not part of a version's identity."""
+
+    # An embedding or rerank version whose output space changed is promoted only when allowed;
+    # otherwise it is held standby, reachable as name@<version_id>, until an explicit promote.
+    allow_space_change: bool = False
+    space_min_cosine: float = 0.99  # below this min cosine on the golden inputs the space changed
+    space_max_dp: float = 0.05  # above this max |dp| of rerank scores the space changed
+    # The agreement gate (None: not checked): a failing gate keeps the old version.
+    max_dp: float | None = None
+    min_argmax_agreement: float | None = None
+    min_cosine: float | None = None
+    # Opt-in: the last requests the active version answered, kept in memory only (count and bytes
+    # bounded), which old and new also answer for the report. 0 turns it off.
+    sample_requests: int = 0
+    sample_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """One entry of models.yaml."""
 
@@ -60,6 +81,7 @@ class ModelConfig:
     # On CUDA, TF32 for fp32 matmuls: faster on large models, but it moves outputs by up to ~1e-2
     # (ONNX Runtime turns it on by default); off unless asked. No effect on the CPU.
     tf32: bool = False
+    update: UpdateRules = UpdateRules()
 
 
 @dataclass(frozen=True)
@@ -104,7 +126,7 @@ class ServeConfig:
 
 _MODEL_KEYS = {
     "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases", "spinning",
-    "tf32",
+    "tf32", "update",
 }
 _LIMIT_KEYS = {"max_input_tokens", "max_scan_tokens"}
 
@@ -153,6 +175,7 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
         raise ConfigError(f"{where}.tf32 must be true or false, not {tf32!r}")
     path = Path(package)
     return ModelConfig(
+        update=update_rules(entry.get("update"), f"{where}.update"),
         name=name,
         package=path if path.is_absolute() else (base / path),
         variant=variant,
@@ -166,6 +189,36 @@ def _model(entry: Any, index: int, base: Path) -> ModelConfig:
         spinning=spinning,
         tf32=tf32,
     )
+
+
+def update_rules(raw: Any, where: str) -> UpdateRules:
+    """An entry's ``update:`` mapping (or an admin request's overrides) as UpdateRules."""
+    if raw is None:
+        return UpdateRules()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping")
+    known = {f.name for f in dataclasses.fields(UpdateRules)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}; it takes {sorted(known)}")
+    allow = raw.get("allow_space_change", False)
+    if not isinstance(allow, bool):
+        raise ConfigError(f"{where}.allow_space_change must be true or false, not {allow!r}")
+    values: dict[str, Any] = {"allow_space_change": allow}
+    for key in ("sample_requests", "sample_bytes"):
+        value = raw.get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{where}.{key} must be a whole number of at least 0, not {value!r}")
+            values[key] = value
+    for key in known - {"allow_space_change", "sample_requests", "sample_bytes"}:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{where}.{key} must be a number from 0 to 1, not {value!r}")
+        values[key] = float(value)
+    return UpdateRules(**values)
 
 
 def load_models_file(path: Path) -> tuple[ModelConfig, ...]:

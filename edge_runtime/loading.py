@@ -109,7 +109,7 @@ class ServedModel:
         if self.package is not None:
             entry.update(model_sha256=self.package.digest, revision=self.package.card.revision,
                          package=str(self.config.package), variant=self.config.variant)
-        if self.reason and self.version_state in ("failed", "retired", "draining"):
+        if self.reason and self.version_state in ("failed", "retired", "draining", "standby"):
             entry["reason"] = self.reason
         for key in ("loaded_at", "activated_at", "released_at", "resident_bytes"):
             value = getattr(self, key)

@@ -17,6 +17,10 @@ ROW_BUCKETS = tuple(2**i for i in range(9))
 TOKEN_BUCKETS = tuple(64 * 2**i for i in range(13))
 
 
+#: The figures of an agreement report exported per model (edge_runtime/updates/agreement.py).
+AGREEMENT_FIGURES = ("max_abs_dp", "argmax_agreement", "min_cosine", "mean_cosine", "cases")
+
+
 class Metrics:
     """Every series the server exports; the engine calls the observe_* hooks from its worker threads."""
 
@@ -71,10 +75,12 @@ class Metrics:
         # Model updates (edge_runtime/updates): swaps, rollbacks, how long loads and drains take, which
         # version each name points to, what each resident version holds, and the memory budget.
         self.swaps = Counter(f"{PREFIX}_model_swaps", "Version swaps by model and result "
-                             "(succeeded, failed, waiting: a package not yet complete).", ["model", "result"],
+                             "(succeeded, failed, waiting: a package not yet complete, held: an output space "
+                             "change kept standby).", ["model", "result"],
                              registry=r)
         self.rollbacks = Counter(f"{PREFIX}_model_rollbacks", "Versions not promoted or rolled back, by reason "
-                                 "(verify, load, self_check, memory, explicit, error_rate, p99).", ["model", "reason"],
+                                 "(verify, load, self_check, memory, agreement, explicit, error_rate, p99).",
+                                 ["model", "reason"],
                                  registry=r)
         self.load_duration = Histogram(f"{PREFIX}_model_load_duration_seconds", "Loading and verifying one version.",
                                        ["model"], buckets=tuple(0.05 * 2**i for i in range(14)), registry=r)
@@ -90,6 +96,9 @@ class Metrics:
         self.memory_budget = Gauge(f"{PREFIX}_memory_budget_bytes", "Memory a new version may use: the cgroup "
                                    "v2 limit minus usage, else MemAvailable, less the configured reserve.",
                                    registry=r)
+        self.agreement = Gauge(f"{PREFIX}_model_agreement", "The last agreement report per model (a new version "
+                               "against the active one on the golden cases): max_abs_dp, argmax_agreement, "
+                               "min_cosine, mean_cosine, cases.", ["model", "figure"], registry=r)
         self._active_versions: dict[str, str] = {}
         self._loads: dict[int, tuple[str, Callable[[], Any]]] = {}
         self._loads_lock = threading.Lock()
@@ -193,6 +202,16 @@ class Metrics:
         if version is not None:
             self._active_versions[model] = version
             self.active_version.labels(model, version).set(1.0)
+
+    def set_agreement(self, model: str, report: dict[str, Any]) -> None:
+        """The figures of ``model``'s last agreement report; a figure it does not have is removed."""
+        for figure in AGREEMENT_FIGURES:
+            value = report.get(figure)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self.agreement.labels(model, figure).set(float(value))
+            else:
+                with contextlib.suppress(KeyError):
+                    self.agreement.remove(model, figure)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

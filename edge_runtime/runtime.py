@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from edge_runtime import API_VERSION
@@ -34,6 +35,9 @@ class Runtime:
         # Every version of each name still resident, and the last few released (edge_runtime/updates
         # replaces it whole): what /v1/models and /health list under "versions".
         self.versions: dict[str, tuple[ServedModel, ...]] = {}
+        # Called with (version, surface, body) after each answer (edge_runtime/updates keeps its
+        # opt-in sample of recent requests with it); None: nothing is called.
+        self.on_answered: Callable[[ServedModel, str, Any], None] | None = None
         self.started = False
         self.draining = False
         # A full preparation queue is refused as a full model queue is: the engine's Overloaded.

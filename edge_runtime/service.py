@@ -96,6 +96,8 @@ async def serve(
     finally:
         model.release()
         model.stats.record(time.monotonic() - started, failed)
+    if runtime.on_answered is not None:
+        runtime.on_answered(model, surface, body)
     if runtime.metrics is not None and plan.input_tokens:
         runtime.metrics.input_tokens.labels(model.name).inc(plan.input_tokens)
     out: dict[str, Any] = {"model": model.name, **answer}

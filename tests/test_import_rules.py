@@ -59,8 +59,9 @@ ENTRY_POINTS = {"cli", "__main__", "examples"}  # may import anything
 #: What each layer may import besides itself and the leaves.
 ALLOWED: dict[str, set[str]] = {
     "service": {"runtime", "loading", "requests", "families", "engine"},
-    # replacing served versions: loads through loading, switches through runtime, reads packages
-    "updates": {"runtime", "loading", "packages"},
+    # replacing served versions: loads through loading, switches through runtime, reads packages;
+    # the agreement report reads outputs as the heads do and replays recent requests through service
+    "updates": {"runtime", "loading", "packages", "service", "heads"},
     "runtime": {"loading", "families", "engine"},
     "loading": {"families", "engine", "packages"},
     "requests": {"questions", "media"},  # media: the contract's asset and data-URL limits

@@ -5,6 +5,7 @@ guard. The server-level checks (SIGHUP, the admin listener) are in tests/test_up
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_runtime.config import ServeConfig, load_models_file
+from edge_runtime.config import ServeConfig, UpdateRules, load_models_file
 from edge_runtime.engine.errors import ForwardError
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
@@ -63,7 +64,10 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def entry(package: Path, **extra: Any) -> dict[str, Any]:
-    return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1, **extra}
+    """An entry of emb; seeds 0 and 1 are different embedders, so swaps between them are allowed to
+    change the output space unless a test says otherwise."""
+    return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1,
+            "update": {"allow_space_change": True}, **extra}
 
 
 @pytest.fixture
@@ -374,3 +378,215 @@ def test_soak_100_swaps_under_light_load_fail_nothing_and_keep_rss(served: Any, 
     asyncio.run(asyncio.wait_for(scenario(), 300))
     assert counts["failed"] == 0 and counts["answered"] > 100
     assert rss[-1] <= 1.10 * rss[1], (rss[1], rss[-1])
+
+
+# -- the embedding-space guard and the agreement report -----------------------------------------
+
+
+def test_an_embedder_with_other_weights_is_held_pinned_until_promoted(
+        served: Any, packages: dict[str, Path], tmp_path: Path) -> None:
+    runtime, updates = served()
+    old = runtime.models["emb"]
+    strict = updates.entry_for("emb", packages["b"], None)
+    strict = dataclasses.replace(strict, update=UpdateRules())  # the default: not allowed
+    op = finished(updates.load(strict))
+    assert op.state == "succeeded" and op.result["held"] is True, op.describe()
+    report = op.result["agreement"]
+    assert report["space"]["changed"] is True and report["min_cosine"] < 0.99 and report["cases"] > 0
+    new = updates._version("emb", op.result["version_id"]).model
+    assert runtime.models["emb"] is old and new.version_state == "standby"
+    assert "output space changed" in (new.reason or "")
+    assert answer(runtime)["meta"]["version_id"] == old.version_id
+    pinned = answer(runtime, {**EMBED, "model": f"emb@{new.version_id}"})
+    assert pinned["meta"]["version_id"] == new.version_id
+    listed = {v.version_id: v.version() for v in runtime.versions["emb"]}
+    assert listed[new.version_id]["state"] == "standby" and "output space" in listed[new.version_id]["reason"]
+    assert any(v.get("agreement") == report for v in updates.describe()["models"][0]["versions"])
+    assert metric(runtime, "edge_runtime_model_swaps_total", model="emb", result="held") == 1
+    assert metric(runtime, "edge_runtime_model_agreement", model="emb", figure="min_cosine") == report["min_cosine"]
+    _, health = runtime.health()
+    assert any(v["state"] == "standby" and "output space" in v.get("reason", "")
+               for v in health["models"]["emb"]["versions"])
+    finished(updates.promote("emb", new.version_id))  # the explicit promotion is the allowance
+    assert runtime.models["emb"] is new and new.version_state == "active" and new.reason is None
+    assert answer(runtime)["meta"]["version_id"] == new.version_id
+
+
+def test_an_embedder_with_the_same_weights_is_promoted(served: Any, packages: dict[str, Path]) -> None:
+    runtime, updates = served()
+    strict = updates.entry_for("emb", packages["a"], None)
+    strict = dataclasses.replace(strict, update=UpdateRules(), threads=2)
+    op = finished(updates.load(strict))  # the same package with another setting: a new version, same space
+    report = op.result["agreement"]
+    assert op.state == "succeeded" and "held" not in op.result, op.describe()
+    assert report["space"] == {"changed": False} and report["min_cosine"] > 0.9999
+    assert runtime.models["emb"].config.threads == 2
+
+
+def test_a_changed_head_is_a_space_change(packages: dict[str, Path]) -> None:
+    from edge_runtime.families.registry import read_package
+    from edge_runtime.updates.agreement import space_change
+
+    card = read_package(packages["a"]).card
+    smaller = dataclasses.replace(card, head={**card.head, "dimension": 16, "dimensions": [16]})
+    same = {"cases": 4, "comparable": True, "min_cosine": 1.0}
+    assert space_change(card, card, same, UpdateRules()) is None
+    assert "dimension 32 -> 16" in (space_change(card, smaller, same, UpdateRules()) or "")
+    assert "min cosine 0.9800 < 0.99" in (space_change(card, card, {**same, "min_cosine": 0.98}, UpdateRules()) or "")
+    assert space_change(card, card, {**same, "min_cosine": 0.98}, UpdateRules(space_min_cosine=0.9)) is None
+    assert "no golden case" in (space_change(card, card, {"cases": 0}, UpdateRules()) or "")
+
+
+class Scripted:
+    """A session whose outputs are given: logits per call, in call order."""
+
+    input_names = ["input_ids"]
+    output_names = ["logits"]
+
+    def __init__(self, logits: list[list[float]]) -> None:
+        self.logits = list(logits)
+
+    def run(self, feeds: Any, names: Any) -> dict[str, np.ndarray]:
+        return {"logits": np.array([self.logits.pop(0)], dtype=np.float32)}
+
+
+def test_agreement_figures_on_constructed_cases(tmp_path: Path) -> None:
+    from converters.fixture import build_fixture
+    from edge_runtime.families.registry import read_package
+    from edge_runtime.packages.golden import GoldenCase
+    from edge_runtime.updates.agreement import Side, compare
+
+    card = read_package(build_fixture("sequence-classification", tmp_path / "cls", seed=0)).card
+    cases = [GoldenCase({"input_ids": np.zeros((1, 3), np.int64)}, {"logits": np.zeros((1, 3), np.float32)})] * 2
+    same = [[0.0, 1.0, 2.0], [2.0, 0.0, 0.0]]
+    report = compare(Side("old", card, Scripted(same), cases), Side("new", card, Scripted(same), []))
+    assert (report["cases"], report["max_abs_dp"], report["argmax_agreement"]) == (2, 0.0, 1.0)
+    # p = softmax: [1/3]*3 against [0.5, 0.25, 0.25] (|dp| 1/6, argmax 0 both: numpy takes the first of a tie);
+    # then [0.7, 0.2, 0.1]-like logits against the same with labels 0 and 2 exchanged (argmax differs)
+    log = np.log
+    old = [[0.0, 0.0, 0.0], [log(0.7), log(0.2), log(0.1)]]
+    new = [[log(0.5), log(0.25), log(0.25)], [log(0.1), log(0.2), log(0.7)]]
+    report = compare(Side("old", card, Scripted(old), cases), Side("new", card, Scripted(new), []))
+    assert report["argmax_agreement"] == 0.5
+    assert abs(report["max_abs_dp"] - 0.6) < 1e-6  # 0.7 -> 0.1 on label 0 of the second case
+    from edge_runtime.updates.agreement import gate_failures
+
+    assert gate_failures(report, UpdateRules()) == []
+    assert gate_failures(report, UpdateRules(max_dp=0.7, min_argmax_agreement=0.5)) == []
+    failed = gate_failures(report, UpdateRules(max_dp=0.1, min_argmax_agreement=0.9))
+    assert failed == ["max |dp| 0.6 > 0.1", "argmax agreement 0.5 < 0.9"]
+
+    class Refusing(Scripted):
+        def run(self, feeds: Any, names: Any) -> dict[str, np.ndarray]:
+            raise RuntimeError("INVALID_ARGUMENT: unexpected input shape")
+
+    report = compare(Side("old", card, Scripted(same), cases), Side("new", card, Refusing([]), []))
+    assert (report["cases"], report["skipped"]) == (0, 2) and "INVALID_ARGUMENT" in report["skipped_reasons"][0]
+    assert gate_failures(report, UpdateRules()) == []  # no gate, nothing to fail
+    assert "no golden case could be compared" in gate_failures(report, UpdateRules(max_dp=0.5))[0]
+
+
+def test_an_agreement_gate_that_fails_keeps_the_old_version(tmp_path: Path) -> None:
+    from converters.fixture import build_fixture
+
+    a = build_fixture("sequence-classification", tmp_path / "cls-a", seed=0)
+    b = build_fixture("sequence-classification", tmp_path / "cls-b", seed=1)
+    gate = {"max_dp": 0.01, "min_argmax_agreement": 1.0}
+    models_file = write_models_file(tmp_path / "models.yaml", [
+        {"name": "cls", "package": str(a), "device": "cpu", "threads": 1, "update": gate}])
+    runtime = Runtime(ServeConfig(models_file=models_file, models=load_models_file(models_file)), Metrics())
+    runtime.load_all()
+    updates = Updates(runtime, UpdateSettings(drain_seconds=5.0, watch_seconds=0.0), runtime.metrics)
+    updates.start()
+    try:
+        old = runtime.models["cls"]
+        op = finished(updates.load(updates.entry_for("cls", b, None)))
+        assert op.state == "failed" and op.code == "update_failed", op.describe()
+        assert "agreement gate" in (op.reason or "") and "max |dp|" in (op.reason or "")
+        assert f"{old.version_id} stays active" in (op.reason or "")
+        assert runtime.models["cls"] is old and old.version_state == "active"
+        report = op.result["agreement"]
+        assert report["max_abs_dp"] > 0.01 and "space" not in report  # a classifier: no space guard
+        assert metric(runtime, "edge_runtime_model_rollbacks_total", model="cls", reason="agreement") == 1
+        assert metric(runtime, "edge_runtime_model_agreement", model="cls", figure="max_abs_dp") == report["max_abs_dp"]
+        failed = [v for v in updates.describe()["models"][0]["versions"] if v["state"] == "failed"]
+        assert failed and "agreement gate" in failed[0]["reason"]
+        # the same package again passes the gate: max |dp| 0, agreement 1
+        op = finished(updates.load(updates.entry_for("cls", a, None)))
+        report = op.result["agreement"]
+        assert op.state == "succeeded" and report["max_abs_dp"] == 0.0 and report["argmax_agreement"] == 1.0
+    finally:
+        updates.stop()
+        runtime.close()
+
+
+def test_the_recent_request_sample_is_bounded_and_replayed(served: Any, packages: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    from edge_runtime.updates.sample import RecentRequests
+
+    ring = RecentRequests()
+    for i in range(5):
+        ring.record("emb", "embeddings", {"model": "emb", "input": "x" * 10, "i": i}, count=3, max_bytes=1000)
+    assert [b["i"] for _, b in ring.take("emb")] == [2, 3, 4] and ring.held("emb")[0] == 3
+    size = ring.held("emb")[1] // 3
+    ring.record("emb", "embeddings", {"model": "emb", "input": "x" * 10, "i": 5}, count=3, max_bytes=2 * size)
+    assert [b["i"] for _, b in ring.take("emb")] == [4, 5]  # the byte bound drops the oldest too
+    ring.record("emb", "embeddings", {"input": "y" * 5000}, count=3, max_bytes=1000)  # alone too large
+    assert ring.held("emb")[0] == 2
+
+    runtime, updates = served()
+    off = updates.entry_for("emb", packages["a"], None)
+    assert off.update.sample_requests == 0
+    answer(runtime)
+    assert updates.recent.held("emb") == (0, 0)  # off by default
+    sampled = dataclasses.replace(off, update=dataclasses.replace(off.update, sample_requests=4), threads=2)
+    finished(updates.load(sampled))  # the same weights under another setting, now sampling
+    for i in range(6):
+        answer(runtime, {**EMBED, "input": [f"recent request {i}"]})
+    assert updates.recent.held("emb")[0] == 4
+    op = finished(updates.load(dataclasses.replace(sampled, package=packages["b"])))
+    sample = op.result["agreement"]["sample"]
+    assert op.state == "succeeded", op.describe()
+    assert (sample["sampled"], sample["requests"], sample["failed_old"], sample["failed_new"]) == (4, 4, 0, 0)
+    assert sample["min_cosine"] < 0.99 and sample["min_cosine"] <= sample["mean_cosine"]
+    assert updates.recent.held("emb")[0] == 4  # the report's own requests are not sampled
+
+
+def test_answers_are_compared_by_the_contract_members() -> None:
+    from edge_runtime.updates.sample import compare_answers
+
+    def classify(p: list[float]) -> dict[str, Any]:
+        return {"data": [{"index": 0, "probabilities": p, "input": {"tokens": 3}}], "usage": {"tokens": 3}}
+
+    def decide(p: dict[str, float]) -> dict[str, Any]:
+        return {"answers": {"q": {"type": "choice", "confidence": max(p.values()), "probabilities": p}}}
+
+    got = compare_answers([(classify([0.2, 0.8]), classify([0.3, 0.7])),
+                           (decide({"a": 0.6, "b": 0.4}), decide({"a": 0.4, "b": 0.6})),
+                           (classify([0.5, 0.5]), classify([0.2, 0.3, 0.5]))])  # another label set
+    assert got["requests"] == 3 and got["not_comparable"] == 1
+    assert abs(got["max_abs_dp"] - 0.2) < 1e-12 and got["argmax_agreement"] == 0.5
+    vectors = compare_answers([({"data": [{"embedding": [1.0, 0.0]}]}, {"data": [{"embedding": [1.0, 1.0]}]})])
+    assert abs(vectors["min_cosine"] - 2 ** -0.5) < 1e-12
+
+
+def test_update_rules_in_models_yaml(tmp_path: Path, packages: dict[str, Path]) -> None:
+    from edge_runtime.config import ConfigError
+
+    def rules(update: Any) -> UpdateRules:
+        (m,) = load_models_file(write_models_file(tmp_path / "m.yaml", [entry(packages["a"], update=update)]))
+        return m.update
+
+    assert rules(None) == UpdateRules()
+    got = rules({"allow_space_change": True, "min_cosine": 0.995, "max_dp": 0, "sample_requests": 8})
+    assert got == UpdateRules(allow_space_change=True, min_cosine=0.995, max_dp=0.0, sample_requests=8)
+    for bad, message in (({"min_cosine": 1.5}, "from 0 to 1"), ({"allow_space_change": "yes"}, "true or false"),
+                         ({"sample_requests": -1}, "at least 0"), ({"gate": 1}, r"unknown keys \['gate'\]"),
+                         ([1], "must be a mapping")):
+        with pytest.raises(ConfigError, match=message):
+            rules(bad)
+    # update rules are not part of a version's identity: changing them swaps nothing
+    (a,) = load_models_file(write_models_file(tmp_path / "m.yaml", [entry(packages["a"])]))
+    (b,) = load_models_file(write_models_file(tmp_path / "m2.yaml", [entry(packages["a"], update={"max_dp": 0.1})]))
+    assert identity(a) == identity(b)
+    assert [c.action for c in plan({"emb": (a, identity(a))}, (b,), {}, False)] == ["aliases"]

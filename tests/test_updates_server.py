@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 import yaml
 
@@ -22,7 +23,9 @@ ADMIN_KEY = "admin-key-for-tests-0123456789"
 
 
 def entry(package: Path) -> dict[str, Any]:
-    return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1}
+    # seeds 0 and 1 are different embedders: their swaps are allowed to change the output space
+    return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1,
+            "update": {"allow_space_change": True}}
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +182,43 @@ def test_sighup_never_ends_a_server_without_keys(site: dict[str, Path], tmp_path
         assert srv.proc.poll() is None and srv.client.get("/health").json()["status"] == "ready"
     finally:
         srv.stop()
+
+
+def test_an_embedder_whose_space_changed_is_held_pinned_until_promoted(
+        admin_server: tuple[Server, httpx.Client], site: dict[str, Path]) -> None:
+    srv, admin = admin_server
+    current = active_version(srv)
+    other = site["a"] if current != digest8(site["a"]) else site["b"]
+    r = admin.post("/admin/v1/models/emb/versions", json={"package": str(other), "update": {"min_cosine": 2}})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    # this load's rules over the file's: the space may not change (seeds 0 and 1 are other embedders)
+    r = admin.post("/admin/v1/models/emb/versions", json={"package": str(other),
+                                                          "update": {"allow_space_change": False}})
+    assert r.status_code == 202, r.text
+    op = admin.get(r.headers["location"], params={"wait": 30}).json()
+    assert op["state"] == "succeeded" and op["result"]["held"] is True, op
+    assert op["result"]["agreement"]["space"]["changed"] is True
+    document = yaml.safe_load(admin.get("/admin/v1/openapi.yaml").text)
+    jsonschema.validate(op["result"]["agreement"], document["components"]["schemas"]["Agreement"])
+    held = digest8(other)
+    assert active_version(srv) == current
+    listed = srv.client.get("/v1/models").json()
+    validate_response("/v1/models", "get", 200, listed)
+    version = next(v for v in listed["data"][0]["versions"] if v["version_id"] == held)
+    assert version["state"] == "standby" and "output space changed" in version["reason"]
+    health = srv.client.get("/health").json()
+    validate_response("/health", "get", 200, health)
+    assert any(v["version_id"] == held and v["state"] == "standby" for v in health["models"]["emb"]["versions"])
+    versions = admin.get("/admin/v1/models").json()["models"][0]["versions"]
+    assert next(v for v in versions if v["version_id"] == held and v["state"] == "standby")["agreement"]["cases"] > 0
+    pinned = srv.client.post("/v1/embeddings", json={"model": f"emb@{held}", "input": "x",
+                                                     "options": {"return_meta": True}}).json()
+    plain = srv.client.post("/v1/embeddings", json={"model": "emb", "input": "x",
+                                                    "options": {"return_meta": True}}).json()
+    assert pinned["meta"]["version_id"] == held and plain["meta"]["version_id"] == current
+    metrics = srv.client.get("/metrics").text
+    assert 'edge_runtime_model_swaps_total{model="emb",result="held"} 1.0' in metrics
+    assert 'edge_runtime_model_agreement{figure="min_cosine",model="emb"}' in metrics
+    r = admin.post("/admin/v1/models/emb/promote", json={"version": held})
+    assert admin.get(r.headers["location"], params={"wait": 30}).json()["state"] == "succeeded"
+    assert active_version(srv) == held

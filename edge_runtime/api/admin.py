@@ -11,6 +11,7 @@ the contract's shape: ``{"error": {"code", "message", "reason"?}}``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from functools import partial
@@ -24,7 +25,7 @@ from sanic.response import HTTPResponse
 from edge_runtime.api.auth import ApiKeys, bearer_token
 from edge_runtime.api.body import parse_json
 from edge_runtime.api.responses import error_response, install_error_handlers, json_response
-from edge_runtime.config import ConfigError, ServeConfig
+from edge_runtime.config import ConfigError, ServeConfig, update_rules
 from edge_runtime.errors import ApiError
 from edge_runtime.updates import Updates
 
@@ -113,7 +114,7 @@ def create_admin_app(config: ServeConfig, updates: Updates, keys: ApiKeys) -> Sa
 
     @app.post(f"{PREFIX}/models/<name>/versions")
     async def load(request: Request, name: str) -> HTTPResponse:
-        body = body_of(request, {"package", "variant", "promote", "policy"})
+        body = body_of(request, {"package", "variant", "promote", "policy", "update"})
         promote = body.get("promote", True)
         policy = body.get("policy")
         if not isinstance(promote, bool):
@@ -125,6 +126,14 @@ def create_admin_app(config: ServeConfig, updates: Updates, keys: ApiKeys) -> Sa
             raise ApiError("invalid_request", "variant must be a string")
         path = package_path(root, body.get("package"))
         entry = updates.entry_for(name, path, variant)
+        if body.get("update") is not None:  # this load's rules, over the entry's in models.yaml
+            if not isinstance(body["update"], dict):
+                raise ApiError("invalid_request", "update must be an object")
+            try:
+                rules = update_rules({**dataclasses.asdict(entry.update), **body["update"]}, "update")
+            except ConfigError as exc:
+                raise ApiError("invalid_request", str(exc)) from None
+            entry = dataclasses.replace(entry, update=rules)
         return accepted(await off_loop(updates.load, entry, promote, policy))
 
     @app.post(f"{PREFIX}/models/<name>/promote")

@@ -1,8 +1,9 @@
 """What a models.yaml entry is, and what changed between two readings of the file.
 
 An entry's identity is its package's digest (from MANIFEST.json), its variant and its settings
-(every key but the name, the package path and the aliases): the same digest at another path is
-the same version; new settings on the same package are a new version (a new session is built).
+(every key but the name, the package path, the aliases and the update rules): the same digest at
+another path is the same version; new settings on the same package are a new version (a new
+session is built); new aliases or update rules are taken without a swap.
 A package is acted on only once every file its manifest lists is in place at its listed size and
 nothing else is there: a package still being copied is waited for, never loaded in part.
 """
@@ -35,7 +36,7 @@ class Identity:
 
 def settings_of(entry: ModelConfig) -> tuple[tuple[str, Any], ...]:
     """Every setting of an entry that a loaded version depends on (not the name, path or aliases)."""
-    skip = {"name", "package", "aliases", "variant"}
+    skip = {"name", "package", "aliases", "variant", "update"}
     return tuple((f.name, getattr(entry, f.name)) for f in dataclasses.fields(entry) if f.name not in skip)
 
 
@@ -89,9 +90,9 @@ def incomplete(package: Path) -> str | None:
 
 @dataclass(frozen=True)
 class Change:
-    """One entry's fate in a reload: unchanged, aliases (taken without a swap), changed (a swap),
-    added (a load), removed (drain and unload), wait (its package is not complete yet) or retry (its
-    last load failed and it is asked again)."""
+    """One entry's fate in a reload: unchanged, aliases (aliases or update rules, taken without a
+    swap), changed (a swap), added (a load), removed (drain and unload), wait (its package is not
+    complete yet) or retry (its last load failed and it is asked again)."""
 
     name: str
     action: str
@@ -133,7 +134,8 @@ def plan(applied: dict[str, tuple[ModelConfig, Identity]], wanted: tuple[ModelCo
             continue
         old_entry, old_identity = old
         if old_identity == new:
-            action = "aliases" if old_entry.aliases != entry.aliases else "unchanged"
+            taken = old_entry.aliases != entry.aliases or old_entry.update != entry.update
+            action = "aliases" if taken else "unchanged"
             changes.append(Change(entry.name, action, entry, old_identity.version_id, new.version_id))
         elif waiting:
             changes.append(Change(entry.name, "wait", entry, old_identity.version_id, new.version_id, waiting))

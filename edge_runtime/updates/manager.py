@@ -13,6 +13,7 @@ answered not_ready (the retryable refusal), never dropped.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import logging
@@ -30,8 +31,12 @@ from edge_runtime.config import ConfigError, ModelConfig, load_models_file
 from edge_runtime.errors import ApiError
 from edge_runtime.loading import ServedModel, load_model
 from edge_runtime.runtime import Runtime
+from edge_runtime.service import serve
+from edge_runtime.timing import Timing
+from edge_runtime.updates.agreement import Side, compare, gate_failures, guarded, space_change
 from edge_runtime.updates.identity import Change, Identity, identity, incomplete, plan
 from edge_runtime.updates.memory import budget, give_back, package_need, resident_bytes
+from edge_runtime.updates.sample import RecentRequests, compare_answers
 
 log = logging.getLogger("edge_runtime.updates")
 
@@ -103,6 +108,7 @@ class Tracked:
     hold_until: float | None = None  # a drained previous version stays standby until then (rollback)
     watch_until: float | None = None  # an active version's watch window
     baseline: dict[str, float] | None = None  # the previous version's stats at the promotion
+    agreement: dict[str, Any] | None = None  # its agreement report against the version active at its load
     end_state: str = "retired"
 
 
@@ -129,6 +135,8 @@ class Updates:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_poll: float | None = None
+        self.recent = RecentRequests()
+        self._replaying = threading.local()  # the report's own requests are not sampled
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -143,6 +151,7 @@ class Updates:
                 if model.status == "failed":
                     self.failed[name] = ident
                 self._publish(name)
+        self.runtime.on_answered = self._on_answered
         if self.settings.watch_models_seconds:
             self._next_poll = time.monotonic() + self.settings.watch_models_seconds
         for target, name in ((self._load_loop, "updates-loader"), (self._monitor_loop, "updates-monitor")):
@@ -163,6 +172,14 @@ class Updates:
         for model in others:
             if model.executor is not None:
                 model.executor.close(timeout=30.0)
+
+    def _on_answered(self, model: ServedModel, surface: str, body: Any) -> None:
+        """Keep a request the active version answered in its name's sample, when the entry asks for one."""
+        rules = model.config.update
+        if rules.sample_requests <= 0 or getattr(self._replaying, "on", False):
+            return
+        if self.runtime.models.get(model.name) is model:
+            self.recent.record(model.name, surface, body, rules.sample_requests, rules.sample_bytes)
 
     def _load_loop(self) -> None:
         while True:
@@ -233,7 +250,7 @@ class Updates:
                 with self._lock:
                     self.runtime.set_entry(change.entry)
                     self.applied[change.name] = (change.entry, identity(change.entry))
-                op.step(f"{change.name}: aliases now {list(change.entry.aliases)}")
+                op.step(f"{change.name}: aliases now {list(change.entry.aliases)}, update rules taken")
             elif change.action == "wait":
                 with self._lock:
                     self.waiting[change.name] = change.reason or "incomplete"
@@ -334,10 +351,68 @@ class Updates:
                 self.applied[name] = (entry, identity(entry, new.package.digest if new.package else None))
             self.runtime.pin(new)
             self._publish(name)
+        try:
+            report = self._agreement(op, tracked)
+        except Exception as exc:  # a report that cannot be made must not leave the new version behind
+            log.exception("model %s: the agreement report failed", name)
+            reason = f"version {new.version_id}: the agreement report failed ({type(exc).__name__}: {exc})"
+            new.reason, new.reason_code = reason, "agreement"
+            self._release(tracked, "failed")
+            self._not_promoted(op, name, identity(entry, new.package.digest if new.package else None),
+                               "agreement", reason, "update_failed")
+            return
+        if promote and report is not None:
+            space = (report.get("space") or {}).get("reason")
+            if space is not None and not entry.update.allow_space_change:
+                with self._lock:
+                    new.reason = (f"held: its output space changed ({space}); {name}@{new.version_id} reaches it "
+                                  "until an explicit promote")
+                self._count_swap(name, "held")
+                op.result["held"] = True
+                op.step(f"version {new.version_id} is standby, not promoted: {new.reason}")
+                return
+            failures = gate_failures(report, entry.update, skip_cosine=space is not None)
+            if "sample" in report:
+                failures += [f"recent requests: {f}" for f in
+                             gate_failures(report["sample"], entry.update, skip_cosine=space is not None, sample=True)]
+            if failures:
+                reason = f"version {new.version_id} failed the agreement gate: " + "; ".join(failures)
+                new.reason, new.reason_code = reason, "agreement"
+                self._release(tracked, "failed")
+                self._not_promoted(op, name, identity(entry, new.package.digest if new.package else None),
+                                   "agreement", reason, "update_failed")
+                return
         if promote:
             self._promote(op, tracked)
         else:
             op.step(f"version {new.version_id} is standby: {name}@{new.version_id} reaches it until promoted")
+
+    def _agreement(self, op: Operation, tracked: Tracked) -> dict[str, Any] | None:
+        """The agreement report of a verified version against the active one (None without one to
+        compare with: a first load, or the replace policy's gap), with the space guard's verdict
+        for embedding and rerank models; kept on the version and in the operation's result."""
+        new = tracked.model
+        with self._lock:
+            old = self.runtime.models.get(new.name)
+        if (old is None or old is new or old.status != "ready" or old.session is None or old.package is None
+                or new.session is None or new.package is None):
+            return None
+        report = compare(Side(old.version_id, old.package.card, old.session, old.package.golden(old.config.variant)),
+                         Side(new.version_id, new.package.card, new.session, new.package.golden(new.config.variant)))
+        if new.config.update.sample_requests > 0:
+            report["sample"] = self._replay(old, new)
+        if guarded(new.package.card):
+            why = space_change(old.package.card, new.package.card, report, new.config.update)
+            report["space"] = {"changed": why is not None, **({"reason": why} if why else {})}
+        tracked.agreement = report
+        op.result["agreement"] = report
+        if self.metrics is not None:
+            self.metrics.set_agreement(new.name, report)
+        figures = ", ".join(f"{k} {report[k]:.4g}" for k in ("max_abs_dp", "argmax_agreement", "min_cosine",
+                                                              "mean_cosine") if k in report)
+        op.step(f"agreement with {old.version_id} on {report['cases']} golden cases "
+                f"({report['skipped']} skipped): {figures or report.get('reason') or 'nothing compared'}")
+        return report
 
     def _replace_first(self, op: Operation, name: str) -> Tracked | None:
         """The replace policy: take the active version out first and release it (an announced gap)."""
@@ -375,6 +450,34 @@ class Updates:
             raise ApiError("conflict", f"version {version} of {name!r} is {tracked.model.version_state}, not standby")
         return self.submit("promote", name, self._promote, tracked)
 
+    def _replay(self, old: ServedModel, new: ServedModel) -> dict[str, Any]:
+        """Old and new answer the sampled recent requests of their name (see updates/sample.py): old
+        under the plain name (still active: nothing else switches while the loader runs this), new
+        as name@<version_id>."""
+        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        failed = {"old": 0, "new": 0}
+        sampled = self.recent.take(new.name)
+
+        async def answer(surface: str, body: dict[str, Any], model: str) -> dict[str, Any]:
+            return await serve(self.runtime, surface, {**body, "model": model}, Timing())
+
+        self._replaying.on = True
+        try:
+            for surface, body in sampled:
+                got: dict[str, dict[str, Any]] = {}
+                for side, model in (("old", new.name), ("new", f"{new.name}@{new.version_id}")):
+                    try:
+                        got[side] = asyncio.run(answer(surface, body, model))
+                    except Exception:  # an answer refused or failed: counted, never raised
+                        failed[side] += 1
+                if len(got) == 2:
+                    pairs.append((got["old"], got["new"]))
+        finally:
+            self._replaying.on = False
+        out = compare_answers(pairs)
+        out.update(sampled=len(sampled), failed_old=failed["old"], failed_new=failed["new"])
+        return out
+
     def _promote(self, op: Operation, tracked: Tracked, rollback_reason: str | None = None) -> None:
         """Point the name at ``tracked`` (one replacement of the map); the old version drains."""
         new = tracked.model
@@ -385,6 +488,7 @@ class Updates:
             if old is new:
                 return
             new.version_state = "active"
+            new.reason = None  # a held version's reason ends with its promotion
             new.activated_at = time.time()
             self.runtime.set_active(new)
             self.runtime.pin(new)
@@ -564,6 +668,7 @@ class Updates:
         """models.yaml no longer lists ``name``: stop serving it, drain and release every version."""
         with self._lock:
             self.runtime.remove(name)
+            self.recent.forget(name)
             self.applied.pop(name, None)
             self.previous.pop(name, None)
             for tracked in self.resident.get(name, []):
@@ -631,6 +736,8 @@ class Updates:
     def _version_view(self, tracked: Tracked) -> dict[str, Any]:
         view = tracked.model.version()
         view["leases"] = tracked.model.leases
+        if tracked.agreement is not None:
+            view["agreement"] = tracked.agreement
         now = time.monotonic()
         if tracked.drain_deadline is not None and tracked.model.version_state == "draining":
             view["drain_deadline_in_s"] = round(max(0.0, tracked.drain_deadline - now), 3)
@@ -648,7 +755,11 @@ class Updates:
             if applied is None:
                 raise ApiError("model_not_found", f"{name!r} is not a configured model")
             current = applied[0]
-        return dataclasses.replace(current, package=package, variant=variant or current.variant)
+        with self._lock:
+            applied = self.applied.get(name)
+        # the file's update rules, not those an earlier admin load overrode
+        rules = applied[0].update if applied is not None else current.update
+        return dataclasses.replace(current, package=package, variant=variant or current.variant, update=rules)
 
     # -- metrics ------------------------------------------------------------------------------
 
