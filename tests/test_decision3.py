@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision3.convert import PROBABILITY_TOLERANCE, build_fixture
+from converters.decision3.convert import IMAGE_HIDDEN_TOLERANCE, PROBABILITY_TOLERANCE, build_fixture
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
 from edge_runtime.engine.causal import BranchRow, CausalRow, causal_row
@@ -76,7 +76,12 @@ def test_conversion_matches_transformers_5(packages: dict[str, Path]) -> None:
     assert "attend to the question" in card["state_once"]
     assert card["graph"]["layer_types"] == ["linear_attention", "linear_attention", "full_attention",
                                             "linear_attention", "full_attention"]
-    assert card["upstream"]["vision_tower"].startswith("present, not converted")
+    # the pruned fixture has a vision tower: its image path against Qwen3_5Model given the same pixels
+    assert card["upstream"]["vision_tower"].startswith("converted") and card["graph"]["vision"]["file"] == "vision.onnx"
+    images = v["images"]
+    assert images["max_abs_diff_probabilities"] <= PROBABILITY_TOLERANCE == images["tolerance"]
+    assert images["max_abs_diff_last_hidden_state"] <= IMAGE_HIDDEN_TOLERANCE == images["hidden_tolerance"]
+    assert images["cases"] == 3 and images["grids"] == [[1, 14, 20], [1, 14, 22], [1, 34, 8]]
 
 
 def test_causal_card_and_files(packages: dict[str, Path]) -> None:
