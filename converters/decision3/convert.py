@@ -61,6 +61,8 @@ CONFIG_FORMAT = "decision3-config/1"
 PROBABILITY_TOLERANCE = 1e-5
 #: the largest |h_onnx - h_transformers| at an image question's read position accepted (fp32 both; decision-vision's)
 IMAGE_HIDDEN_TOLERANCE = 1e-4
+#: the largest |pixel_ours - pixel_transformers| accepted (the same Pillow semantics: measured 0.0 on the fixture)
+PROCESSOR_TOLERANCE = 1e-6
 DEFAULT_CHECK_REQUESTS = 50
 #: rows per ORT call while checking (the server batches the same way; rows are batch-invariant)
 NONCAUSAL_STATE_ONCE = ("a full-attention layer of a noncausal_full_attention package lets the prefix's positions "
@@ -257,11 +259,14 @@ def _vision(source: src.Decision3Source, work: Path, graph: Path, prompt: D3Prom
         images = check_images(source, graph, path, settings, prompt, embeddings, readout, limit, reference)
     timings["image_parity"] = s.seconds
     if reference:
-        if not (images.probabilities <= PROBABILITY_TOLERANCE and images.hidden <= IMAGE_HIDDEN_TOLERANCE):
+        if not (images.probabilities <= PROBABILITY_TOLERANCE and images.hidden <= IMAGE_HIDDEN_TOLERANCE
+                and images.processor <= PROCESSOR_TOLERANCE):
             raise ConversionError(f"the image path differs from Transformers': code probabilities by "
                                   f"{images.probabilities:.3g} (tolerance {PROBABILITY_TOLERANCE}), hidden states by "
-                                  f"{images.hidden:.3g} (tolerance {IMAGE_HIDDEN_TOLERANCE}); no package written")
-        log(f"image parity: max |dp| = {images.probabilities:.3g}, hidden {images.hidden:.3g} "
+                                  f"{images.hidden:.3g} (tolerance {IMAGE_HIDDEN_TOLERANCE}), pixel values by "
+                                  f"{images.processor:.3g} (tolerance {PROCESSOR_TOLERANCE}); no package written")
+        log(f"image parity: max |dp| = {images.probabilities:.3g}, hidden {images.hidden:.3g}, "
+            f"processor pixels {images.processor:.3g} "
             f"({images.cases} questions, grids {images.grids})")
     member = {"graph": path.name, "inputs": shapes["inputs"], "outputs": shapes["outputs"],
               "patch_dim": shapes["patch_dim"], "position_side": shapes["position_side"],
@@ -297,7 +302,10 @@ def _image_report(images: ImageVerified) -> dict[str, Any]:
             "cases": images.cases, "grids": images.grids, "tolerance": PROBABILITY_TOLERANCE,
             "hidden_tolerance": IMAGE_HIDDEN_TOLERANCE,
             "max_abs_diff_probabilities": float(f"{images.probabilities:.3g}"),
-            "max_abs_diff_last_hidden_state": float(f"{images.hidden:.3g}")}
+            "max_abs_diff_last_hidden_state": float(f"{images.hidden:.3g}"),
+            "processor": "ours (decision-vision's numpy + Pillow) against Transformers 5 Qwen2VLImageProcessorPil on "
+                         "the same images: grids equal, max |d pixel|",
+            "max_abs_diff_processor_pixels": float(f"{images.processor:.3g}")}
 
 
 def build_fixture(out: Path, variant: str = "text", attention_mode: str = "causal", seed: int = 0,
@@ -316,5 +324,5 @@ def build_fixture(out: Path, variant: str = "text", attention_mode: str = "causa
             reference=reference, check_requests=check_requests))
 
 
-__all__ = ["DEFAULT_CHECK_REQUESTS", "IMAGE_HIDDEN_TOLERANCE", "PROBABILITY_TOLERANCE", "Decision3Options",
-           "build_fixture", "decision_config", "export_decision3"]
+__all__ = ["DEFAULT_CHECK_REQUESTS", "IMAGE_HIDDEN_TOLERANCE", "PROBABILITY_TOLERANCE", "PROCESSOR_TOLERANCE",
+           "Decision3Options", "build_fixture", "decision_config", "export_decision3"]

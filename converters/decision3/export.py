@@ -147,14 +147,17 @@ def reference_hidden(weight_files: Sequence[str | Path], config: Mapping[str, An
 
 
 def reference_vision_hidden(weight_files: Sequence[str | Path], config: Mapping[str, Any], cases: Sequence[Any],
-                            attention_mode: str, *, timeout_s: float = 3600.0) -> np.ndarray:
+                            attention_mode: str, processor: Mapping[str, Any], *, timeout_s: float = 3600.0
+                            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Transformers 5's ``Qwen3_5Model`` (its own vision tower, scatter and ``get_rope_index``) fp32 hidden
-    state at the last token of each image case (converters/decision3/vision.py ``ImageCase``), ``[n, H]``."""
+    state at the last token of each image case (converters/decision3/vision.py ``ImageCase``), ``[n, H]``, and
+    its ``Qwen2VLImageProcessorPil`` (``processor``: the settings as the card records them) on each case's
+    images: ``{i}.pixel_values`` and ``{i}.image_grid_thw``."""
     from converters.decision3.vision import reference_inputs
 
-    out = _run_reference(weight_files, config, reference_inputs(cases),
-                         ["--vision", "--attention-mode", attention_mode], timeout_s)
-    return np.stack([out[str(i)] for i in range(len(cases))])
+    inputs = {**reference_inputs(cases), "processor": np.array(json.dumps(dict(processor)))}
+    out = _run_reference(weight_files, config, inputs, ["--vision", "--attention-mode", attention_mode], timeout_s)
+    return np.stack([out[str(i)] for i in range(len(cases))]), {k: v for k, v in out.items() if "." in k}
 
 
 def _run_reference(weight_files: Sequence[str | Path], config: Mapping[str, Any], inputs: Mapping[str, np.ndarray],

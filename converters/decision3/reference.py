@@ -16,8 +16,10 @@ the rest continue from Transformers' own cache: the output then covers the conti
 With ``--vision`` the model is the whole ``Qwen3_5Model`` (its vision tower, placeholder scatter and
 ``get_rope_index`` included; the noncausal hook on its language model) and the inputs npz holds, per case
 ``i``, ``{i}.input_ids`` int64 [n] (image placeholders expanded), ``{i}.pixel_values`` float32 [N, D] and
-``{i}.image_grid_thw`` int64 [k, 3]; each case runs alone (batch 1) and the output holds ``{i}`` = the
-float32 hidden state of its last token.
+``{i}.image_grid_thw`` int64 [k, 3], ``{i}.image.{k}`` uint8 [h, w, 3] (the decoded images), and ``processor``
+(a JSON string: the converter's processor settings); each case runs alone (batch 1) and the output holds
+``{i}`` = the float32 hidden state of its last token, and ``{i}.pixel_values`` / ``{i}.image_grid_thw`` from
+Transformers' own ``Qwen2VLImageProcessorPil`` on the images.
 
 Self-contained on purpose: torch, transformers, safetensors, numpy and json only (nothing of
 edge_runtime or the exporter's environment, whose Transformers 4 has no Qwen3.5).
@@ -152,7 +154,26 @@ def run_vision(model: Any, inputs: dict[str, np.ndarray], image_token_id: int) -
                        image_grid_thw=torch.from_numpy(np.asarray(inputs[f"{case}.image_grid_thw"], dtype=np.int64)),
                        mm_token_type_ids=(ids == image_token_id).int(), use_cache=False)
         out[case] = result.last_hidden_state[0, -1].float().numpy()
+        images = [inputs[k] for k in sorted((k for k in inputs if k.startswith(f"{case}.image.")),
+                                            key=lambda k: int(k.rsplit(".", 1)[1]))]
+        if images and "processor" in inputs:
+            pixels = processor(json.loads(str(inputs["processor"])), images)
+            out[f"{case}.pixel_values"], out[f"{case}.image_grid_thw"] = pixels
     return out
+
+
+def processor(settings: dict[str, Any], images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Transformers 5's Pillow Qwen2-VL image processor (the slow semantics) on uint8 RGB images."""
+    from PIL import Image
+    qwen2_vl = importlib.import_module("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+
+    hf = qwen2_vl.Qwen2VLImageProcessorPil(
+        size={"shortest_edge": settings["min_pixels"], "longest_edge": settings["max_pixels"]},
+        image_mean=settings["image_mean"], image_std=settings["image_std"], patch_size=settings["patch_size"],
+        temporal_patch_size=settings["temporal_patch_size"], merge_size=settings["merge_size"],
+        rescale_factor=settings["rescale_factor"])
+    out = hf(images=[Image.fromarray(a, "RGB") for a in images], return_tensors="np")
+    return np.asarray(out["pixel_values"], dtype=np.float32), np.asarray(out["image_grid_thw"], dtype=np.int64)
 
 
 def run(model: Any, inputs: dict[str, np.ndarray], dtype: str) -> np.ndarray:

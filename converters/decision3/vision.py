@@ -155,12 +155,14 @@ class ImageCase:
     ids: np.ndarray           # placeholders expanded
     pixel_values: np.ndarray  # the images' patches, concatenated
     grids: np.ndarray         # [n_images, 3]
+    sources: tuple[np.ndarray, ...] = ()  # the images as decoded (uint8 [h, w, 3]), for the reference's processor
 
 
 @dataclass
 class ImageVerified:
     hidden: float
     probabilities: float
+    processor: float  # max |our pixel values - Transformers 5's Qwen2VLImageProcessorPil's| (grids equal)
     cases: int
     grids: list[list[int]]
     reference: bool
@@ -195,7 +197,8 @@ def image_cases(prompt: D3Prompt, core: VisionCore, image_id: int, limit: int) -
                 raise ConversionError(f"image check question {qid} does not fit {limit} tokens: {got}")
             ids, _ = expand_ids(got.ids, image_id, [e.tokens for e in enc])
             cases.append(ImageCase(q, got.ids, tuple(enc), ids, np.concatenate([p.patches for p in patches]),
-                                   np.array([[1, p.grid_h, p.grid_w] for p in patches], dtype=np.int64)))
+                                   np.array([[1, p.grid_h, p.grid_w] for p in patches], dtype=np.int64),
+                                   tuple(np.asarray(im.convert("RGB"), dtype=np.uint8) for im in images)))
     return cases
 
 
@@ -221,13 +224,19 @@ def check_images(source: src.Decision3Source, graph: Path, vision_graph: Path, s
     feeds = _vision_feeds(core, core.processor.image(golden_image()))
     vision_golden = {**{f"in/{k}": v for k, v in feeds.items()},
                      **{f"out/{k}": v for k, v in core.session.run(feeds, core.session.output_names).items()}}
-    verified = ImageVerified(0.0, 0.0, len(cases), [list(g) for g in grids], reference, rows[0], vision_golden)
+    verified = ImageVerified(0.0, 0.0, 0.0, len(cases), [list(g) for g in grids], reference, rows[0], vision_golden)
     if not reference:
         return verified
     from converters.decision3.export import reference_vision_hidden
 
     files = [source.root / w for w in source.weights if w.endswith(".safetensors")]
-    ref = reference_vision_hidden(files, source.config, cases, source.attention_mode)
+    ref, pixels = reference_vision_hidden(files, source.config, cases, source.attention_mode, settings.card())
+    for i, case in enumerate(cases):
+        theirs, grid = pixels[f"{i}.pixel_values"], pixels[f"{i}.image_grid_thw"]
+        if theirs.shape != case.pixel_values.shape or not np.array_equal(grid, case.grids):
+            raise ConversionError(f"the image processor's grids {case.grids.tolist()} differ from Transformers' "
+                                  f"{grid.tolist()}")
+        verified.processor = max(verified.processor, float(np.abs(theirs - case.pixel_values).max()))
     verified.hidden = float(np.abs(ours - ref).max())
     verified.probabilities = max(
         float(np.abs(code_probabilities(a, readout, len(c.question.options), source.temperature)
@@ -237,12 +246,15 @@ def check_images(source: src.Decision3Source, graph: Path, vision_graph: Path, s
 
 
 def reference_inputs(cases: Sequence[ImageCase]) -> dict[str, np.ndarray]:
-    """reference.py ``--vision`` inputs: per case ``{i}.input_ids``, ``{i}.pixel_values``, ``{i}.image_grid_thw``."""
+    """reference.py ``--vision`` inputs: per case ``{i}.input_ids``, ``{i}.pixel_values``, ``{i}.image_grid_thw``
+    and the decoded images ``{i}.image.{k}``."""
     out: dict[str, np.ndarray] = {}
     for i, c in enumerate(cases):
         out[f"{i}.input_ids"] = c.ids
         out[f"{i}.pixel_values"] = c.pixel_values.astype(np.float32)
         out[f"{i}.image_grid_thw"] = c.grids
+        for k, image in enumerate(c.sources):
+            out[f"{i}.image.{k}"] = image
     return out
 
 
