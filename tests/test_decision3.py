@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.decision3.convert import PROBABILITY_TOLERANCE, build_fixture
+from converters.decision3.convert import IMAGE_HIDDEN_TOLERANCE, PROBABILITY_TOLERANCE, build_fixture
+from converters.decision3.vision import GOLDEN_QUESTIONS, GOLDEN_STATE, data_url, golden_image
 from edge_runtime.api.schema import validate_response
 from edge_runtime.engine import create_session
 from edge_runtime.engine.causal import BranchRow, CausalRow, causal_row
@@ -76,7 +77,13 @@ def test_conversion_matches_transformers_5(packages: dict[str, Path]) -> None:
     assert "attend to the question" in card["state_once"]
     assert card["graph"]["layer_types"] == ["linear_attention", "linear_attention", "full_attention",
                                             "linear_attention", "full_attention"]
-    assert card["upstream"]["vision_tower"].startswith("present, not converted")
+    # the pruned fixture has a vision tower: its image path against Qwen3_5Model given the same pixels
+    assert card["upstream"]["vision_tower"].startswith("converted") and card["graph"]["vision"]["file"] == "vision.onnx"
+    images = v["images"]
+    assert images["max_abs_diff_probabilities"] <= PROBABILITY_TOLERANCE == images["tolerance"]
+    assert images["max_abs_diff_last_hidden_state"] <= IMAGE_HIDDEN_TOLERANCE == images["hidden_tolerance"]
+    assert images["cases"] == 3 and images["grids"] == [[1, 14, 20], [1, 14, 22], [1, 34, 8]]
+    assert images["max_abs_diff_processor_pixels"] <= 1e-6  # our processor vs Qwen2VLImageProcessorPil
 
 
 def test_causal_card_and_files(packages: dict[str, Path]) -> None:
@@ -148,7 +155,7 @@ def test_server_answers_over_http(server: Server, packages: dict[str, Path]) -> 
     assert set(got["answers"]["domain"]) == {"type", "choice", "probabilities", "confidence"}
     once = _decide(server, {"model": "d3-causal", "state": STATE, "questions": QUESTIONS})
     assert once["answers"].keys() == QUESTIONS.keys() and once["usage"]["input_tokens"] > 0
-    # a batch answers each state as alone; images are refused (no vision core yet)
+    # a batch answers each state as alone; the text package refuses images
     states = {"a": {"state": STATE, "questions": QUESTIONS}, "b": {"state": {"user": "hi"},
                                                                     "questions": {"r": QUESTIONS["reasoning"]}}}
     batch = _decide(server, {"model": "d3-noncausal", "states": states})
@@ -156,7 +163,15 @@ def test_server_answers_over_http(server: Server, packages: dict[str, Path]) -> 
         assert batch["states"][name]["answers"] == _decide(server, {"model": "d3-noncausal", **entry})["answers"]
     refused = _decide(server, {"model": "d3-causal", "state": STATE, "questions": QUESTIONS,
                                "images": ["data:image/png;base64,iVBORw0KGgo="]}, 400)
-    assert refused["error"]["code"] == "invalid_request"
+    assert (refused["error"]["code"], refused["error"]["reason"]) == ("invalid_request", "image_unsupported")
+    # the pruned package has a vision tower: noncausal image rows run whole, batched across the request's
+    # questions and the batch's states, each answered exactly as alone
+    image = {"state": GOLDEN_STATE, "images": [data_url(golden_image())], "questions": GOLDEN_QUESTIONS}
+    alone = {qid: _decide(server, {"model": "d3-noncausal", **image, "questions": {qid: q}})["answers"][qid]
+             for qid, q in GOLDEN_QUESTIONS.items()}
+    assert _decide(server, {"model": "d3-noncausal", **image})["answers"] == alone
+    mixed = _decide(server, {"model": "d3-noncausal", "states": {"i": image, **states}})
+    assert mixed["states"]["i"]["answers"] == alone
     models = {m["id"]: m for m in server.client.get("/v1/models").json()["data"]}
     assert models["d3-causal"]["family"] == "decision3" and models["d3-causal"]["status"] == "ready"
 

@@ -13,8 +13,12 @@ our own torch forward only and the card says it is not verified against Transfor
 
 The written package (docs/decision3.md): model.onnx, embeddings.npy (float32 [vocab, H]), head.npz (readout
 [255, H], rounded through readout_dtype), decision_config.json (ours), tokenizer.json (as built), card.json,
-golden.npz. The vision tower is not converted yet: a vision package converts its text path (card modalities
-``text``) and the card says so.
+golden.npz. A package with a vision tower (``vision_config``) also gets vision.onnx (decision-vision's grid-free
+vision core, converters/decision3/vision.py) and a ``vision`` member in decision_config.json (token ids, the
+image processor's settings, the position table's side); the image path (processor, vision core, placeholders
+expanded and scattered, Qwen's 3-D positions, the text core) is checked against Transformers 5's
+``Qwen3_5Model`` given the same pixels on the golden image request (§3.10) and a two-image request, within
+:data:`PROBABILITY_TOLERANCE` on the code probabilities, and the card records the figures.
 """
 
 from __future__ import annotations
@@ -39,18 +43,26 @@ from converters.decision3.tokenizer import (
 )
 from converters.decision3.verify import check_rows, sample_requests, verify
 from converters.decision3.verify import goldens as golden_cases
+from converters.decision3.vision import ImageVerified
 from converters.errors import ConversionError
 from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import card_start
 from converters.progress import Step, log
-from edge_runtime.families.decision3.family import QUESTION_TYPES
+from edge_runtime.families.decision3.family import QUESTION_TYPES, VISION_GOLDEN
 from edge_runtime.families.decision3.prompt import D3Prompt
+from edge_runtime.families.decision3.vision import MAX_PIXELS
 from edge_runtime.packages.golden import npz_bytes
 
 KIND = "decision3"
+#: The image intake's limits (upstream-formats.md §3.8): decoded bytes, source pixels, the resized budget.
+IMAGE_LIMITS = {"image_max_bytes": 8_000_000, "image_source_max_pixels": 16_000_000, "image_max_pixels": MAX_PIXELS}
 CONFIG_FORMAT = "decision3-config/1"
 #: the largest |p_onnx - p_transformers| over the code probabilities accepted (fp32 both)
 PROBABILITY_TOLERANCE = 1e-5
+#: the largest |h_onnx - h_transformers| at an image question's read position accepted (fp32 both; decision-vision's)
+IMAGE_HIDDEN_TOLERANCE = 1e-4
+#: the largest |pixel_ours - pixel_transformers| accepted (the same Pillow semantics: measured 0.0 on the fixture)
+PROCESSOR_TOLERANCE = 1e-6
 DEFAULT_CHECK_REQUESTS = 50
 #: rows per ORT call while checking (the server batches the same way; rows are batch-invariant)
 NONCAUSAL_STATE_ONCE = ("a full-attention layer of a noncausal_full_attention package lets the prefix's positions "
@@ -141,15 +153,25 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
         log(f"parity: max |dp| = {verified.probabilities:.3g}, hidden {verified.hidden:.3g}"
             + (f", bf16 argmax agreement {verified.bf16['argmax_agreement']}" if verified.bf16 else "")
             + (f", state-once vs whole {verified.state_once:.3g}" if verified.state_once is not None else ""))
-        goldens = {"fp32": golden_cases(graph, embeddings, rows)}
+        images = None
+        vision_files: list[Path] = []
         config = decision_config(source, built, limit)
+        if source.vision_prefix is not None:
+            images, vision_files, config["vision"] = _vision(source, work, graph, prompt, embeddings, readout,
+                                                             limit, opts.reference, timings)
+        goldens = {"fp32": golden_cases(graph, embeddings, rows)}
+        if images is not None:  # the golden image question through the text core, self-checked at load
+            goldens["fp32"].append(_image_golden(graph, images))
         files: dict[str, Path | bytes] = {
             **{p.name: p for p in report.files},
+            **{p.name: p for p in vision_files},
             "embeddings.npy": _npy_bytes(embeddings),
             "head.npz": npz_bytes({"readout": readout}),
             "tokenizer.json": built.to_json(),
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
+        if images is not None:
+            files[VISION_GOLDEN] = npz_bytes(images.golden_vision)
         files.update(notice_files(source.root, opts))
         vision = source.vision_prefix is not None
         if opts.reference:
@@ -163,30 +185,39 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
                    "torch_core_probabilities": float(f"{verified.torch_core:.3g}")}
         if verified.state_once is not None:
             outputs["state_once_vs_whole"] = float(f"{verified.state_once:.3g}")
+        if images is not None and images.reference:
+            outputs["image_probabilities"] = float(f"{images.probabilities:.3g}")
+            outputs["image_last_hidden_state"] = float(f"{images.hidden:.3g}")
         architecture = "Qwen3_5Model"
         card = {
             **card_start(name, KIND, KIND, identity_card(
                 opts, source.root, source_name=opts.source_name or str(source.decision.get("base_model")
                                                                         or source.root.name),
                 architecture=architecture, stamp=source.model_sha256,
-                description=f"Decision 3.0 code-readout model ({source.attention_mode}) from {source.root.name}")),
+                description=f"Decision 3.0 code-readout model ({source.attention_mode}) from {source.root.name}"),
+                modalities=("text", "image") if vision else ("text",)),
             "head": {"output": "last_hidden_state", "pooling": "last", "readout": "head.npz:readout",
                      "codes": src.MAX_OPTIONS, "readout_dtype": source.readout_dtype,
                      "temperature": source.temperature},
-            "limits": {"max_input_tokens": limit},
+            "limits": {"max_input_tokens": limit, **(IMAGE_LIMITS if vision else {})},
             "graph": {"inputs": report.input_names, "outputs": report.output_names, "opset": OPSET,
                       "attention_mode": source.attention_mode, "layer_types": config["layer_types"],
-                      "embeddings": "embeddings.npy"},
+                      "embeddings": "embeddings.npy",
+                      **({"vision": {"file": "vision.onnx", **{k: config["vision"][k] for k in
+                                     ("inputs", "outputs", "patch_dim", "position_side")}}} if vision else {})},
             "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
             "verification": {"reference": reference, "max_abs_diff": outputs["probabilities"],
                              "tolerance": PROBABILITY_TOLERANCE, "cases": verified.cases, "outputs": outputs,
                              "lengths": verified.lengths, "transformers": verified.transformers,
-                             **({"bf16": verified.bf16} if verified.bf16 else {})},
+                             **({"bf16": verified.bf16} if verified.bf16 else {}),
+                             **({"images": _image_report(images)} if images is not None else {})},
             "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.model_sha256,
                       "torch": torch.__version__.split("+")[0],
                       "options": {"reference": opts.reference, "check_requests": opts.check_requests,
                                   "max_input_tokens": opts.max_input_tokens}},
             "attention_mode": source.attention_mode,
+            **({"image_placements": ["state"], "processor": config["vision"]["processor"],
+                "videos": "refused (video_unsupported): the d3 video expansion is not implemented"} if vision else {}),
             "question_types": list(QUESTION_TYPES),
             "usage": "state_once" if source.attention_mode == "causal" else "per_question",
             "state_once": ("the longest common token prefix of a request's question prompts runs once; each "
@@ -194,7 +225,8 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
                            else NONCAUSAL_STATE_ONCE),
             "upstream": {"format_id": src.FORMAT_ID, "model_sha256": source.model_sha256,
                          "manifest_sha256": source.manifest_sha256, "chat_template_sha256": template,
-                         "vision_tower": "present, not converted yet: images are refused" if vision else "absent"},
+                         "vision_tower": ("converted: vision.onnx (Qwen3-VL's grid-free vision core, no deepstack)"
+                                          if vision else "absent")},
         }
         with Step(f"writing package {out}") as s:
             from converters.package_writer import write_package
@@ -205,6 +237,75 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
 
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
+
+
+def _vision(source: src.Decision3Source, work: Path, graph: Path, prompt: D3Prompt, embeddings: np.ndarray,
+            readout: np.ndarray, limit: int, reference: bool, timings: dict[str, float]
+            ) -> tuple[ImageVerified, list[Path], dict[str, Any]]:
+    """Export the vision tower and check the image path; returns the check, the files and the config member."""
+    from converters.decision3.export import OPSET
+    from converters.decision3.vision import check_images, export_vision, processor_settings
+    from converters.graph_files import gather_graph
+
+    vcfg = source.vision_config or {}
+    settings = processor_settings(source.root, vcfg)
+    with Step(f"exporting the vision tower to ONNX (opset {OPSET})") as s:
+        path = work / "vision.onnx"
+        shapes = export_vision(vcfg, src.vision_weights(source), path)
+        files = gather_graph(path)
+    timings["vision_export"] = s.seconds
+    what = "Transformers 5 Qwen3_5Model" if reference else "nothing (--no-reference): the path runs"
+    with Step(f"checking the image path against {what}") as s:
+        images = check_images(source, graph, path, settings, prompt, embeddings, readout, limit, reference)
+    timings["image_parity"] = s.seconds
+    if reference:
+        if not (images.probabilities <= PROBABILITY_TOLERANCE and images.hidden <= IMAGE_HIDDEN_TOLERANCE
+                and images.processor <= PROCESSOR_TOLERANCE):
+            raise ConversionError(f"the image path differs from Transformers': code probabilities by "
+                                  f"{images.probabilities:.3g} (tolerance {PROBABILITY_TOLERANCE}), hidden states by "
+                                  f"{images.hidden:.3g} (tolerance {IMAGE_HIDDEN_TOLERANCE}), pixel values by "
+                                  f"{images.processor:.3g} (tolerance {PROCESSOR_TOLERANCE}); no package written")
+        log(f"image parity: max |dp| = {images.probabilities:.3g}, hidden {images.hidden:.3g}, "
+            f"processor pixels {images.processor:.3g} "
+            f"({images.cases} questions, grids {images.grids})")
+    member = {"graph": path.name, "inputs": shapes["inputs"], "outputs": shapes["outputs"],
+              "patch_dim": shapes["patch_dim"], "position_side": shapes["position_side"],
+              "image_token_id": int(source.config["image_token_id"]),
+              "video_token_id": int(source.config["video_token_id"]),
+              "vision_start_token_id": int(source.config["vision_start_token_id"]),
+              "vision_end_token_id": int(source.config["vision_end_token_id"]),
+              "processor": settings.card()}
+    return images, files, member
+
+
+def _image_golden(graph: Path, images: ImageVerified) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A batch-1 golden case of the text core on the golden image question (vision rows and 3-D positions)."""
+    from edge_runtime.engine.recurrent import RecurrentForward
+    from edge_runtime.engine.session import create_session
+
+    session = create_session(graph, "cpu", 1)
+    row = images.golden_row
+    assert row.positions is not None
+    n = len(row.embeds)
+    feeds = {"inputs_embeds": row.embeds[None], "attention_mask": np.ones((1, n), dtype=np.int64),
+             "position_ids": row.positions[None], **RecurrentForward(session).empty_states(1)}
+    return feeds, session.run(feeds, ["last_hidden_state"])
+
+
+def _image_report(images: ImageVerified) -> dict[str, Any]:
+    """The card's record of the image check."""
+    if not images.reference:
+        return {"reference": "not verified against Transformers (--no-reference)", "cases": images.cases,
+                "grids": images.grids}
+    return {"reference": "Transformers 5 Qwen3_5Model fp32 given the same pixel_values and image_grid_thw (its "
+                         "vision tower, placeholder scatter and get_rope_index), last token",
+            "cases": images.cases, "grids": images.grids, "tolerance": PROBABILITY_TOLERANCE,
+            "hidden_tolerance": IMAGE_HIDDEN_TOLERANCE,
+            "max_abs_diff_probabilities": float(f"{images.probabilities:.3g}"),
+            "max_abs_diff_last_hidden_state": float(f"{images.hidden:.3g}"),
+            "processor": "ours (decision-vision's numpy + Pillow) against Transformers 5 Qwen2VLImageProcessorPil on "
+                         "the same images: grids equal, max |d pixel|",
+            "max_abs_diff_processor_pixels": float(f"{images.processor:.3g}")}
 
 
 def build_fixture(out: Path, variant: str = "text", attention_mode: str = "causal", seed: int = 0,
@@ -223,5 +324,5 @@ def build_fixture(out: Path, variant: str = "text", attention_mode: str = "causa
             reference=reference, check_requests=check_requests))
 
 
-__all__ = ["DEFAULT_CHECK_REQUESTS", "PROBABILITY_TOLERANCE", "Decision3Options", "build_fixture",
-           "decision_config", "export_decision3"]
+__all__ = ["DEFAULT_CHECK_REQUESTS", "IMAGE_HIDDEN_TOLERANCE", "PROBABILITY_TOLERANCE", "PROCESSOR_TOLERANCE",
+           "Decision3Options", "build_fixture", "decision_config", "export_decision3"]

@@ -13,6 +13,14 @@ int64 [B, q] (rows right- or left-padded), optional ``position_ids`` int64 [B, 3
 ``prefix_len`` (a 0-d array) the first ``prefix_len`` tokens of every row are run first (use_cache) and
 the rest continue from Transformers' own cache: the output then covers the continuation only.
 
+With ``--vision`` the model is the whole ``Qwen3_5Model`` (its vision tower, placeholder scatter and
+``get_rope_index`` included; the noncausal hook on its language model) and the inputs npz holds, per case
+``i``, ``{i}.input_ids`` int64 [n] (image placeholders expanded), ``{i}.pixel_values`` float32 [N, D] and
+``{i}.image_grid_thw`` int64 [k, 3], ``{i}.image.{k}`` uint8 [h, w, 3] (the decoded images), and ``processor``
+(a JSON string: the converter's processor settings); each case runs alone (batch 1) and the output holds
+``{i}`` = the float32 hidden state of its last token, and ``{i}.pixel_values`` / ``{i}.image_grid_thw`` from
+Transformers' own ``Qwen2VLImageProcessorPil`` on the images.
+
 Self-contained on purpose: torch, transformers, safetensors, numpy and json only (nothing of
 edge_runtime or the exporter's environment, whose Transformers 4 has no Qwen3.5).
 """
@@ -98,6 +106,76 @@ def build_model(config: dict[str, Any], weights: dict[str, Any], attention_mode:
     return model
 
 
+def full_weights(paths: list[str]) -> dict[str, Any]:
+    """Every tensor of the text model and the vision tower, under Qwen3_5Model's names."""
+    from safetensors.torch import load_file
+
+    out: dict[str, Any] = {}
+    for path in paths:
+        for name, tensor in load_file(path).items():
+            name = name[len("model."):] if name.startswith("model.") else name
+            if name.startswith(("language_model.", "visual.")):
+                out[name] = tensor
+    return out
+
+
+def build_full_model(config: dict[str, Any], weights: dict[str, Any], attention_mode: str) -> Any:
+    """Qwen3_5Model in fp32 (SDPA attention, eval), text and vision tensors loaded."""
+    import torch
+    qwen = importlib.import_module("transformers.models.qwen3_5")
+
+    cfg = qwen.Qwen3_5Config(**{k: v for k, v in config.items() if k not in ("architectures", "model_type")})
+    cfg._attn_implementation = "sdpa"
+    cfg.text_config._attn_implementation = "sdpa"
+    cfg.vision_config._attn_implementation = "sdpa"
+    model = qwen.Qwen3_5Model(cfg).float().eval()
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
+    if missing or unexpected:
+        raise SystemExit(f"weights do not match Qwen3_5Model: missing {sorted(missing)[:4]}, "
+                         f"unexpected {sorted(unexpected)[:4]}")
+    if attention_mode == "noncausal_full_attention":
+        enable_noncausal(model.language_model)
+    elif attention_mode != "causal":
+        raise SystemExit(f"unknown attention mode {attention_mode!r}")
+    torch.set_grad_enabled(False)
+    return model
+
+
+def run_vision(model: Any, inputs: dict[str, np.ndarray], image_token_id: int) -> dict[str, np.ndarray]:
+    """Each case's last-token hidden state, the model given the pixels and grids (batch 1, no padding)."""
+    import torch
+
+    out = {}
+    for key in sorted(k for k in inputs if k.endswith(".input_ids")):
+        case = key[:-len(".input_ids")]
+        ids = torch.from_numpy(np.asarray(inputs[key], dtype=np.int64))[None]
+        result = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                       pixel_values=torch.from_numpy(np.asarray(inputs[f"{case}.pixel_values"], dtype=np.float32)),
+                       image_grid_thw=torch.from_numpy(np.asarray(inputs[f"{case}.image_grid_thw"], dtype=np.int64)),
+                       mm_token_type_ids=(ids == image_token_id).int(), use_cache=False)
+        out[case] = result.last_hidden_state[0, -1].float().numpy()
+        images = [inputs[k] for k in sorted((k for k in inputs if k.startswith(f"{case}.image.")),
+                                            key=lambda k: int(k.rsplit(".", 1)[1]))]
+        if images and "processor" in inputs:
+            pixels = processor(json.loads(str(inputs["processor"])), images)
+            out[f"{case}.pixel_values"], out[f"{case}.image_grid_thw"] = pixels
+    return out
+
+
+def processor(settings: dict[str, Any], images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Transformers 5's Pillow Qwen2-VL image processor (the slow semantics) on uint8 RGB images."""
+    from PIL import Image
+    qwen2_vl = importlib.import_module("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+
+    hf = qwen2_vl.Qwen2VLImageProcessorPil(
+        size={"shortest_edge": settings["min_pixels"], "longest_edge": settings["max_pixels"]},
+        image_mean=settings["image_mean"], image_std=settings["image_std"], patch_size=settings["patch_size"],
+        temporal_patch_size=settings["temporal_patch_size"], merge_size=settings["merge_size"],
+        rescale_factor=settings["rescale_factor"])
+    out = hf(images=[Image.fromarray(a, "RGB") for a in images], return_tensors="np")
+    return np.asarray(out["pixel_values"], dtype=np.float32), np.asarray(out["image_grid_thw"], dtype=np.int64)
+
+
 def run(model: Any, inputs: dict[str, np.ndarray], dtype: str) -> np.ndarray:
     """last_hidden_state float32 [B, q(-prefix), H] of the model in ``dtype`` on ``inputs``."""
     import torch
@@ -140,12 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="npz to write: one last_hidden_state per dtype")
     parser.add_argument("--attention-mode", default="causal", choices=("causal", "noncausal_full_attention"))
     parser.add_argument("--dtype", action="append", choices=("float32", "bfloat16"))
+    parser.add_argument("--vision", action="store_true", help="Qwen3_5Model with images (see the docstring)")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args(argv)
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    save: Any = np.savez  # numpy's stub types **kwds as its own flags
+    if args.vision:
+        full = json.loads(Path(args.config).read_text())
+        vision_model = build_full_model(full, full_weights(args.weights), args.attention_mode)
+        with np.load(args.inputs) as data:
+            save(args.out, **run_vision(vision_model, {k: data[k] for k in data.files}, int(full["image_token_id"])))
+        return 0
     config = text_config(json.loads(Path(args.config).read_text()))
     model = build_model(config, load_weights(args.weights), args.attention_mode)
     with np.load(args.inputs) as data:
@@ -153,7 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     # float32 first: the model is cast down for bfloat16, never back up
     dtypes = sorted(set(args.dtype or ["float32"]), key=lambda d: d != "float32")
     results = {dtype: run(model, inputs, dtype) for dtype in dtypes}
-    save: Any = np.savez  # numpy's stub types **kwds as its own flags
     save(args.out, **results)
     return 0
 

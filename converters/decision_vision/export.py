@@ -185,6 +185,35 @@ def _text_core(lm: Any, deepstack: int) -> Any:
     return TextCore().eval()
 
 
+def export_vision_core(visual: Any, vcfg: Any, path: Path) -> dict[str, Any]:
+    """Trace the grid-free vision core of ``visual`` (a Qwen3-VL vision tower; Qwen3.5's is the same with no
+    deepstack) to ``path`` (TorchScript, opset 18); returns its shapes as the card records them."""
+    import torch
+
+    from edge_runtime.families.decision_vision.vision_lm import position_taps, rowcol
+
+    deepstack = len(vcfg.deepstack_visual_indexes)
+    n = 16  # a 4x4 patch grid; nothing in the graph depends on it
+    dim = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
+    side = int(vcfg.num_position_embeddings ** 0.5)
+    idx, w = position_taps(4, 4, side, vcfg.spatial_merge_size)
+    vision_args = (torch.randn(n, dim), torch.from_numpy(idx), torch.from_numpy(w),
+                   torch.from_numpy(rowcol(4, 4, vcfg.spatial_merge_size)))
+    vision_out = ["image_embeds"] + (["deepstack_embeds"] if deepstack else [])
+    axes: dict[str, dict[int, str]] = {"patches": {0: "patches"}, "pos_idx": {1: "patches"},
+                                       "pos_w": {1: "patches"}, "rowcol": {0: "patches"},
+                                       "image_embeds": {0: "tokens"}}
+    if deepstack:
+        axes["deepstack_embeds"] = {1: "tokens"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_vision_core(visual), vision_args, str(path), dynamo=False, opset_version=OPSET,
+                          input_names=["patches", "pos_idx", "pos_w", "rowcol"], output_names=vision_out,
+                          dynamic_axes=axes)
+    return {"inputs": ["patches", "pos_idx", "pos_w", "rowcol"], "outputs": vision_out, "patch_dim": dim,
+            "position_side": side}
+
+
 def export_graphs(model: Any, work: Path) -> tuple[Path, Path, dict[str, Any]]:
     """Trace both cores (TorchScript, opset 18); returns their paths and the shapes the card records."""
     import torch
@@ -193,26 +222,8 @@ def export_graphs(model: Any, work: Path) -> tuple[Path, Path, dict[str, Any]]:
     vcfg, tcfg = model.config.vision_config, model.config.text_config
     deepstack = len(vcfg.deepstack_visual_indexes)
     work.mkdir(parents=True, exist_ok=True)
-    n = 16  # a 4x4 patch grid; nothing in the graph depends on it
-    dim = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
-    side = int(vcfg.num_position_embeddings ** 0.5)
-    from edge_runtime.families.decision_vision.vision_lm import position_taps, rowcol
-
-    idx, w = position_taps(4, 4, side, vcfg.spatial_merge_size)
-    vision_args = (torch.randn(n, dim), torch.from_numpy(idx), torch.from_numpy(w),
-                   torch.from_numpy(rowcol(4, 4, vcfg.spatial_merge_size)))
-    vision_out = ["image_embeds"] + (["deepstack_embeds"] if deepstack else [])
     vision_path = work / "vision.onnx"
-    axes: dict[str, dict[int, str]] = {"patches": {0: "patches"}, "pos_idx": {1: "patches"},
-                                       "pos_w": {1: "patches"}, "rowcol": {0: "patches"},
-                                       "image_embeds": {0: "tokens"}}
-    if deepstack:
-        axes["deepstack_embeds"] = {1: "tokens"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(_vision_core(visual), vision_args, str(vision_path), dynamo=False, opset_version=OPSET,
-                          input_names=["patches", "pos_idx", "pos_w", "rowcol"], output_names=vision_out,
-                          dynamic_axes=axes)
+    vision_shapes = export_vision_core(visual, vcfg, vision_path)
     layers, kv, hd, hidden = (tcfg.num_hidden_layers, tcfg.num_key_value_heads, tcfg.head_dim, tcfg.hidden_size)
     b, q, p = 2, 5, 3
     past_names = [f"past_key_values.{i}.{t}" for i in range(layers) for t in ("key", "value")]
@@ -235,8 +246,7 @@ def export_graphs(model: Any, work: Path) -> tuple[Path, Path, dict[str, Any]]:
         torch.onnx.export(_text_core(lm, deepstack), tuple(text_args), str(text_path), dynamo=False,
                           opset_version=OPSET, input_names=inputs,
                           output_names=["last_hidden_state", *present_names], dynamic_axes=axes)
-    shapes = {"vision": {"inputs": ["patches", "pos_idx", "pos_w", "rowcol"], "outputs": vision_out,
-                         "patch_dim": dim, "position_side": side},
+    shapes = {"vision": vision_shapes,
               "text": {"inputs": inputs, "outputs": ["last_hidden_state", *present_names]}}
     return vision_path, text_path, shapes
 
@@ -509,4 +519,4 @@ def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], d
     return recorded
 
 
-__all__ = ["DecisionVisionOptions", "export_decision_vision", "export_graphs"]
+__all__ = ["DecisionVisionOptions", "export_decision_vision", "export_graphs", "export_vision_core"]

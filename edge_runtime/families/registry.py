@@ -78,7 +78,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "decision2": FamilySpec(decision2.Decision2Family, decision_card("decision2")),
     "decision-vision": FamilySpec(decision_vision.DecisionVisionFamily, decision_card("decision-vision"),
                                   graphs=decision_vision.graphs),
-    "decision3": FamilySpec(decision3.Decision3Family, decision_card("decision3")),
+    "decision3": FamilySpec(decision3.Decision3Family, decision_card("decision3"), graphs=decision3.graphs),
 }
 
 #: Every served family's card rules: what the package reader and the package writer check cards with.

@@ -12,21 +12,41 @@ write the recurrent state, so a row's answer does not depend on its batch; the l
 runs once and each question continues from its GDN and attention states (``usage`` counts the prefix once).
 ``noncausal_full_attention``: every question runs its whole prompt: a full-attention layer lets the prefix's
 positions attend to the question's tokens, so no prefix state can be shared. Nothing is truncated: a prompt
-over ``max_input_tokens`` fails its question with ``max_length_exceeded``. Text only for now: the packages
-hold no vision core yet, so images and videos are refused (image_unsupported / video_unsupported).
+over ``max_input_tokens`` fails its question with ``max_length_exceeded``.
+
+Images (packages with a vision core, card modality ``image``): the request's ``images`` (data URLs) and the
+assets its state uses (each use one more image after ``images``, named ``[image k]`` in the state) go through
+the shared media intake (edge_runtime.media: the card's image_max_bytes and image_source_max_pixels, the same
+reasons as decision-vision), are resized and patched by decision-vision's processor within image_max_pixels,
+and are shared by every question of the entry: each prompt holds one placeholder per image in front of the user
+text (§3.6), counted as the image's tokens against ``max_input_tokens``. An asset used in a question is refused
+(question_images_unsupported: images sit in the state only). The vision core runs in the forward
+(vision.py, ImageForward). Image rows batch as text rows do (noncausal: whole rows, right-padded; causal: the
+images sit in the shared prefix, which runs once). Videos are refused (video_unsupported): the d3 video
+expansion (timestamped frame pairs) is not implemented for this family.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from edge_runtime.engine.causal import BranchRow, CausalRow, branch_row, causal_row
+from edge_runtime.engine.causal import CausalRow, branch_row, causal_row
 from edge_runtime.engine.recurrent import CAUSAL, NONCAUSAL, RecurrentForward
 from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.decision3.prompt import D3Prompt, PromptTokens, common_prefix, refusal
+from edge_runtime.families.base import Graph, open_graphs
+from edge_runtime.families.decision3.prompt import IMAGE_TOKEN, D3Prompt, PromptTokens, common_prefix, refusal
+from edge_runtime.families.decision3.vision import (
+    VISION_GRAPH,
+    ImageBranchRow,
+    ImageForward,
+    ImageRow,
+    VisionCore,
+    processor_settings,
+)
 from edge_runtime.families.decision_plan import (
     DecisionFamily,
     DecisionPlan,
@@ -36,7 +56,10 @@ from edge_runtime.families.decision_plan import (
     assemble,
     plan_entries,
 )
+from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches
 from edge_runtime.heads.decisions import code_probabilities
+from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
+from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer
 from edge_runtime.questions import refusal as type_refusal
@@ -46,6 +69,16 @@ CONFIG_FORMAT = "decision3-config/1"
 QUESTION_TYPES = ("choice", "noul", "score")
 READOUT = "readout"  # head.npz: float32 [255, hidden]
 EMBEDDINGS = "embeddings.npy"
+VISION_GOLDEN = "vision_check.npz"  # the vision core's recorded case, as decision-vision records it
+
+
+def graphs(package: Package) -> list[Graph]:
+    """The vision core beside the text core, where the package has one (self-checked on its golden case)."""
+    from edge_runtime.families.decision_vision.family import vision_golden
+
+    if VISION_GRAPH not in package.files:
+        return []
+    return [Graph("vision", VISION_GRAPH, vision_golden if VISION_GOLDEN in package.files else None)]
 
 
 def check_config(config: dict[str, Any]) -> None:
@@ -65,11 +98,11 @@ def check_config(config: dict[str, Any]) -> None:
         raise ValueError("decision_config pad_id must be an integer")
 
 
-class Decision3Family(DecisionFamily[RecurrentForward]):
+class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
     """A loaded decision3 package: plans decisions requests into rows, answers from last hidden states."""
 
     def __init__(self, package: Package, session: Any = None, name: str | None = None,
-                 max_input_tokens: int | None = None) -> None:
+                 max_input_tokens: int | None = None, opened: Mapping[str, Any] | None = None) -> None:
         card = package.card
         config = package.require_decision_config()
         check_config(config)
@@ -97,12 +130,34 @@ class Decision3Family(DecisionFamily[RecurrentForward]):
         self._vocab = self.prompt.tokenizer.get_vocab_size()
         if self._vocab > self.embeddings.shape[0]:
             raise ValueError(f"the tokenizer has {self._vocab} ids; {EMBEDDINGS} has {self.embeddings.shape[0]} rows")
+        self.vision = config.get("vision") if "image" in self.modalities else None
+        if "image" in self.modalities:
+            self._init_images(package)
         if session is not None:
-            self._forward = RecurrentForward(session, self.embeddings, attention_mode=self.attention_mode)
-            if self._forward.hidden != self.readout.shape[1]:
-                raise ValueError(f"the graph's hidden size {self._forward.hidden} differs from the readout's "
+            text = RecurrentForward(session, self.embeddings, attention_mode=self.attention_mode)
+            if text.hidden != self.readout.shape[1]:
+                raise ValueError(f"the graph's hidden size {text.hidden} differs from the readout's "
                                  f"{self.readout.shape[1]}")
+            self._forward = text
+            if self.vision is not None:
+                if opened is None:  # built outside the loader (converters, tests): open it the same way
+                    opened, _ = open_graphs(package, graphs(package), session)
+                core = VisionCore(opened["vision"], self.processor.s, int(self.vision["position_side"]), text.hidden)
+                self._forward = ImageForward(text, core, self.image_id, self.embeddings)
         self._probe_rng = np.random.default_rng(0)
+
+    def _init_images(self, package: Package) -> None:
+        """The image intake of a package whose card lists the image modality."""
+        if not isinstance(self.vision, dict) or VISION_GRAPH not in package.files:
+            raise ValueError(f"package {package.card.name}: the card lists images but the package has no vision "
+                             f"core ({VISION_GRAPH} and decision_config's vision member)")
+        self.processor = ImageProcessor(processor_settings(self.vision["processor"]))
+        self.image_id = int(self.vision["image_token_id"])
+        if self.prompt.tokenizer.token_to_id(IMAGE_TOKEN) != self.image_id:
+            raise ValueError(f"the tokenizer's {IMAGE_TOKEN} is not the vision image_token_id {self.image_id}")
+        limits = package.card.limits
+        self.image_limits = ImageLimits(int(limits["image_max_bytes"]), int(limits["image_source_max_pixels"]))
+        self.image_max_pixels = int(limits["image_max_pixels"])
 
     # -- engine hooks -----------------------------------------------------------------------
 
@@ -115,29 +170,60 @@ class Decision3Family(DecisionFamily[RecurrentForward]):
         return code_probabilities(hidden, self.readout, count, self.temperature)
 
     def describe(self) -> dict[str, Any]:
-        return {"question_types": list(self.question_types)}
+        out: dict[str, Any] = {"question_types": list(self.question_types)}
+        if "image" in self.modalities:
+            out |= {"modalities": sorted(self.modalities), "image_placements": ["state"]}
+        return out
 
     # -- planning ---------------------------------------------------------------------------
 
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
-        """Render and tokenize every answerable question; decide the others' answers now."""
+        """Decode the images, render and tokenize every answerable question; decide the others' answers now."""
         cap = self.budget(request)
-        return plan_entries(request, self.name, self.modalities,
-                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows))
+        assets = None
+        if request.assets and "image" in self.modalities:
+            assets = parse_assets(request.assets, self.image_limits.max_bytes)
+        used: list[str] = []
 
-    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int,
-                    rows: list[CausalRow | BranchRow]) -> tuple[Entry, ApiError | None]:
+        def plan_entry(name: str | None, entry: DecisionState, rows: list[Any]) -> tuple[Entry | None, ApiError | None]:
+            try:  # images are decoded while planning: a refused one refuses its entry
+                return self._plan_entry(name, entry, cap, rows, assets, used)
+            except ApiError as e:
+                return None, e
+
+        return plan_entries(request, self.name, self.modalities, plan_entry,
+                            last_check=None if assets is None else lambda: check_all_used(assets, used))
+
+    def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[Any],
+                    assets: Assets | None = None, used: list[str] | None = None) -> tuple[Entry, ApiError | None]:
         planned = Entry(name, [], temperature=self.temperature)
-        run: list[Slot] = []
+        state: Any = entry.state
+        state_uses: list[str] = []
+        if assets is not None:
+            # a use in the state is one more image after `images`, named [image k] where it was
+            first = len(entry.images) + 1
+            state, state_uses = replace_in(entry.state, assets, lambda k: f"[image {first + k}]")
+            if used is not None:
+                used.extend(state_uses)
+        answerable: list[Slot] = []
         for q in entry.questions:
             refused: InvalidQuestion | None = None
             if isinstance(q, Question):
-                refused = type_refusal(q, self.name, self.question_types) or refusal(q, len(self.prompt.codes))
+                refused = (type_refusal(q, self.name, self.question_types) or refusal(q, len(self.prompt.codes))
+                           or (self._question_images(q, assets, used) if assets is not None else None))
             slot = Slot(refused or q)
             planned.slots.append(slot)
-            if not isinstance(slot.question, Question):
-                continue
-            got = self.prompt.tokens(entry.state, slot.question, cap)
+            if isinstance(slot.question, Question):
+                answerable.append(slot)
+        if not answerable:
+            return planned, None
+        images = self._images(entry, [assets.images[r] for r in state_uses] if assets is not None else [])
+        m = self.processor.s.merge_size if images else 1
+        tokens = [(p.grid_h // m) * (p.grid_w // m) for p in images]
+        run: list[Slot] = []
+        for slot in answerable:
+            assert isinstance(slot.question, Question)
+            got = self.prompt.tokens(state, slot.question, cap, tokens)
             if isinstance(got, PromptTokens):
                 slot.ids = list(got.ids)
                 run.append(slot)
@@ -146,18 +232,53 @@ class Decision3Family(DecisionFamily[RecurrentForward]):
         if not run:
             return planned, None
         ids = [s.ids or [] for s in run]
-        if self.state_once and len(run) > 1:
-            shared = common_prefix(ids)
+        extra = sum(tokens) - len(tokens)  # each placeholder is its image's tokens
+        shared = common_prefix(ids) if self.state_once and len(run) > 1 else 0
+        # the images sit in front of the user text, so in the shared prefix; where they do not, run whole rows
+        if images and shared <= max(i for i, t in enumerate(ids[0]) if t == self.image_id):
+            shared = 0
+        if shared:
             for j, slot in enumerate(run):
                 slot.row, slot.branch = len(rows), j
-            rows.append(branch_row(ids[0][:shared], [r[shared:] for r in ids]))
-            planned.tokens = shared + sum(len(r) - shared for r in ids)
+            branches = [r[shared:] for r in ids]
+            rows.append(ImageBranchRow(ImageRow(tuple(ids[0][:shared]), tuple(images)),
+                                       tuple(tuple(b) for b in branches)) if images
+                        else branch_row(ids[0][:shared], branches))
+            planned.tokens = shared + extra + sum(len(r) - shared for r in ids)
         else:
             for slot, r in zip(run, ids):
                 slot.row = len(rows)
-                rows.append(causal_row(r))
-            planned.tokens = sum(len(r) for r in ids)
+                rows.append(ImageRow(tuple(r), tuple(images)) if images else causal_row(r))
+            planned.tokens = sum(len(r) + extra for r in ids)
         return planned, None
+
+    def _images(self, entry: DecisionState, asset_images: Sequence[bytes]) -> list[Patches]:
+        """The entry's images (then the assets its state uses, one image per use), decoded through the media
+        intake and patched as the model reads them; MediaError (a 400 with its reason) refuses the entry."""
+        if not entry.images and not asset_images:
+            return []
+        images = [self._patches(decode_image_url(url, self.image_limits)) for url in entry.images]
+        decoded: dict[int, Patches] = {}
+        for data in asset_images:  # an asset used twice is decoded once
+            if id(data) not in decoded:
+                decoded[id(data)] = self._patches(decode_image(data, self.image_limits))
+            images.append(decoded[id(data)])
+        return images
+
+    def _patches(self, image: Any) -> Patches:
+        return self.processor.image(upright_rgb(image), self.image_max_pixels)
+
+    def _question_images(self, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
+        """question_images_unsupported for a question whose instructions or options use an asset: images sit in
+        the state (in front of the user text), shared by every question."""
+        refs = assets.used_in([q.instructions, *(o.description for o in q.options)])
+        if not refs:
+            return None
+        if used is not None:
+            used.extend(refs)  # referenced, so not unreferenced, though this question cannot read it
+        return InvalidQuestion(q.id, q.type, "question_images_unsupported",
+                               f"model {self.name!r} reads images in the state only (image_placements: state); "
+                               "put an image the questions share in the state")
 
     # -- answers ------------------------------------------------------------------------------
 
@@ -170,4 +291,4 @@ class Decision3Family(DecisionFamily[RecurrentForward]):
         return answer(q, self.probabilities(hidden, len(q.options)))
 
 
-__all__ = ["CONFIG_FORMAT", "Decision3Family", "QUESTION_TYPES", "check_config"]
+__all__ = ["CONFIG_FORMAT", "Decision3Family", "QUESTION_TYPES", "check_config", "graphs"]

@@ -1,0 +1,187 @@
+"""Images in a decision3 prompt: the vision core (vision.onnx) and the rows that carry its outputs.
+
+The Qwen3.5 vision tower is Qwen3-VL's with no deepstack (upstream-formats.md §3.4, §3.9), so the graph is
+decision-vision's grid-free vision core and everything grid-shaped comes from its numpy helpers
+(families/decision_vision/vision_lm.py: bilinear position taps, rotary row/column ids, ``get_rope_index``).
+Images are preprocessed by decision-vision's :class:`~edge_runtime.families.decision_vision.processor.ImageProcessor`
+(§3.8: ``smart_resize`` to multiples of patch x merge, bicubic, normalised, Qwen2-VL patch layout).
+
+A question's prompt holds one ``<|image_pad|>`` per request image (prompt.py); :func:`image_row` expands each
+to its image's ``tokens`` copies, gathers the token table, scatters the vision core's rows over the pads, and
+gives the row Qwen's 3-D positions (text counting from 0, an image's tokens at (t, row + cur, col + cur), the
+text after it at ``cur + max(h, w) / merge``): an :class:`~edge_runtime.engine.recurrent.EmbedsRow` the text
+core reads as it reads any row.
+
+The family's rows carry the images' patches, not their token rows: :class:`ImageForward` runs the vision core
+inside the forward (on the engine's worker, as decision-vision does), once per image per call however many
+rows share it, then hands :class:`~edge_runtime.engine.recurrent.EmbedsRow` /
+:class:`~edge_runtime.engine.recurrent.EmbedsBranchRow` to the text core's Forward; rows without images pass
+through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edge_runtime.engine.recurrent import EmbedsBranchRow, EmbedsRow, RecurrentForward, embeds_row
+from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches, ProcessorSettings
+from edge_runtime.families.decision_vision.vision_lm import (
+    IMAGE_EMBEDS,
+    PATCHES,
+    POS_IDX,
+    POS_W,
+    ROWCOL,
+    Block,
+    position_taps,
+    rope_positions,
+    rowcol,
+)
+
+if TYPE_CHECKING:  # importable without onnxruntime
+    from edge_runtime.engine.session import GraphSession
+
+VISION_GRAPH = "vision.onnx"
+#: §3.8: the runtime's own pixel budget for a resized image (not the preprocessor config's ``size``).
+MIN_PIXELS, MAX_PIXELS = 65_536, 1_638_400
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """One image through the vision core: its patches' grid and its token rows ``float32 [tokens, H]``."""
+
+    grid_h: int
+    grid_w: int
+    rows: np.ndarray
+
+    @property
+    def tokens(self) -> int:
+        return int(self.rows.shape[0])
+
+
+def processor_settings(raw: Mapping[str, Any]) -> ProcessorSettings:
+    """The image processor of a package's ``decision_config.json`` ``vision.processor`` member."""
+    return ProcessorSettings.from_card(dict(raw))
+
+
+class VisionCore:
+    """The package's vision core: an image's patches in, its LM token rows out (one call per image: attention
+    inside an image is full and never crosses images, exactly Transformers' ``cu_seqlens``)."""
+
+    def __init__(self, session: GraphSession, settings: ProcessorSettings, side: int, hidden: int) -> None:
+        if not {PATCHES, POS_IDX, POS_W, ROWCOL} <= set(session.inputs) or IMAGE_EMBEDS not in session.outputs:
+            raise ValueError(f"{session.path.name} is not a vision core: inputs {session.input_names}")
+        self.session, self.settings, self.side, self.hidden = session, settings, int(side), int(hidden)
+        self.processor = ImageProcessor(settings)
+
+    def encode(self, patches: Patches) -> EncodedImage:
+        """The vision core over one image's patches."""
+        m = self.settings.merge_size
+        idx, w = position_taps(patches.grid_h, patches.grid_w, self.side, m)
+        feeds = {PATCHES: np.ascontiguousarray(patches.patches, dtype=np.float32), POS_IDX: idx, POS_W: w,
+                 ROWCOL: rowcol(patches.grid_h, patches.grid_w, m)}
+        rows = self.session.run(feeds, [IMAGE_EMBEDS])[IMAGE_EMBEDS]
+        tokens = (patches.grid_h // m) * (patches.grid_w // m)
+        if rows.shape != (tokens, self.hidden):
+            raise ValueError(f"the vision core gave {list(rows.shape)} for an image of {tokens} tokens")
+        return EncodedImage(patches.grid_h, patches.grid_w, np.ascontiguousarray(rows, dtype=np.float32))
+
+
+def expand_ids(ids: Sequence[int], image_id: int, tokens: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+    """The ids with the i-th ``image_id`` repeated ``tokens[i]`` times, and where each image's pads start."""
+    out: list[int] = []
+    starts: list[int] = []
+    for t in ids:
+        if t == image_id:
+            if len(starts) == len(tokens):
+                raise ValueError("the prompt holds more image placeholders than the request has images")
+            starts.append(len(out))
+            out += [image_id] * int(tokens[len(starts) - 1])
+        else:
+            out.append(int(t))
+    if len(starts) != len(tokens):
+        raise ValueError(f"the prompt holds {len(starts)} image placeholders for {len(tokens)} images")
+    return np.asarray(out, dtype=np.int64), starts
+
+
+def image_row(ids: Sequence[int], image_id: int, images: Sequence[EncodedImage], embeddings: np.ndarray,
+              merge: int) -> EmbedsRow:
+    """One question's row: placeholders expanded, the images' rows scattered in, Qwen's 3-D positions."""
+    expanded, starts = expand_ids(ids, image_id, [im.tokens for im in images])
+    embeds = np.array(embeddings[expanded], dtype=np.float32)
+    blocks = []
+    for start, im in zip(starts, images):
+        embeds[start:start + im.tokens] = im.rows
+        # rope_positions reads the grid only; the patches stay with the caller
+        blocks.append(Block(start, np.empty((0, 0), dtype=np.float32), im.grid_h, im.grid_w))
+    return embeds_row(embeds, rope_positions(len(expanded), blocks, merge))
+
+
+@dataclass(frozen=True)
+class ImageRow:
+    """A prompt with images: its ids (one placeholder per image) and the images' patches, in order."""
+
+    ids: tuple[int, ...]
+    images: tuple[Patches, ...]
+
+
+@dataclass(frozen=True)
+class ImageBranchRow:
+    """A state-once row whose shared prefix holds the images; the branches are text (each at least one token)."""
+
+    prefix: ImageRow
+    branches: tuple[tuple[int, ...], ...]
+
+
+class ImageForward:
+    """The family's forward for a package with a vision core (see the module docstring)."""
+
+    def __init__(self, text: RecurrentForward, core: VisionCore, image_id: int, embeddings: np.ndarray) -> None:
+        self.text, self.core, self.image_id, self.embeddings = text, core, int(image_id), embeddings
+        self.hidden = text.hidden
+
+    def _tokens(self, row: ImageRow) -> int:
+        m = self.core.settings.merge_size
+        return len(row.ids) + sum((p.grid_h // m) * (p.grid_w // m) - 1 for p in row.images)
+
+    def length(self, row: Any) -> int:
+        """Tokens the row computes, each image counted as its tokens."""
+        if isinstance(row, ImageRow):
+            return self._tokens(row)
+        if isinstance(row, ImageBranchRow):
+            prefix = self._tokens(row.prefix)
+            if not self.text.can_branch:
+                return sum(prefix + len(b) for b in row.branches)
+            return prefix + sum(len(b) for b in row.branches)
+        return self.text.length(row)
+
+    def __call__(self, rows: Sequence[Any]) -> list[np.ndarray]:
+        """One result per row, as RecurrentForward gives it."""
+        encoded: dict[int, EncodedImage] = {}  # an image shared by rows of this call runs once
+
+        def row_of(row: ImageRow) -> EmbedsRow:
+            images = []
+            for patches in row.images:
+                if id(patches) not in encoded:
+                    encoded[id(patches)] = self.core.encode(patches)
+                images.append(encoded[id(patches)])
+            return image_row(row.ids, self.image_id, images, self.embeddings, self.core.settings.merge_size)
+
+        converted: list[Any] = []
+        for row in rows:
+            if isinstance(row, ImageRow):
+                converted.append(row_of(row))
+            elif isinstance(row, ImageBranchRow):
+                branches = tuple(EmbedsRow(np.array(self.embeddings[list(b)], dtype=np.float32))
+                                 for b in row.branches)
+                converted.append(EmbedsBranchRow(row_of(row.prefix), branches))
+            else:
+                converted.append(row)
+        return self.text(converted)
+
+
+__all__ = ["MAX_PIXELS", "MIN_PIXELS", "VISION_GRAPH", "EncodedImage", "ImageBranchRow", "ImageForward", "ImageRow",
+           "VisionCore", "expand_ids", "image_row", "processor_settings"]
