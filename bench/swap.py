@@ -428,9 +428,12 @@ class RunFigures:
     p50: float
     p99: float
     failures: list[str]
+    # answered requests sent while a swap was in progress (its request to the old version's release)
+    in_swaps: int = 0
+    p99_in_swaps: float | None = None
 
 
-def account(label: str, samples: Sequence[Sample], timeline: Timeline) -> RunFigures:
+def account(label: str, samples: Sequence[Sample], timeline: Timeline, seconds: float | None = None) -> RunFigures:
     """Count a run's requests: answered (200 with a version), failed, answered by a wrong version."""
     if not samples:
         raise ValueError(f"{label}: no request was sent")
@@ -442,7 +445,7 @@ def account(label: str, samples: Sequence[Sample], timeline: Timeline) -> RunFig
         if s.version_id not in seen.setdefault(s.model, []):
             seen[s.model].append(str(s.version_id))
     latencies = [s.latency_s for s in ok] or [float("nan")]
-    span = max(s.received_at for s in samples) - min(s.sent_at for s in samples)
+    span = seconds if seconds is not None else max(s.received_at for s in samples) - min(s.sent_at for s in samples)
     return RunFigures(label, span, len(samples), len(ok), len(bad), len(wrong), seen,
                       percentile(latencies, 50.0), percentile(latencies, 99.0),
                       [f"{s.model}: HTTP {s.status}: {s.error}" for s in bad[:5]]
@@ -460,7 +463,9 @@ class Config:
     lead_s: float = 2.0  # load before the first swap
     soak: int = 0
     soak_rate: float = 4.0
-    long_inputs: int = 128  # texts in the long request
+    long_inputs: int = 32  # texts in the long request
+    rounds: int = 1  # pairs of runs; odd rounds swap their order (no swap first, then swaps; then reversed)
+    warmup_s: float = 3.0
     threads: int = CLIENT_THREADS
 
 
@@ -519,16 +524,24 @@ def run_load(server: ServerProcess, models: Sequence[Served], cfg: Config, rate:
 
 
 def long_request(server: ServerProcess, admin: Admin, m: Served, cfg: Config) -> dict[str, Any]:
-    """A long request accepted before the switch: it must end on the old version; then the old
-    version's memory, released after the drain. RSS: before B loads, after B is loaded (standby),
-    after the switch (the old one draining), after the drain."""
+    """Two measurements on ``m`` with no other load. Memory: RSS before the other version loads, once
+    it is loaded (standby), after the switch (the old one draining) and after the old one's release.
+    Then a long request accepted before a switch back: it must be answered by the version it was
+    accepted on, which is released only afterwards."""
     from bench.texts import sentences
 
-    old = admin.active(m.name)
-    rss = {"before load": server.memory()["VmRSS"]}
+    first = admin.active(m.name)
+    rss = {"before the new version loads": server.memory()["VmRSS"]}
     admin.load(m.name, m.b, promote=False)
-    new = next(v for v in admin.models()[m.name]["versions"] if v["state"] == "standby")
-    rss["new loaded (standby)"] = server.memory()["VmRSS"]
+    second = next(v for v in admin.models()[m.name]["versions"] if v["state"] == "standby")
+    rss["new version loaded (standby)"] = server.memory()["VmRSS"]
+    admin.promote(m.name, second["version_id"])
+    rss["after the switch (old draining)"] = server.memory()["VmRSS"]
+    admin.wait_released(m.name, first["serial"])
+    rss["after the old version's release"] = server.memory()["VmRSS"]
+
+    admin.load(m.name, m.a, promote=False)  # back to A, with a long request across the switch
+    third = next(v for v in admin.models()[m.name]["versions"] if v["state"] == "standby")
     texts = [" ".join(sentences(16, seed=100 + i)) for i in range(cfg.long_inputs)]
     # truncate: every text fills the model's 256 tokens (none is refused as too long)
     body = {"model": m.name, "input": texts, "options": {"return_meta": True, "overflow": "truncate"}}
@@ -549,31 +562,27 @@ def long_request(server: ServerProcess, admin: Admin, m: Served, cfg: Config) ->
     thread = threading.Thread(target=send)
     thread.start()
     deadline = time.monotonic() + 30
-    while (admin.version(m.name, old["serial"]) or {}).get("leases", 0) < 1:  # accepted: it holds the old version
+    while (admin.version(m.name, second["serial"]) or {}).get("leases", 0) < 1:  # accepted: it holds the version
         if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"the long request was not seen holding {old['version_id']}: {result}")
+            raise RuntimeError(f"the long request was not seen holding {second['version_id']}: {result}")
         time.sleep(0.005)
     held_at = time.time()
-    admin.promote(m.name, new["version_id"])
+    admin.promote(m.name, third["version_id"])
     activated = float(admin.active(m.name)["activated_at"])
-    rss["after switch"] = server.memory()["VmRSS"]
     thread.join()
-    released = admin.wait_released(m.name, old["serial"])
-    time.sleep(0.2)
-    rss["after drain"] = server.memory()["VmRSS"]
-    # back to A for whatever follows
-    swap_to(admin, m.name, m.a)
+    released = admin.wait_released(m.name, second["serial"])
     return {
-        "model": m.name, "old": old["version_id"], "new": new["version_id"], "inputs": cfg.long_inputs,
+        "model": m.name, "old": second["version_id"], "new": third["version_id"], "inputs": cfg.long_inputs,
         "status": result.get("status"), "answered_version": result.get("version_id"),
         "embedded": result.get("embedded"),
-        "answered_by_old": (result.get("status") == 200 and result.get("version_id") == old["version_id"]
+        "answered_by_old": (result.get("status") == 200 and result.get("version_id") == second["version_id"]
                             and result.get("embedded") == cfg.long_inputs),
         "seen_holding_before_switch_s": activated - held_at,
         "finished_after_switch_s": result.get("received_at", 0.0) - activated,
         "duration_s": result.get("received_at", 0.0) - result["sent_at"],
-        "released_after_switch_s": float(released["released_at"]) - activated,
-        "old_resident_bytes": old.get("resident_bytes"), "new_resident_bytes": new.get("resident_bytes"),
+        "released_after_answer_s": float(released["released_at"]) - result.get("received_at", 0.0),
+        "memory_from": first["version_id"], "memory_to": second["version_id"],
+        "old_resident_bytes": first.get("resident_bytes"), "new_resident_bytes": second.get("resident_bytes"),
         "rss": rss,
     }
 
@@ -604,21 +613,35 @@ def measure(models: Sequence[Served], root: Path, cfg: Config, log_dir: Path, lo
     and the soak if asked; one server throughout."""
     server, admin = start_server(models, root, log_dir)
     try:
-        run_load(server, models, cfg, cfg.rate, seconds=min(3.0, cfg.seconds))  # warm-up, not counted
+        run_load(server, models, cfg, cfg.rate, seconds=cfg.warmup_s)  # warm-up, not counted
         timeline = initial_timeline(admin, models)
-        base = account("steady load, no swap", run_load(server, models, cfg, cfg.rate), timeline)
         swaps: list[Swap] = []
+        plain: list[Sample] = []
+        swapped: list[Sample] = []
 
         def swapping() -> None:
             for m in models:
                 swaps.append(swap_to(admin, m.name, m.b))
                 swaps.append(swap_to(admin, m.name, m.a))
 
-        timeline = initial_timeline(admin, models)
-        samples = run_load(server, models, cfg, cfg.rate, swapping)
+        spent = {False: 0.0, True: 0.0}
+        for r in range(cfg.rounds):
+            for with_swaps in ((False, True) if r % 2 == 0 else (True, False)):
+                t0 = time.perf_counter()
+                if with_swaps:
+                    swapped += run_load(server, models, cfg, cfg.rate, swapping)
+                else:
+                    plain += run_load(server, models, cfg, cfg.rate)
+                spent[with_swaps] += time.perf_counter() - t0
         for s in swaps:
             timeline[s.name].append((s.activated_at, s.new))
-        during = account("the same load, each model swapped A -> B -> A", samples, timeline)
+        base = account("steady load, no swap", plain, timeline, spent[False])
+        during = account("the same load, each model swapped A -> B -> A", swapped, timeline, spent[True])
+        windows = [(s.requested_at, s.released_at or s.finished_at) for s in swaps]
+        inside = [x.latency_s for x in swapped if x.status == 200 and x.version_id is not None
+                  and any(a <= x.sent_at <= b for a, b in windows)]
+        during.in_swaps = len(inside)
+        during.p99_in_swaps = percentile(inside, 99.0) if inside else None
         report = Report([base, during], swaps, ratio(during.p99, base.p99))
         embedding = next((m for m in models if m.surface == "embeddings"), None)
         if long and embedding is not None:
@@ -642,6 +665,7 @@ def _mib(n: int | None) -> str:
 def tables(report: Report, cfg: Config, models: Sequence[Served]) -> list[Table]:
     """The report as Markdown tables."""
     runs = report.runs + ([report.soak["run"]] if report.soak else [])
+    base_p99 = report.runs[0].p99
     out = [Table(
         f"Open-loop mixed load at {cfg.rate:g} req/s ({' and '.join(m.surface for m in models)} alternately), "
         "with and without swaps",
@@ -649,7 +673,12 @@ def tables(report: Report, cfg: Config, models: Sequence[Served]) -> list[Table]
         [[r.label, f"{r.seconds:.1f}", str(r.sent), str(r.answered), str(r.failed), str(r.wrong_version),
           "; ".join(f"{k}: {', '.join(v)}" for k, v in r.versions_seen.items()), fmt_ms(r.p50), fmt_ms(r.p99)]
          for r in runs],
-        [f"p99 during the swaps / p99 without: **{fmt_ratio(report.p99_ratio)}** (goal <= {P99_GOAL:g}x)",
+        [f"p99 of the run with swaps / p99 of the run without: **{fmt_ratio(report.p99_ratio)}** "
+         f"(goal <= {P99_GOAL:g}x)",
+         *[f"only the {r.in_swaps} answered requests sent while a swap was in progress (its request to the "
+           f"old version's release): p99 {fmt_ms(r.p99_in_swaps)} ms, "
+           f"{fmt_ratio(ratio(r.p99_in_swaps, base_p99))} the run without" for r in runs
+           if r.p99_in_swaps is not None],
          "latency: from each request's scheduled send time to its last byte (a late send counts), "
          "answered requests only; failed: no HTTP 200 with meta.version_id",
          "wrong version: meta.version_id is neither the version active when the request was sent nor one "
@@ -662,23 +691,28 @@ def tables(report: Report, cfg: Config, models: Sequence[Served]) -> list[Table]
          for s in report.swaps]))
     if report.long_request:
         lr = report.long_request
+        rss = list(lr["rss"].items())
         out.append(Table(
-            f"A long request across the switch ({lr['model']}: {lr['inputs']} texts of 256 tokens), "
-            "and the server's RSS (VmRSS, MiB)",
+            f"Memory across a swap of {lr['model']} ({lr['memory_from']} -> {lr['memory_to']}), no other load: "
+            "the server's RSS (VmRSS, MiB)",
+            ["point", "RSS MiB"],
+            [*[[k, _mib(v)] for k, v in rss],
+             ["given back by the release (after the switch - after the release)", _mib(rss[2][1] - rss[3][1])],
+             [f"RSS growth measured across each version's load: {lr['memory_from']} / {lr['memory_to']}",
+              f"{_mib(lr['old_resident_bytes'])} / {_mib(lr['new_resident_bytes'])}"]]))
+        out.append(Table(
+            f"A long request across the switch back ({lr['model']} {lr['old']} -> {lr['new']}: one request of "
+            f"{lr['inputs']} texts of 256 tokens)",
             ["measure", "value"],
-            [["answered by", f"{lr['answered_version']} (old {lr['old']}, new {lr['new']}; HTTP {lr['status']}, "
+            [["answered by", f"{lr['answered_version']} (HTTP {lr['status']}, "
               f"{lr['embedded']} of {lr['inputs']} inputs embedded)"],
              ["request duration s", f"{lr['duration_s']:.2f}"],
-             ["seen holding the old version, s before the switch", f"{lr['seen_holding_before_switch_s']:.3f}"],
+             ["seen holding the old version (admin API leases), s before the switch",
+              f"{lr['seen_holding_before_switch_s']:.3f}"],
              ["answered, s after the switch", f"{lr['finished_after_switch_s']:.3f}"],
-             ["old version released, s after the switch", f"{lr['released_after_switch_s']:.3f}"],
-             *[[f"RSS {k}", _mib(v)] for k, v in lr["rss"].items()],
-             ["RSS given back by the drain (after switch - after drain)",
-              _mib(lr["rss"]["after switch"] - lr["rss"]["after drain"])],
-             ["resident growth measured at load: old / new", f"{_mib(lr['old_resident_bytes'])} / "
-              f"{_mib(lr['new_resident_bytes'])}"]],
+             ["old version released, s after that answer", f"{lr['released_after_answer_s']:.3f}"]],
             ["the new version is loaded as standby first, the long request is sent and seen holding the old "
-             "version (admin API leases), then the new one is promoted"]))
+             "version, then the new one is promoted"]))
     if report.soak:
         sk = report.soak
         rss = sk["rss"]
@@ -706,8 +740,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--packages", type=Path, default=ROOT / "models",
                    help="the default packages (`python -m converters default --out DIR`); the B versions go "
                         f"to DIR/{VERSIONS_DIR}")
-    p.add_argument("--seconds", type=float, default=20.0, help="each run's load (20)")
+    p.add_argument("--seconds", type=float, default=15.0, help="each run's load (15)")
     p.add_argument("--rate", type=float, default=24.0, help="requests/s of the mixed load (24)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="pairs of runs, the second pair in the other order (2)")
     p.add_argument("--soak", type=int, default=0, metavar="N", help="also N consecutive swaps of each model (0)")
     p.add_argument("--soak-rate", type=float, default=4.0, help="requests/s during the soak (4)")
     p.add_argument("--record", action="store_true", help=f"append the results to {BENCHMARKS_DOC.relative_to(ROOT)}")
@@ -725,12 +761,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_versions(b.parse_args(argv[1:]).packages)
         return 0
     args = _parser().parse_args(argv)
-    if args.seconds <= 0 or args.rate <= 0 or args.soak < 0 or args.soak_rate <= 0:
-        print("error: --seconds, --rate and --soak-rate must be positive, --soak at least 0", file=sys.stderr)
+    if args.seconds <= 0 or args.rate <= 0 or args.soak < 0 or args.soak_rate <= 0 or args.rounds < 1:
+        print("error: --seconds, --rate, --soak-rate and --rounds must be positive, --soak at least 0",
+              file=sys.stderr)
         return 2
     ensure_versions(args.packages)
     models = default_models(args.packages)
-    cfg = Config(seconds=args.seconds, rate=args.rate, soak=args.soak, soak_rate=args.soak_rate)
+    cfg = Config(seconds=args.seconds, rate=args.rate, soak=args.soak, soak_rate=args.soak_rate,
+                 rounds=args.rounds)
     conds = conditions(1, 1, {"packages": str(args.packages.resolve().relative_to(ROOT))
                               if args.packages.resolve().is_relative_to(ROOT) else args.packages.name})
     conds["threads"] = "as models.yaml: minilm-embedding the server default, sparrow-nano 1"

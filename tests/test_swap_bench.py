@@ -51,7 +51,7 @@ def test_a_tiny_swap_run_answers_every_request_with_an_active_version(tmp_path: 
                      {"threads": 1})]
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    report = swap.measure(models, root, Config(seconds=2.0, rate=20.0, lead_s=0.3, threads=4), log_dir, long=False)
+    report = swap.measure(models, root, Config(seconds=2.0, rate=20.0, lead_s=0.3, threads=4, warmup_s=0.5), log_dir, long=False)
     base, during = report.runs
     for run in report.runs:
         assert run.sent > 0 and run.answered == run.sent and run.failed == 0 and run.wrong_version == 0, run
