@@ -777,7 +777,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                  rounds=args.rounds)
     conds = conditions(1, 1, {"packages": str(args.packages.resolve().relative_to(ROOT))
                               if args.packages.resolve().is_relative_to(ROOT) else args.packages.name})
-    conds["threads"] = "as models.yaml: minilm-embedding the server default, sparrow-nano 1"
+    conds["threads"] = ("as models.yaml: minilm-embedding none set (the server's default: the usable CPUs, "
+                        "for serving and for verifying a new version alike), sparrow-nano 1")
+    conds["server"] = ("--update-watch-seconds 0 (an old version is released once drained), "
+                       "--update-drain-seconds 30, policy beside; admin listener on 127.0.0.1")
+    conds["load"] = (f"open loop, {cfg.rate:g} req/s alternating embeddings (1-3 sentences) and decisions "
+                     f"(a choice, a noul and a score), {cfg.threads} client threads, keep-alive; runs of "
+                     f"{cfg.seconds:g} s, {cfg.rounds} round(s) (ABBA order), swaps start {cfg.lead_s:g} s in")
     conds.pop("rounds", None)
     conds["versions served"] = "; ".join(f"{m.name}: A {m.a.package.name} ({m.a.variant}), B {m.b.package.name} "
                                          f"({m.b.variant})" for m in models)
