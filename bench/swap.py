@@ -432,6 +432,7 @@ class RunFigures:
     # answered requests sent while a swap was in progress (its request to the old version's release)
     in_swaps: int = 0
     p99_in_swaps: float | None = None
+    p99_by_model: dict[str, float] = field(default_factory=dict)
 
 
 def account(label: str, samples: Sequence[Sample], timeline: Timeline, seconds: float | None = None) -> RunFigures:
@@ -446,13 +447,15 @@ def account(label: str, samples: Sequence[Sample], timeline: Timeline, seconds: 
         if s.version_id not in seen.setdefault(s.model, []):
             seen[s.model].append(str(s.version_id))
     latencies = [s.latency_s for s in ok] or [float("nan")]
+    by_model = {name: percentile([s.latency_s for s in ok if s.model == name], 99.0)
+                for name in sorted({s.model for s in ok})}
     span = seconds if seconds is not None else max(s.received_at for s in samples) - min(s.sent_at for s in samples)
     return RunFigures(label, span, len(samples), len(ok), len(bad), len(wrong), seen,
                       percentile(latencies, 50.0), percentile(latencies, 99.0),
                       [f"{s.model}: HTTP {s.status}: {s.error}" for s in bad[:5]]
                       + [f"{s.model}: answered by {s.version_id}, outside "
                          f"{sorted(allowed_versions(timeline.get(s.model, []), s.sent_at, s.received_at))}"
-                         for s in wrong[:5]])
+                         for s in wrong[:5]], p99_by_model=by_model)
 
 
 # -- the measurements --------------------------------------------------------------------------------
@@ -683,6 +686,8 @@ def tables(report: Report, cfg: Config, models: Sequence[Served]) -> list[Table]
            f"old version's release): p99 {fmt_ms(r.p99_in_swaps)} ms, "
            f"{fmt_ratio(ratio(r.p99_in_swaps, base_p99))} the run without" for r in runs
            if r.p99_in_swaps is not None],
+         *[f"{r.label}: p99 by model " + ", ".join(f"{k} {fmt_ms(v)} ms" for k, v in r.p99_by_model.items())
+           for r in runs],
          "latency: from each request's scheduled send time to its last byte (a late send counts), "
          "answered requests only; failed: no HTTP 200 with meta.version_id",
          "wrong version: meta.version_id is neither the version active when the request was sent nor one "

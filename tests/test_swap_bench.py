@@ -51,7 +51,8 @@ def test_a_tiny_swap_run_answers_every_request_with_an_active_version(tmp_path: 
                      {"threads": 1})]
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    report = swap.measure(models, root, Config(seconds=2.0, rate=20.0, lead_s=0.3, threads=4, warmup_s=0.5), log_dir, long=False)
+    tiny = Config(seconds=2.0, rate=20.0, lead_s=0.3, threads=4, warmup_s=0.5)
+    report = swap.measure(models, root, tiny, log_dir, long=False)
     base, during = report.runs
     for run in report.runs:
         assert run.sent > 0 and run.answered == run.sent and run.failed == 0 and run.wrong_version == 0, run
@@ -67,7 +68,7 @@ def test_a_tiny_swap_run_answers_every_request_with_an_active_version(tmp_path: 
     assert all(s.released_at is not None and s.released_at >= s.activated_at for s in report.swaps)
     assert set(during.versions_seen) <= set(digests)
     assert report.ok()
-    tables = swap.tables(report, Config(seconds=2.0, rate=20.0), models)
+    tables = swap.tables(report, tiny, models)
     assert [t.title.split(" ")[0] for t in tables] == ["Open-loop", "Swaps"]
 
 
