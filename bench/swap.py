@@ -15,9 +15,12 @@ the converters (`python -m bench.swap build`, a subprocess: converters import to
 Swaps go through the admin API (``POST /admin/v1/models/{name}/versions``, then the operation is
 followed to its end). Two runs on the same server: a steady open-loop mixed load (embeddings and
 decisions alternately, at a fixed rate, from a pool of client threads) without a swap, then the
-same load while each model is swapped A -> B -> A. Then a long request across a switch, with the
-server's RSS (/proc) before the new version loads, after the switch and after the drain; and with
-``--soak N``, N swaps of each model under a light load.
+same load while each model is swapped A -> B -> A (``--rounds 2``: in ABBA order). Then, with no
+other load, the server's RSS (/proc) across a MiniLM swap (before the new version loads, with both
+loaded, after the switch, after the old one's release) and a long request accepted on the old version
+just before a switch; and with ``--soak N``, N swaps of each model under a light load. The exit
+status says whether every request was answered by a version active when it was accepted (0) or not
+(1); the latency goal is reported, not judged.
 
 A request "answered by a version that was not active when it was accepted": the server accepts a
 request at some instant between the client's send and its receipt (wall clock, one machine). The
