@@ -1,5 +1,6 @@
 """`python -m bench all | embeddings | overhead | longinput | decisions | sparrow | vela2 | decision-vision |
-decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`.
+decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`, and `python -m bench swap
+[--seconds S] [--rate R] [--soak N] [--record]` (bench/swap.py: its own options).
 
 `decisions` runs the sparrow-nano comparison (`sparrow` alone), then `vela2` (the Vela 2.0 package at the 0.3B's
 shape against PyTorch) and `decision-vision` (image and video requests at Qwen3-VL-2B's shape
@@ -84,6 +85,11 @@ def convert_defaults(packages: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["swap"]:  # its own options (load rate, soak): bench/swap.py parses them
+        from bench import swap
+
+        return swap.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.threads < 1 or args.rounds < 1:
         print("error: --threads and --rounds must be at least 1", file=sys.stderr)
