@@ -41,7 +41,9 @@ def test_a_tiny_swap_run_answers_every_request_with_an_active_version(tmp_path: 
 
     root = tmp_path / "packages"
     emb_a = build_fixture("embedding", root / "emb-a", seed=0)
-    emb_b = build_fixture("embedding", root / "emb-b", seed=1)
+    # the same weights under another version, as the real bench's fp32 beside int8: one output space
+    # (other weights would be held pinned by the embedding-space guard, not promoted)
+    emb_b = build_fixture("embedding", root / "emb-b", seed=0, version="1.0.1")
     from converters.sparrow.export import build_sparrow_package
 
     sparrow_a = build_sparrow_package(root / "sparrow-a")

@@ -143,15 +143,18 @@ def compare(old: Side, new: Side) -> dict[str, Any]:
         report["comparable"] = False
         report["reason"] = f"the outputs' shapes differ ({', '.join(shapes)})"
         return report
-    a = np.concatenate([p[0] for p in pairs]).astype(np.float64)
-    b = np.concatenate([p[1] for p in pairs]).astype(np.float64)
+    # per case, then over cases: cases may differ in width (a decision model's questions have their
+    # own option counts), only each pair's two sides must agree
+    a_b = [(a.astype(np.float64), b.astype(np.float64)) for a, b in pairs]
     report["comparable"] = True
     if metric == PROBABILITY:
-        report["max_abs_dp"] = float(np.max(np.abs(a - b))) if a.size else 0.0
-        report["argmax_agreement"] = float(np.mean(a.argmax(-1) == b.argmax(-1))) if a.shape[-1] > 1 else 1.0
-        report["rows"] = int(a.shape[0])
+        report["max_abs_dp"] = max((float(np.max(np.abs(a - b))) for a, b in a_b if a.size), default=0.0)
+        agree = [a.argmax(-1) == b.argmax(-1) if a.shape[-1] > 1 else np.ones(a.shape[0], bool) for a, b in a_b]
+        report["argmax_agreement"] = float(np.concatenate(agree).mean())
+        report["rows"] = int(sum(a.shape[0] for a, _ in a_b))
     else:
-        cos = (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
+        cos = np.concatenate([(a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1),
+                                                           1e-12) for a, b in a_b])
         report["min_cosine"] = float(cos.min())
         report["mean_cosine"] = float(cos.mean())
     return report

@@ -649,6 +649,8 @@ class Updates:
         with self._lock:
             model.family = None
             model.session = None
+        give_back()  # before the state says released, so whoever reads "retired" sees the memory back
+        with self._lock:
             model.version_state = end_state
             model.released_at = time.time()
             versions = self.resident.get(model.name, [])
@@ -659,7 +661,6 @@ class Updates:
             active = self.runtime.models.get(model.name)
         if self.metrics is not None and active is not None and active.status == "ready":
             self.metrics.model_info(active)  # its labels may equal the released version's
-        give_back()
         log.info("model %s version %s %s and released", model.name, model.version_id, end_state)
 
     # -- removal and unloading ----------------------------------------------------------------
