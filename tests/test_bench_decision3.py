@@ -32,4 +32,3 @@ def test_decision3_bench_fixture_shape(tmp_path: Path) -> None:
     assert all(float(r[2]) < 1e-3 for r in agreement.rows)  # the logits agree too
     built = tmp_path / "bench-decision3-fixture-shape"
     assert (built / "card.json").is_file()
-    print("\n\n".join(t.markdown() for t in tables))
