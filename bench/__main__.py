@@ -1,10 +1,15 @@
 """`python -m bench all | embeddings | overhead | longinput | decisions | sparrow | vela2 | decision-vision |
+<<<<<<< HEAD
 decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`, and `python -m bench swap
 [--seconds S] [--rate R] [--soak N] [--record]` (bench/swap.py: its own options).
+=======
+decision3 | decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`.
+>>>>>>> d3-bench
 
 `decisions` runs the sparrow-nano comparison (`sparrow` alone), then `vela2` (the Vela 2.0 package at the 0.3B's
-shape against PyTorch) and `decision-vision` (image and video requests at Qwen3-VL-2B's shape
-against Transformers); `vela2` and `decision-vision` alone need none of the default packages. `scaling`
+shape against PyTorch), `decision-vision` (image and video requests at Qwen3-VL-2B's shape
+against Transformers) and `decision3` (a Decision 3.0 package at d3-edge's shape against Transformers 5);
+`vela2`, `decision-vision` and `decision3` alone need none of the default packages. `scaling`
 (intra-op spinning's cost, and the autoscaling target with its pending-jobs trace) runs only by name."""
 
 from __future__ import annotations
@@ -18,7 +23,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import decision_codes, decision_vision, decisions, embeddings, longinput, memory, overhead, scaling, vela2
+from bench import (
+    decision3,
+    decision_codes,
+    decision_vision,
+    decisions,
+    embeddings,
+    longinput,
+    memory,
+    overhead,
+    scaling,
+    vela2,
+)
 from bench.lab import PACKAGE_NAME, Lab, Settings
 from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
@@ -27,8 +43,8 @@ CONVERT_TIMEOUT_S = 900
 
 def decisions_and_vela2(lab: Lab) -> list[Table]:
     """The decisions comparisons: sparrow-nano against its own server, vela2 against PyTorch, then
-    decision-vision (Qwen3-VL-2B's shape) against Transformers."""
-    return decisions.run(lab) + vela2.run(lab) + decision_vision.run(lab)
+    decision-vision (Qwen3-VL-2B's shape) and decision3 (d3-edge's shape) against Transformers."""
+    return decisions.run(lab) + vela2.run(lab) + decision_vision.run(lab) + decision3.run(lab)
 
 
 COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
@@ -39,16 +55,17 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "sparrow": decisions.run,
     "vela2": vela2.run,
     "decision-vision": decision_vision.run,
+    "decision3": decision3.run,
     "decision-codes": decision_codes.run,
     "memory": memory.run,
     "scaling": scaling.run,
 }
 #: Comparisons another one already runs (so `all` leaves them out).
-INCLUDED = {"sparrow", "vela2", "decision-vision"}  # in decisions
+INCLUDED = {"sparrow", "vela2", "decision-vision", "decision3"}  # in decisions
 #: Comparisons `all` leaves out: they run by name only (scaling takes minutes of sustained load).
 BY_NAME_ONLY = {"scaling"}
 #: Comparisons that build their own packages and need none of the default ones.
-STANDALONE = {"vela2", "decision-vision"}
+STANDALONE = {"vela2", "decision-vision", "decision3"}
 
 
 def _parser() -> argparse.ArgumentParser:

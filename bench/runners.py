@@ -93,14 +93,16 @@ class HttpContestant:
 class WorkerProcess:
     """`python -m MODULE ARGS` in its own process, spoken to in JSON lines over pipes (a ready line first)."""
 
-    def __init__(self, label: str, module: str, args: list[str], threads: int, log_path: Path) -> None:
+    def __init__(self, label: str, module: str, args: list[str], threads: int, log_path: Path,
+                 python: Path | None = None) -> None:
+        """``python`` runs it (default: this interpreter; the Transformers 5 contestants run in .venv-ref)."""
         self.label = label
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - the child process writes it until stop()
         # The OpenMP/MKL variables cap torch's pools before torch reads them; set_num_threads repeats it.
         env = offline_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args, "--threads", str(threads)], cwd=ROOT,
-                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+        self.proc = subprocess.Popen([str(python or sys.executable), "-m", module, *args, "--threads", str(threads)],
+                                     cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      text=True, encoding="utf-8")
         self.load_s: float | None = None
 
@@ -282,10 +284,11 @@ def interleaved_rounds(rounds: int, budget_s: float, settle_s: float,
     return samples
 
 
-def build_in_subprocess(module: str, what: str, source: Path, package: Path, log_dir: Path, timeout_s: float) -> float:
-    """Run ``python -m <module> build --source S --out PKG`` offline (it imports torch), its output in
-    ``log_dir``; the seconds it took. RuntimeError with the log's tail when it fails."""
-    command = [sys.executable, "-m", module, "build", "--source", str(source), "--out", str(package)]
+def build_in_subprocess(module: str, what: str, source: Path, package: Path, log_dir: Path, timeout_s: float,
+                        extra: Sequence[str] = ()) -> float:
+    """Run ``python -m <module> build --source S --out PKG [extra...]`` offline (it imports torch), its output
+    in ``log_dir``; the seconds it took. RuntimeError with the log's tail when it fails."""
+    command = [sys.executable, "-m", module, "build", "--source", str(source), "--out", str(package), *extra]
     print(f"building the {what} package: {' '.join(command[1:])}", flush=True)
     log_path = log_dir / f"{what}-build.log"
     started = time.perf_counter()
