@@ -149,7 +149,8 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
             raise ConversionError(f"the graph's code probabilities differ from the reference by "
                                   f"{verified.probabilities:.3g} (> {PROBABILITY_TOLERANCE})")
         if verified.state_once is not None and verified.state_once > PROBABILITY_TOLERANCE:
-            raise ConversionError(f"state-once hidden states differ from whole rows by {verified.state_once:.3g}")
+            raise ConversionError(f"state-once code probabilities differ from whole rows by {verified.state_once:.3g} "
+                                  f"(> {PROBABILITY_TOLERANCE})")
         log(f"parity: max |dp| = {verified.probabilities:.3g}, hidden {verified.hidden:.3g}"
             + (f", bf16 argmax agreement {verified.bf16['argmax_agreement']}" if verified.bf16 else "")
             + (f", state-once vs whole {verified.state_once:.3g}" if verified.state_once is not None else ""))
@@ -185,6 +186,7 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
                    "torch_core_probabilities": float(f"{verified.torch_core:.3g}")}
         if verified.state_once is not None:
             outputs["state_once_vs_whole"] = float(f"{verified.state_once:.3g}")
+            outputs["state_once_vs_whole_hidden"] = float(f"{verified.state_once_hidden:.3g}")
         if images is not None and images.reference:
             outputs["image_probabilities"] = float(f"{images.probabilities:.3g}")
             outputs["image_last_hidden_state"] = float(f"{images.hidden:.3g}")
