@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import decision_codes_prefix
 from bench.decisions import JsonClient, max_abs_diff, response_probabilities
 from bench.lab import Lab
 from bench.report import ROOT, Table, fmt_ms, fmt_ratio
@@ -716,13 +717,19 @@ def _engine_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``build``, ``torch`` (Transformers on the causal package's prompt) and ``engine`` (our engine on
-    token ids), on the bench skeleton every family's bench shares."""
+    """``build``, ``torch`` (Transformers on the causal package's prompt), ``engine`` (our engine on
+    token ids) and ``prefix`` (the prefix cache shared vs tiled, bench/decision_codes_prefix.py), on
+    the bench skeleton every family's bench shares."""
     return bench_main(argv, "python -m bench.decision_codes", {
         "build": Command("build the source and both packages (imports torch)", _build_arguments, _build_main),
         "torch": torch_command(load_torch_decider, "Transformers"),
         "engine": Command("our engine on token ids (imports onnxruntime)", _engine_arguments,
                           lambda args: serve_worker(lambda: load_engine(args.package, args.threads, args.graph))),
+        "prefix": Command("the prefix cache shared by a request's branches vs tiled per branch (memory, time)",
+                          decision_codes_prefix.arguments, decision_codes_prefix.run),
+        "prefix-child": Command("one measurement of `prefix` (imports onnxruntime)",
+                                lambda p: decision_codes_prefix.arguments(p, child=True),
+                                decision_codes_prefix.child_main),
     })
 
 

@@ -233,8 +233,52 @@ def test_branches_in_several_chunks_equal_one_chunk(once) -> None:
     plan, _ = run(once, _random_request(random.Random(3), 4))
     (row,) = plan.rows
     whole = once.forward([row])[0]
-    chunked = CausalForward(once.forward.session, pad_id=once.pad_id, max_branch_rows=2)([row])[0]
+    chunked = CausalForward(once.forward.session, pad_id=once.pad_id, max_branch_rows=2, branch_mode="tiled")([row])[0]
     assert np.array_equal(whole, chunked)
+
+
+def test_branches_share_one_prefix_cache(once, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shared branches (the default) bind the prefix's batch-1 cache once for all of a request's
+    questions: what a request holds for its prefix does not grow with its questions, and the bits
+    are the tiled chunks' (and so each question's alone)."""
+    from edge_runtime.engine.causal import SHARED, TILED
+
+    session = once.forward.session
+    shared = CausalForward(session, pad_id=once.pad_id)
+    assert shared.branch_mode == SHARED
+    bound: list[Any] = []
+    fed: list[tuple[int, ...]] = []
+    bind, plain = session.bind, session.run
+
+    def recording_bind(values):
+        b = bind(values)
+        bound.append((b.nbytes, [v.shape for v in values.values()]))
+        return b
+
+    def recording_run(feeds, outputs=None):
+        fed.extend(v.shape for n, v in feeds.items() if n.startswith("past_key_values."))
+        return plain(feeds, outputs)
+
+    monkeypatch.setattr(session, "bind", recording_bind)
+    monkeypatch.setattr(session, "run", recording_run)
+    row = None
+    for n in (1, 8):
+        plan, _ = run(once, _random_request(random.Random(5), n))  # the family's forward: shared too
+        (row,) = plan.rows
+        assert isinstance(row, BranchRow) and len(row.branches) == n
+        fed.clear()
+        got = shared([row])[0]
+        assert all(shape[0] == 1 for shape in fed)  # the plain run is the prefill: an empty batch-1 past
+        tiled = CausalForward(session, pad_id=once.pad_id, branch_mode=TILED)([row])[0]
+        assert np.array_equal(got, tiled)
+    # one binding per request, batch 1, and as many bytes as the prefix's tokens whatever the questions
+    per_token = shared.kv_bytes_per_token()
+    shared_bytes = [b for b, shapes in bound if all(s[0] == 1 for s in shapes)]
+    assert len(shared_bytes) == len(bound) == 4  # the family's forward and ours, for 1 and 8 questions
+    plans = [run(once, _random_request(random.Random(5), n))[0].rows[0] for n in (1, 8)]
+    assert [shared_bytes[1], shared_bytes[3]] == [len(r.prefix) * per_token for r in plans]
+    with pytest.raises(ValueError, match="branch_mode"):
+        CausalForward(session, pad_id=once.pad_id, branch_mode="copied")
 
 
 def test_right_padded_batches_are_bit_identical_to_rows_alone(causal) -> None:

@@ -7,11 +7,20 @@ Two kinds of rows (the family builds them from token ids; this module never read
   hidden state at its own last real token. Right padding keeps ORT CPU fp32 rows bit-identical to
   running them alone; left padding does not (docs/reference/feasibility-notes.md A.2).
 - :class:`BranchRow` (``prefix``, ``branches``): a prefix run once (a prefill over an empty past)
-  whose key/value cache every branch continues from. The cache is copied into preallocated
-  buffers tiled to the branch count (page faults, not copying, make ``np.repeat`` slow: notes B.3.6),
-  the branches run right-padded with ``attention_mask = [1]*prefix + branch mask`` and
-  ``position_ids = prefix + arange``, and the result is each branch's last-token hidden state,
-  ``[n_branches, hidden]``: measured bit-identical to running ``prefix + branch`` alone (notes B.2).
+  whose key/value cache every branch continues from, with ``attention_mask = [1]*prefix + branch
+  mask`` and ``position_ids = prefix + arange``; the result is each branch's last-token hidden
+  state, ``[n_branches, hidden]``: measured bit-identical to running ``prefix + branch`` alone
+  (notes B.2). How the branches read the cache (``branch_mode``):
+
+  - ``shared`` (the default): the batch-1 cache is bound to the session once (IOBinding) and every
+    branch runs at batch 1 against it, so a request holds one copy of the prefix's cache whatever
+    its number of questions; each run reads the weights once.
+  - ``tiled``: the cache is copied into preallocated buffers tiled to a chunk of branches (page
+    faults, not copying, make ``np.repeat`` slow: notes B.3.6) and a chunk's branches run
+    right-padded in one batch: fewer weight reads, but a copy of the cache per branch of a chunk
+    (and the graph's own concatenated past per branch). The graph's attention concatenates past and
+    new keys per batch row, so a batch-1 past cannot serve several rows without a graph whose
+    attention is split in two, which changes the reduction and so the bits.
 
 Graphs: Optimum's decoder exports. ``input_ids``, ``attention_mask`` and (when present)
 ``position_ids`` in, ``last_hidden_state`` out; a state-once graph adds
@@ -47,6 +56,10 @@ DEFAULT_MAX_BRANCH_BYTES = 64 * 1024 * 1024
 #: state: 2.46 s in 64 MiB chunks (one question each), 1.88 s in 512 MiB chunks (bench decision-codes).
 BRANCH_BYTES_PER_GRAPH_BYTE = 0.25
 DEFAULT_MAX_BRANCH_ROWS = 64
+#: ``branch_mode``: every branch at batch 1 over the prefix's cache bound once, or chunks of tiled copies.
+SHARED = "shared"
+TILED = "tiled"
+BRANCH_MODES = (SHARED, TILED)
 
 _FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
@@ -89,15 +102,20 @@ class CausalForward:
     """Runs CausalRows and BranchRows through a decoder graph; results are last-token hidden states.
 
     A CausalRow gives ``float32 [hidden]``; a BranchRow gives ``[n_branches, hidden]`` in branch
-    order. Arrays are copies owned by the caller. Branches are cut into chunks of at most
-    ``max_branch_rows`` rows whose tiled cache stays within ``max_branch_bytes`` (default: a quarter
-    of the graph's size, at least 64 MiB). Calls are
+    order. Arrays are copies owned by the caller. ``branch_mode`` ``shared`` (default) runs every
+    branch at batch 1 over the prefix's cache bound once; ``tiled`` cuts the branches into chunks
+    of at most ``max_branch_rows`` rows whose tiled cache stays within ``max_branch_bytes``
+    (default: a quarter of the graph's size, at least 64 MiB). Both give the same bits. Calls are
     serialised (the branch buffers are shared); the executor runs one forward at a time anyway.
     """
 
     def __init__(self, session: GraphSession, pad_id: int = 0, *,
                  max_branch_bytes: int | None = None,
-                 max_branch_rows: int = DEFAULT_MAX_BRANCH_ROWS) -> None:
+                 max_branch_rows: int = DEFAULT_MAX_BRANCH_ROWS,
+                 branch_mode: str = SHARED) -> None:
+        if branch_mode not in BRANCH_MODES:
+            raise ValueError(f"branch_mode must be one of {list(BRANCH_MODES)}, not {branch_mode!r}")
+        self.branch_mode = branch_mode
         names = list(session.input_names)
         missing = [n for n in (INPUT_IDS, ATTENTION_MASK) if n not in session.inputs]
         self.past_names = [n for n in names if n.startswith(PAST_PREFIX)]
@@ -230,6 +248,8 @@ class CausalForward:
         if len(row.prefix) == 0:  # nothing to share: every branch is a whole sequence
             return np.stack(self._last_hidden(list(row.branches)))
         cache = self.prefill(row.prefix)
+        if self.branch_mode == SHARED:
+            return self._branch_shared(row, cache)
         past = len(row.prefix)
         # Shorter branches first so that a chunk pads little; results go back in branch order.
         order = sorted(range(len(row.branches)), key=lambda i: (len(row.branches[i]), i))
@@ -248,5 +268,19 @@ class CausalForward:
         assert out is not None
         return out
 
+    def _branch_shared(self, row: BranchRow, cache: dict[str, np.ndarray]) -> np.ndarray:
+        """Every branch at batch 1 over the prefix's cache, bound once: memory holds one cache."""
+        past = len(row.prefix)
+        bound = self.session.bind(cache)
+        out: np.ndarray | None = None
+        for i, branch in enumerate(row.branches):
+            feeds, lengths = self._padded([branch], past)
+            last = self._gather_last(bound.run(feeds, [HIDDEN])[HIDDEN], lengths)
+            if out is None:
+                out = np.empty((len(row.branches), last.shape[1]), dtype=np.float32)
+            out[i] = last[0]
+        assert out is not None
+        return out
 
-__all__ = ["BranchRow", "CausalForward", "CausalRow", "branch_row", "causal_row"]
+
+__all__ = ["BRANCH_MODES", "SHARED", "TILED", "BranchRow", "CausalForward", "CausalRow", "branch_row", "causal_row"]
