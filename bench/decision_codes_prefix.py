@@ -1,6 +1,6 @@
 """`python -m bench.decision_codes prefix`: a state-once request's prefix cache shared by its branches
-(CausalForward ``branch_mode="shared"``, the default) against tiled once per branch of a chunk
-(``"tiled"``, the earlier path), side by side in one run, on a built state-once package.
+(CausalForward ``branch_mode="shared"``) against tiled once per branch of a chunk (``"tiled"``, the
+default: faster where a chunk holds several branches), side by side in one run, on a built state-once package.
 
 Rows are random token ids below the prompt (a ``--prefix``-token prefix and ``--branch``-token
 branches, ``--questions`` of them), as ``bench.decision_codes``'s engine contestant uses them.

@@ -238,14 +238,13 @@ def test_branches_in_several_chunks_equal_one_chunk(once) -> None:
 
 
 def test_branches_share_one_prefix_cache(once, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shared branches (the default) bind the prefix's batch-1 cache once for all of a request's
+    """Shared branches bind the prefix's batch-1 cache once for all of a request's
     questions: what a request holds for its prefix does not grow with its questions, and the bits
     are the tiled chunks' (and so each question's alone)."""
     from edge_runtime.engine.causal import SHARED, TILED
 
     session = once.forward.session
-    shared = CausalForward(session, pad_id=once.pad_id)
-    assert shared.branch_mode == SHARED
+    shared = CausalForward(session, pad_id=once.pad_id, branch_mode=SHARED)
     bound: list[Any] = []
     fed: list[tuple[int, ...]] = []
     bind, plain = session.bind, session.run
@@ -263,7 +262,7 @@ def test_branches_share_one_prefix_cache(once, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(session, "run", recording_run)
     row = None
     for n in (1, 8):
-        plan, _ = run(once, _random_request(random.Random(5), n))  # the family's forward: shared too
+        plan, _ = run(once, _random_request(random.Random(5), n))  # the family's forward: one branch is shared
         (row,) = plan.rows
         assert isinstance(row, BranchRow) and len(row.branches) == n
         fed.clear()

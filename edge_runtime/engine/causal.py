@@ -12,15 +12,19 @@ Two kinds of rows (the family builds them from token ids; this module never read
   state, ``[n_branches, hidden]``: measured bit-identical to running ``prefix + branch`` alone
   (notes B.2). How the branches read the cache (``branch_mode``):
 
-  - ``shared`` (the default): the batch-1 cache is bound to the session once (IOBinding) and every
-    branch runs at batch 1 against it, so a request holds one copy of the prefix's cache whatever
-    its number of questions; each run reads the weights once.
-  - ``tiled``: the cache is copied into preallocated buffers tiled to a chunk of branches (page
+  - ``shared``: the batch-1 cache is bound to the session once (IOBinding) and every branch runs at
+    batch 1 against it, so a request holds one copy of the prefix's cache whatever its number of
+    questions; but each branch reads all the weights again (Qwen3-0.6B, 32 questions on a 500-token
+    prefix: 2.3x slower than tiled, docs/benchmarks.md).
+  - ``tiled`` (the default): the cache is copied into preallocated buffers tiled to a chunk of branches (page
     faults, not copying, make ``np.repeat`` slow: notes B.3.6) and a chunk's branches run
     right-padded in one batch: fewer weight reads, but a copy of the cache per branch of a chunk
     (and the graph's own concatenated past per branch). The graph's attention concatenates past and
     new keys per batch row, so a batch-1 past cannot serve several rows without a graph whose
-    attention is split in two, which changes the reduction and so the bits.
+    attention is split in two, which changes the reduction and so the bits. Where a chunk would
+    hold one branch (the cache is large against ``max_branch_bytes``) or there is one branch,
+    tiling buys nothing and the branches run shared: the copy per request is bounded by
+    ``max_branch_bytes`` either way, never by the number of questions.
 
 Graphs: Optimum's decoder exports. ``input_ids``, ``attention_mask`` and (when present)
 ``position_ids`` in, ``last_hidden_state`` out; a state-once graph adds
@@ -102,8 +106,8 @@ class CausalForward:
     """Runs CausalRows and BranchRows through a decoder graph; results are last-token hidden states.
 
     A CausalRow gives ``float32 [hidden]``; a BranchRow gives ``[n_branches, hidden]`` in branch
-    order. Arrays are copies owned by the caller. ``branch_mode`` ``shared`` (default) runs every
-    branch at batch 1 over the prefix's cache bound once; ``tiled`` cuts the branches into chunks
+    order. Arrays are copies owned by the caller. ``branch_mode`` ``shared`` runs every branch at
+    batch 1 over the prefix's cache bound once; ``tiled`` (default) cuts the branches into chunks
     of at most ``max_branch_rows`` rows whose tiled cache stays within ``max_branch_bytes``
     (default: a quarter of the graph's size, at least 64 MiB). Both give the same bits. Calls are
     serialised (the branch buffers are shared); the executor runs one forward at a time anyway.
@@ -112,7 +116,7 @@ class CausalForward:
     def __init__(self, session: GraphSession, pad_id: int = 0, *,
                  max_branch_bytes: int | None = None,
                  max_branch_rows: int = DEFAULT_MAX_BRANCH_ROWS,
-                 branch_mode: str = SHARED) -> None:
+                 branch_mode: str = TILED) -> None:
         if branch_mode not in BRANCH_MODES:
             raise ValueError(f"branch_mode must be one of {list(BRANCH_MODES)}, not {branch_mode!r}")
         self.branch_mode = branch_mode
@@ -248,12 +252,12 @@ class CausalForward:
         if len(row.prefix) == 0:  # nothing to share: every branch is a whole sequence
             return np.stack(self._last_hidden(list(row.branches)))
         cache = self.prefill(row.prefix)
-        if self.branch_mode == SHARED:
-            return self._branch_shared(row, cache)
         past = len(row.prefix)
+        size = self._chunk_rows(past)
+        if self.branch_mode == SHARED or size == 1 or len(row.branches) == 1:
+            return self._branch_shared(row, cache)
         # Shorter branches first so that a chunk pads little; results go back in branch order.
         order = sorted(range(len(row.branches)), key=lambda i: (len(row.branches[i]), i))
-        size = self._chunk_rows(past)
         out: np.ndarray | None = None
         tiled = self._tiled(cache, min(size, len(order)))
         for start in range(0, len(order), size):
