@@ -85,25 +85,27 @@ def agreement_clips(rate: int, window_s: float) -> list[np.ndarray]:
     return clips
 
 
-def _vectors(session: Any, feeds_list: Sequence[Feeds], output: str,
-             pool: Callable[[np.ndarray, int], np.ndarray] | None) -> np.ndarray:
-    """One normalised vector per feeds (each run alone), pooled as the runtime pools the tower."""
+def run_alone(session: Any, feeds_list: Sequence[Feeds], output: str) -> list[np.ndarray]:
+    """The tower's output row of each feeds, each run alone."""
+    return [session.run([output], feeds)[0][0] for feeds in feeds_list]
+
+
+def _vectors(values: Sequence[np.ndarray], pool: Callable[[np.ndarray, int], np.ndarray] | None) -> np.ndarray:
+    """One normalised vector per output row, pooled as the runtime pools the tower."""
     out = []
-    for i, feeds in enumerate(feeds_list):
-        value = session.run([output], feeds)[0][0]
+    for i, value in enumerate(values):
         v = pool(value, i) if pool is not None else value.astype(np.float64)
         out.append(v / max(float(np.linalg.norm(v)), 1e-12))
     return np.stack(out)
 
 
-def tower_agreement(fp32: Any, int8: Any, feeds_list: Sequence[Feeds], output: str, inputs: str,
+def tower_agreement(fp32: Sequence[np.ndarray], int8: Sequence[np.ndarray], inputs: str,
                     pool: Callable[[np.ndarray, int], np.ndarray] | None = None) -> dict[str, Any]:
-    """Cosine of each input's int8 vector to its fp32 one (min, 1st percentile, mean); ``inputs`` says
-    what they were."""
-    a = _vectors(fp32, feeds_list, output, pool)
-    b = _vectors(int8, feeds_list, output, pool)
+    """Cosine of each input's int8 vector to its fp32 one (min, 1st percentile, mean) from the two graphs'
+    outputs alone (:func:`run_alone`); ``inputs`` says what they were."""
+    a, b = _vectors(fp32, pool), _vectors(int8, pool)
     cos = np.sum(a * b, axis=1)
-    return {"metric": "cosine", "inputs": inputs, "cases": len(feeds_list),
+    return {"metric": "cosine", "inputs": inputs, "cases": len(fp32),
             "min_cosine": round(float(cos.min()), 6), "p1_cosine": round(float(np.percentile(cos, 1)), 6),
             "mean_cosine": round(float(cos.mean()), 6)}
 
@@ -184,26 +186,28 @@ def fold_computed_weights(model: onnx.ModelProto, feeds_list: Sequence[Feeds]) -
     return stored
 
 
-def batch_invariance(session: Any, feeds_list: Sequence[Feeds], output: str) -> dict[str, Any]:
+def batch_invariance(session: Any, feeds_list: Sequence[Feeds], alone: Sequence[np.ndarray], output: str
+                     ) -> dict[str, Any]:
     """Whether each of ``feeds_list`` gives bit-identical output alone and batched with the others of its
-    shape (as the server batches a tower's rows): {rows, batches, identical}.
+    shape (as the server batches a tower's rows): {rows, batches, identical}. ``alone``: each one's
+    output row run alone (:func:`run_alone`).
 
     Why beside the load-time probe: int8 rounding absorbs most of an fp32 part's batch-dependent
     last-bit differences, so a probe of three random rows can pass by chance where a graph is not
     invariant; this check runs every agreement input, and the server serves a tower that failed it
     one row at a time.
     """
-    groups: dict[tuple, list[Feeds]] = {}
-    for f in feeds_list:
-        groups.setdefault(tuple((k, v.shape) for k, v in sorted(f.items())), []).append(f)
+    groups: dict[tuple, list[int]] = {}
+    for i, f in enumerate(feeds_list):
+        groups.setdefault(tuple((k, v.shape) for k, v in sorted(f.items())), []).append(i)
     identical, batches = True, 0
     for group in groups.values():
         if len(group) < 2:
             continue
         batches += 1
-        together = session.run([output], {k: np.concatenate([f[k] for f in group]) for k in group[0]})[0]
-        for i, f in enumerate(group):
-            identical = identical and np.array_equal(session.run([output], f)[0][0], together[i])
+        together = session.run([output], {k: np.concatenate([feeds_list[i][k] for i in group])
+                                          for k in feeds_list[group[0]]})[0]
+        identical = identical and all(np.array_equal(alone[i], together[j]) for j, i in enumerate(group))
     return {"rows": sum(len(g) for g in groups.values() if len(g) > 1), "batches": batches, "identical": identical}
 
 
@@ -225,12 +229,13 @@ def quantize_tower(graph: Path, dst: Path, calibration: Sequence[Feeds], agreeme
         save_graph(model, folded)
         quantize.quantize_int8_exact(folded, dst, RECIPE, rows)
     fp32, int8 = tower_session(graph), tower_session(dst)
-    agreement = tower_agreement(fp32, int8, agreement_feeds, output, inputs, pool)
+    fp32_rows, int8_rows = run_alone(fp32, agreement_feeds, output), run_alone(int8, agreement_feeds, output)
+    agreement = tower_agreement(fp32_rows, int8_rows, inputs, pool)
     shapes = {tuple((k, v.shape) for k, v in f.items()) for f in calibration}
     batch = ({k: np.concatenate([f[k] for f in calibration]) for k in calibration[0]} if len(shapes) == 1
              else dict(calibration[0]))
     check = quantize.check_integer_products_on(dst, batch, RECIPE)
-    invariance = batch_invariance(int8, agreement_feeds, output)
+    invariance = batch_invariance(int8, agreement_feeds, int8_rows, output)
     return dst, agreement, check, invariance
 
 
