@@ -234,7 +234,7 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
     image_samples = TowerSamples(pixel_feeds, lambda: [{"pixel_values": image_pixels(img, spec)[None]}
                                                        for img in agreement_images()],
                                  f"{AGREEMENT_IMAGES} generated images (gradients with drawn shapes, 24-160 px, "
-                                 "seed 101; calibration: 4 noise images)")
+                                 "seed 101)")
     return towers, files, goldens, {"verification": verification, "max_tokens": max_pos,
                                     "samples": {"text": text_samples, "image": image_samples}}
 
@@ -288,7 +288,7 @@ def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict
     audio_samples = TowerSamples(feeds, lambda: [{"input_features": clap_log_mel(c, spec)[None]}
                                                  for c in agreement_clips(rate, window_s)],
                                  f"{AGREEMENT_CLIPS} generated clips (chirps, harmonic stacks, noise bursts; "
-                                 "seed 202; calibration: 3 tones in noise)")
+                                 "seed 202)")
     return towers, files, goldens, {"verification": verification, "max_tokens": max_pos,
                                     "samples": {"text": text_samples, "audio": audio_samples}}
 
@@ -349,8 +349,8 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
         return hidden[: clip_reals[i]].astype(np.float64).mean(axis=0)
 
     samples = TowerSamples(feeds, lambda: [{"input_features": log_mel(c, spec)[None]} for c in clips],
-                           f"{AGREEMENT_CLIPS} generated clips (chirps, harmonic stacks, noise bursts; seed 202; "
-                           "calibration: 3 tones in noise), pooled over their real positions", pool_real)
+                           f"{AGREEMENT_CLIPS} generated clips (chirps, harmonic stacks, noise bursts; seed 202), "
+                           "pooled over their real positions", pool_real)
     return towers, {"model.onnx": path}, goldens, {"verification": verification, "max_tokens": positions,
                                                    "samples": {"audio": samples}}
 
