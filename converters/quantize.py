@@ -553,6 +553,15 @@ def check_integer_products(graph_path: Path, tokenizer_path: Path, recipe: Int8R
     ids = np.array([e.ids for e in encs], np.int64)
     feeds = {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in encs], np.int64),
              "token_type_ids": np.zeros_like(ids)}
+    result = check_integer_products_on(graph_path, feeds, recipe)
+    return {"gemms": result["gemms"], "rows": int(ids.shape[0]), "max_relative_error": result["max_relative_error"],
+            "pair_sum_bound": result["pair_sum_bound"]}
+
+
+def check_integer_products_on(graph_path: Path, feeds: dict[str, np.ndarray], recipe: Int8Recipe) -> dict[str, Any]:
+    """:func:`check_integer_products` on any graph's own ``feeds`` (one batch; an image or audio tower's
+    pixels or log-mel windows): every MatMulIntegerToFloat's output against the exact int64 product of
+    its operands, and the operands inside the recipe's bounds. Raises ValueError; returns what was checked."""
     operands = _integer_operands(graph_path, feeds)
     if not operands:
         raise ValueError(f"{graph_path.name} has no MatMulIntegerToFloat: it is not an exact int8 graph")
@@ -581,5 +590,6 @@ def check_integer_products(graph_path: Path, tokenizer_path: Path, recipe: Int8R
             raise ValueError(f"{name}: the kernel's result differs from the exact integer product "
                              f"(relative error up to {err:.3g}): saturated or wrong")
         worst = max(worst, err)
-    return {"gemms": len(operands), "rows": int(ids.shape[0]), "max_relative_error": worst,
+    rows = int(next(iter(feeds.values())).shape[0]) if feeds else 0
+    return {"gemms": len(operands), "rows": rows, "max_relative_error": worst,
             "pair_sum_bound": recipe.pair_sum_bound}

@@ -13,12 +13,17 @@ for text) and checked against PyTorch on the inputs the server itself computes: 
 package tokenizer, pixels and log-mel features from edge_runtime.families.multimodal_embedding.features. The numpy
 preprocessing is also compared with the source's own (slow) processor. Parity is recorded in the
 card's verification member, per tower; an export above the tolerance is refused.
+
+``--quantize int8`` adds the exact int8 of every tower (converters.multimodal.quantize_towers): the
+package's ``int8`` variant is the primary tower's int8 graph, and each tower's ``variants.int8`` names
+its graph, golden cases, measured agreement with fp32, integer-product check and batch check.
 """
 
 from __future__ import annotations
 
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -58,6 +63,19 @@ class MultimodalOptions(PackageIdentity):
     dimensions: list[int] = field(default_factory=list)
     #: card limits to write instead of DEFAULT_LIMITS (image_max_bytes, audio_max_seconds, ...)
     limits: dict[str, int | float] = field(default_factory=dict)
+    #: "int8": also write the exact int8 of every tower (converters.multimodal.quantize_towers)
+    quantize: str | None = None
+
+
+@dataclass
+class TowerSamples:
+    """What a tower's int8 is calibrated on (its parity samples), the inputs its agreement is measured on
+    (built only when quantizing), what those are, and how the runtime pools its output."""
+
+    calibration: list[dict[str, np.ndarray]]
+    agreement: Callable[[], list[dict[str, np.ndarray]]]
+    described: str
+    pool: Callable[[np.ndarray, int], np.ndarray] | None = None
 
 
 # ---- tower wrappers (torch modules built lazily: the module imports without torch) --------------
@@ -118,8 +136,9 @@ def _export(module: Any, args: tuple, path: Path, inputs: list[str], output: str
 # ---- export -----------------------------------------------------------------------------------
 
 
-def _text_tower(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict, int]:
-    """(tower, files, goldens, verification, max tokens) of a dual encoder's text tower (model.onnx)."""
+def _text_tower(model: Any, src_dir: Path, work: Path, arch: str
+                ) -> tuple[dict, dict, dict, dict, int, TowerSamples]:
+    """(tower, files, goldens, verification, max tokens, samples) of a dual encoder's text tower (model.onnx)."""
     import torch
 
     from converters.export import package_tokenizer
@@ -134,15 +153,20 @@ def _text_tower(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
     # SigLIP was trained on text padded to its full length with no mask ("padding=max_length" in
     # its model card); CLIP and CLAP read a mask, so they are padded only in batches.
     text_inputs = ["input_ids"] if siglip else ["input_ids", "attention_mask"]
-    text_feeds = []
-    for text in SAMPLE_TEXTS:
-        ids = np.array(tok.encode(text).ids[:max_pos], dtype=np.int64)
-        padded = np.full((1, max_pos if siglip else len(ids)), pad_id, dtype=np.int64)
-        padded[0, : len(ids)] = ids
-        feeds = {"input_ids": padded}
-        if not siglip:
-            feeds["attention_mask"] = np.ones_like(padded)
-        text_feeds.append(feeds)
+
+    def text_feeds_of(texts: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        out = []
+        for text in texts:
+            ids = np.array(tok.encode(text).ids[:max_pos], dtype=np.int64)
+            padded = np.full((1, max_pos if siglip else len(ids)), pad_id, dtype=np.int64)
+            padded[0, : len(ids)] = ids
+            feeds = {"input_ids": padded}
+            if not siglip:
+                feeds["attention_mask"] = np.ones_like(padded)
+            out.append(feeds)
+        return out
+
+    text_feeds = text_feeds_of(SAMPLE_TEXTS)
     wrapper = wrappers["text"](model, not siglip)
     path = _export(wrapper, tuple(torch.from_numpy(text_feeds[1][k]) for k in text_inputs), work / "model.onnx",
                    text_inputs, "text_embeds",
@@ -154,9 +178,16 @@ def _text_tower(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
     tower = {"graph": "model.onnx", "golden": "golden.npz", "inputs": text_inputs, "output": "text_embeds",
              "dimension": dim, "layers": int(text_cfg.num_hidden_layers), "pooling": "none",
              "text": {"pad_to": max_pos if siglip else None, "pad_id": pad_id}}
+    from converters.multimodal.quantize_towers import TEXT_AGREEMENT_STEP
+    from converters.quantize import REAL_SENTENCES_SOURCE, real_sentences
+
+    sentences = real_sentences()[::TEXT_AGREEMENT_STEP]
+    samples = TowerSamples(text_feeds, lambda: text_feeds_of(sentences),
+                           f"{len(sentences)} real sentences: every {TEXT_AGREEMENT_STEP}th of the "
+                           f"{REAL_SENTENCES_SOURCE}")
     return (tower, {"model.onnx": path, "tokenizer.json": tok.to_str().encode("utf-8")},
             {"golden.npz": _goldens(session, text_feeds[:2], "text_embeds")},
-            {"max_abs_diff": diff, "cases": cases}, max_pos)
+            {"max_abs_diff": diff, "cases": cases}, max_pos, samples)
 
 
 def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict, dict, dict, dict]:
@@ -166,7 +197,7 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
 
     from edge_runtime.families.multimodal_embedding.features import image_pixels
 
-    text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, arch)
+    text, files, goldens, text_check, max_pos, text_samples = _text_tower(model, src_dir, work, arch)
     wrapper = _wrappers()["image"](model)
     spec = image_spec(src_dir)
     proc = AutoImageProcessor.from_pretrained(src_dir, use_fast=False)
@@ -198,7 +229,14 @@ def _image_text(model: Any, src_dir: Path, work: Path, arch: str) -> tuple[dict,
                     "image": {"max_abs_diff": image_diff, "cases": image_cases,
                               "preprocess_max_abs_diff": prep_diff,
                               "preprocess_reference": f"{type(proc).__name__} (slow, PIL)"}}
-    return towers, files, goldens, {"verification": verification, "max_tokens": max_pos}
+    from converters.multimodal.quantize_towers import AGREEMENT_IMAGES, agreement_images
+
+    image_samples = TowerSamples(pixel_feeds, lambda: [{"pixel_values": image_pixels(img, spec)[None]}
+                                                       for img in agreement_images()],
+                                 f"{AGREEMENT_IMAGES} generated images (gradients with drawn shapes, 24-160 px, "
+                                 "seed 101)")
+    return towers, files, goldens, {"verification": verification, "max_tokens": max_pos,
+                                    "samples": {"text": text_samples, "image": image_samples}}
 
 
 def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict]:
@@ -212,7 +250,7 @@ def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict
     if getattr(acfg, "enable_fusion", False):
         raise ConversionError("fused CLAP reads a data-dependent is_longer flag that ONNX Runtime cannot run; "
                               "export an unfused checkpoint (clap-htsat-unfused)")
-    text, files, goldens, text_check, max_pos = _text_tower(model, src_dir, work, "clap")
+    text, files, goldens, text_check, max_pos, text_samples = _text_tower(model, src_dir, work, "clap")
     spec = clap_spec(src_dir)
     fe = ClapFeatureExtractor.from_pretrained(src_dir)
     feeds, prep_diff = [], 0.0
@@ -244,7 +282,15 @@ def _clap(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict
     verification = {"text": text_check,
                     "audio": {"max_abs_diff": diff, "cases": cases, "preprocess_max_abs_diff": prep_diff,
                               "preprocess_reference": "ClapFeatureExtractor (rand_trunc, first window)"}}
-    return towers, files, goldens, {"verification": verification, "max_tokens": max_pos}
+    from converters.multimodal.quantize_towers import AGREEMENT_CLIPS, agreement_clips
+
+    rate, window_s = spec["sampling_rate"], spec["max_length_s"]
+    audio_samples = TowerSamples(feeds, lambda: [{"input_features": clap_log_mel(c, spec)[None]}
+                                                 for c in agreement_clips(rate, window_s)],
+                                 f"{AGREEMENT_CLIPS} generated clips (chirps, harmonic stacks, noise bursts; "
+                                 "seed 202)")
+    return towers, files, goldens, {"verification": verification, "max_tokens": max_pos,
+                                    "samples": {"text": text_samples, "audio": audio_samples}}
 
 
 def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dict]:
@@ -293,7 +339,59 @@ def _audio(model: Any, src_dir: Path, work: Path) -> tuple[dict, dict, dict, dic
     goldens = {"golden.npz": _goldens(session, feeds[:1], "last_hidden_state")}
     verification = {"audio": {"max_abs_diff": diff, "cases": cases, "preprocess_max_abs_diff": prep_diff,
                               "preprocess_reference": "WhisperFeatureExtractor numpy path"}}
-    return towers, {"model.onnx": path}, goldens, {"verification": verification, "max_tokens": positions}
+    from converters.multimodal.quantize_towers import AGREEMENT_CLIPS, agreement_clips
+
+    rate, window_s = spec["sampling_rate"], spec["chunk_length"]
+    clips = agreement_clips(rate, window_s)
+    clip_reals = [whisper_real_positions(len(c), spec, positions) for c in clips]
+
+    def pool_real(hidden: np.ndarray, i: int) -> np.ndarray:  # the runtime's mean over real positions
+        return hidden[: clip_reals[i]].astype(np.float64).mean(axis=0)
+
+    samples = TowerSamples(feeds, lambda: [{"input_features": log_mel(c, spec)[None]} for c in clips],
+                           f"{AGREEMENT_CLIPS} generated clips (chirps, harmonic stacks, noise bursts; seed 202), "
+                           "pooled over their real positions", pool_real)
+    return towers, {"model.onnx": path}, goldens, {"verification": verification, "max_tokens": positions,
+                                                   "samples": {"audio": samples}}
+
+
+def _quantize(towers: dict[str, Any], files: dict[str, Any], goldens: dict[str, list],
+              samples: dict[str, TowerSamples], work: Path, variant: str) -> tuple[dict[str, Any], list]:
+    """The exact int8 of every tower: each tower's ``variants.int8`` (graph, golden, agreement, integer
+    check), its files and goldens added in place; returns the card's variant entry and the primary
+    tower's golden cases (the package variant's own)."""
+    from converters import quantize
+    from converters.multimodal import quantize_towers
+
+    if variant != "int8":
+        raise ConversionError(f"--quantize {variant} does not apply to multimodal packages (int8: the exact "
+                              "per-token recipe; a dynamic one would make a row depend on its batch)")
+    agreements: dict[str, dict[str, Any]] = {}
+    primary_cases: list = []
+    for name, tower in towers.items():
+        sample = samples[name]
+        primary = tower["graph"] == "model.onnx"
+        graph = quantize.variant_file(variant) if primary else tower["graph"].replace(".onnx", f".{variant}.onnx")
+        golden = f"golden.{variant}.npz" if primary else tower["golden"].replace(".golden.npz",
+                                                                                f".{variant}.golden.npz")
+        path, agreement, check, invariance = quantize_towers.quantize_tower(
+            files[tower["graph"]], work / graph, sample.calibration, sample.agreement(), tower["output"],
+            sample.described, sample.pool)
+        log(f"{name} tower {variant}: agreement {agreement}; integer products exact over {check['gemms']} GEMMs; "
+            f"batch invariance {invariance}")
+        session = tower_session(path)
+        output = tower["output"]
+        cases = [(dict(f), {output: session.run([output], f)[0]}) for f, _ in goldens[tower["golden"]]]
+        files[graph] = path
+        if primary:
+            primary_cases = cases
+        else:
+            goldens[golden] = cases
+        tower["variants"] = {variant: {"graph": graph, "golden": golden, "agreement": agreement,
+                                       "integer_products": check, "batch_invariance": invariance}}
+        agreements[name] = agreement
+    entry = quantize.variant_entry(variant, quantize_towers.variant_agreement(agreements), quantize_towers.RECIPE)
+    return entry, primary_cases
 
 
 def _goldens(session: Any, feeds_list: list[dict[str, np.ndarray]], output: str) -> list:
@@ -361,6 +459,13 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
             else:
                 towers, files, goldens, extra = _audio(model, processor_dir, work)
         timings["export"] = s.seconds
+        variants: dict[str, dict[str, Any]] = {"fp32": {"file": "model.onnx", "dtype": "fp32"}}
+        variant_goldens: dict[str, list] = {"fp32": goldens["golden.npz"]}
+        if opts.quantize is not None:
+            with Step(f"quantizing every tower to {opts.quantize} (exact recipe)") as s:
+                variants[opts.quantize], variant_goldens[opts.quantize] = _quantize(
+                    towers, files, goldens, extra["samples"], work, opts.quantize)
+            timings["quantize"] = s.seconds
         dim = next(iter(towers.values()))["dimension"]
         dims = sorted({dim, *[d for d in opts.dimensions if d < dim]}, reverse=True)
         if any(d > dim for d in opts.dimensions):
@@ -387,7 +492,7 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
             "limits": limits,
             "graph": {"inputs": towers[_primary(towers)]["inputs"], "outputs": [towers[_primary(towers)]["output"]],
                       "opset": OPSET},
-            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+            "variants": variants,
             "verification": {
                 "reference": f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
                              f"{architecture} fp32, per tower",
@@ -396,14 +501,14 @@ def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: Mult
                 "towers": extra["verification"],
             },
             "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
-                      "options": {"kind": opts.kind, "dimensions": dims}},
+                      "options": {"kind": opts.kind, "dimensions": dims, "quantize": opts.quantize}},
         }
         for rel, cases in goldens.items():
             if rel != "golden.npz":
                 files[rel] = golden_bytes(cases)
         files.update(notice_files(src_dir, opts))
         with Step(f"writing package {out}") as s:
-            digest = write_package(Path(out), card, files, {"fp32": goldens["golden.npz"]})
+            digest = write_package(Path(out), card, files, variant_goldens)
         timings["write"] = s.seconds
     log(f"package {name} written to {out} (digest {digest[:16]}...)")
     return ExportResult(Path(out), digest, read_package(Path(out)).card.raw, timings)

@@ -101,8 +101,10 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
     return d
 
 
-def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Path | None = None) -> ExportResult:
-    """Build the tiny fixture package of ``arch`` at ``out`` through export_multimodal.
+def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Path | None = None,
+                             quantize: str | None = None) -> ExportResult:
+    """Build the tiny fixture package of ``arch`` at ``out`` through export_multimodal (``quantize``:
+    "int8" adds the exact int8 of every tower).
 
     ``source_dir``: where to write (and keep) the Hugging Face source, for tests that compare with
     PyTorch; by default it lives in a temporary directory.
@@ -113,7 +115,8 @@ def build_multimodal_fixture(arch: str, out: Path, seed: int = 0, source_dir: Pa
                              description=f"Tiny random-weight {arch} {kind} fixture (seed {seed}); for tests",
                              dimensions=[8],  # a Matryoshka size, so truncation is exercised per modality
                              limits={"audio_max_seconds": 8, "image_source_max_pixels": 4_000_000,
-                                     "image_max_bytes": 2 * 1024 * 1024, "audio_max_bytes": 2 * 1024 * 1024})
+                                     "image_max_bytes": 2 * 1024 * 1024, "audio_max_bytes": 2 * 1024 * 1024},
+                             quantize=quantize)
     if arch == "siglip-base-vision":  # the benchmark shape: no Matryoshka size, default limits
         opts.dimensions, opts.limits = [], {}
     if source_dir is not None:

@@ -52,7 +52,10 @@ class FamilySpec:
     family: Callable[..., ModelFamily]
     card: FamilyCard
     settings: tuple[str, ...] = ("name", "max_input_tokens")
-    graphs: Callable[[Package], list[Graph]] = _no_graphs
+    graphs: Callable[..., list[Graph]] = _no_graphs
+    #: ``graphs`` takes the served variant too (``graphs(package, variant)``): a package holding a graph
+    #: per variant of each of its parts (multimodal towers)
+    variant_graphs: bool = False
 
     @property
     def windows(self) -> bool:
@@ -73,7 +76,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "sparrow": FamilySpec(sparrow.SparrowFamily, decision_card("sparrow"), ("name",), sparrow.graphs),
     "decision-codes": FamilySpec(decision_codes.DecisionCodesFamily, decision_card("decision-codes")),
     "multimodal-embedding": FamilySpec(multimodal_embedding.MultimodalEmbeddingModel, multimodal_card.CARD,
-                                       ("max_input_tokens",), multimodal_embedding.graphs),
+                                       ("max_input_tokens",), multimodal_embedding.graphs, variant_graphs=True),
     "vela2": FamilySpec(vela2.Vela2Family, decision_card("vela2"), ("name", "max_scan_tokens")),
     "decision2": FamilySpec(decision2.Decision2Family, decision_card("decision2")),
     "decision-vision": FamilySpec(decision_vision.DecisionVisionFamily, decision_card("decision-vision"),
@@ -115,5 +118,6 @@ def build_family(package: Package, session: Any, config: ModelConfig) -> tuple[M
     opened on the session's device and threads and self-checked; returns it and each graph's check.
     A graph whose golden fails raises RuntimeError."""
     spec = family_spec(package, config)
-    opened, checks = open_graphs(package, spec.graphs(package), session)
+    graphs = spec.graphs(package, config.variant) if spec.variant_graphs else spec.graphs(package)
+    opened, checks = open_graphs(package, graphs, session)
     return spec.build(package, session, opened, config), checks

@@ -53,8 +53,25 @@ def check_multimodal_card(card: dict[str, Any]) -> None:
     if towers[primary[0]]["golden"] != PRIMARY_GOLDEN:
         raise bad("the primary tower's golden file must be golden.npz")
     variants = card["variants"]
-    if set(variants) != {"fp32"} or variants["fp32"]["file"] != PRIMARY_GRAPH:
-        raise bad("a multimodal package has one variant, fp32, whose file is model.onnx")
+    if "fp32" not in variants or variants["fp32"]["file"] != PRIMARY_GRAPH:
+        raise bad("a multimodal package has the variant fp32, whose file is model.onnx")
+    for variant, entry in variants.items():
+        # every other variant has a graph per tower; the primary tower's is the variant's own file
+        if variant == "fp32":
+            continue
+        for name, tower in towers.items():
+            own = tower.get("variants", {}).get(variant)
+            if own is None:
+                raise bad(f"variant {variant} needs towers.{name}.variants.{variant} (every tower has its graph)")
+            if (name == primary[0]) != (own["graph"] == entry["file"]):
+                raise bad(f"towers.{name}.variants.{variant}.graph must be the variant's file {entry['file']} "
+                          "exactly when the tower is the primary one")
+            if name == primary[0] and own["golden"] != entry.get("golden", own["golden"]):
+                raise bad(f"towers.{name}.variants.{variant}.golden must be the variant's golden {entry['golden']}")
+    for name, tower in towers.items():
+        extra = sorted(set(tower.get("variants", {})) - set(variants))
+        if extra:
+            raise bad(f"towers.{name}.variants names {extra}, which are not variants of the package")
     head = card["head"]
     if head["dimension"] not in head["dimensions"] or max(head["dimensions"]) != head["dimension"]:
         raise bad("head.dimensions must contain head.dimension as its largest size")
@@ -85,14 +102,18 @@ def multimodal_required_files(card: dict[str, Any]) -> dict[str, str]:
     for name, tower in card["towers"].items():
         required[tower["graph"]] = f"the graph of the {name} tower"
         required[tower["golden"]] = f"the golden cases of the {name} tower"
+        for variant, own in tower.get("variants", {}).items():
+            required[own["graph"]] = f"the {variant} graph of the {name} tower"
+            required[own["golden"]] = f"the {variant} golden cases of the {name} tower"
     if "text" in card["towers"]:
         required[TOKENIZER_FILE] = "the tokenizer of the text tower"
     return required
 
 
 def tower_goldens(card: dict[str, Any]) -> list[str]:
-    """Every tower's golden file (the primary tower's is its variant's too)."""
-    return [tower["golden"] for tower in card["towers"].values()]
+    """Every tower's golden file in every variant (the primary tower's are its variants' own too)."""
+    return [golden for tower in card["towers"].values()
+            for golden in (tower["golden"], *(v["golden"] for v in tower.get("variants", {}).values()))]
 
 
 CARD = FamilyCard(kinds=KINDS, schema=schema_fragment(Path(__file__).with_name("card.schema.json")),

@@ -139,10 +139,29 @@ def _groups(grouping: Grouping, rows: list[TowerRow], indices: list[int]) -> lis
     return list(shapes.values())
 
 
-def graphs(package: Package) -> list[Graph]:
-    """Every tower's graph but the primary (model.onnx), each with its golden cases."""
-    return [Graph(f"tower:{name}", spec["graph"], partial(_golden, spec["golden"]))
-            for name, spec in package.card.raw["towers"].items() if spec["graph"] != PRIMARY_GRAPH]
+def graphs(package: Package, variant: str = "fp32") -> list[Graph]:
+    """Every tower's graph in ``variant`` but the primary's (the variant's own file), each with its
+    golden cases."""
+    return [Graph(f"tower:{name}", own["graph"], partial(_golden, own["golden"]))
+            for name, spec in package.card.raw["towers"].items() if spec["graph"] != PRIMARY_GRAPH
+            for own in [tower_variant(spec, variant)]]
+
+
+def tower_variant(spec: dict[str, Any], variant: str) -> dict[str, Any]:
+    """A tower's graph and golden in ``variant`` (fp32: the tower's own members)."""
+    if variant == "fp32":
+        return spec
+    own = spec.get("variants", {}).get(variant)
+    if own is None:  # the card check makes every variant name a graph per tower
+        raise PackageError("card.json", f"the tower has no {variant} graph")
+    return own
+
+
+def served_variant(package: Package, session: Any) -> str:
+    """The variant whose file ``session`` runs (fp32 when it is not one of the card's files)."""
+    path = getattr(session, "path", None)
+    name = getattr(path, "name", str(path or ""))
+    return next((v.name for v in package.card.variants.values() if v.file == name), "fp32")
 
 
 def _golden(file: str, package: Package) -> list[GoldenCase]:
@@ -167,8 +186,10 @@ class MultimodalEmbeddingModel:
         self.dimension = int(self.head["dimension"])
         self.dimensions = sorted(set(self.head["dimensions"]), reverse=True)
         self.normalized = bool(self.head["normalize"])
+        self.variant = served_variant(package, session)
+        self.agreement = package.card.variants[self.variant].agreement
         if opened is None:  # built outside the loader (converters, tests): open them the same way
-            opened, _ = open_graphs(package, graphs(package), session)
+            opened, _ = open_graphs(package, graphs(package, self.variant), session)
         self.towers = {name: Tower(name, spec, session if spec["graph"] == PRIMARY_GRAPH else opened[f"tower:{name}"])
                        for name, spec in raw["towers"].items()}
         self.primary = next(n for n, s in raw["towers"].items() if s["graph"] == PRIMARY_GRAPH)
@@ -183,8 +204,11 @@ class MultimodalEmbeddingModel:
         for tower in self.towers.values():
             lengths = ([min(n, self.max_input_tokens) for n in TEXT_PROBE_LENGTHS] if tower.name == "text"
                        else [1, 1, 1])
-            tower.grouping = probe_grouping(tower.run, partial(self._random_row, tower.name), lengths)
-            log.info("multimodal tower %s: grouping %s", tower.name, tower.grouping)
+            measured = tower_variant(tower.spec, self.variant).get("batch_invariance", {})
+            # the converter saw batched rows differ: never batch them, whatever a probe of 3 rows says
+            tower.grouping = ("alone" if measured.get("identical") is False
+                              else probe_grouping(tower.run, partial(self._random_row, tower.name), lengths))
+            log.info("multimodal tower %s (%s): grouping %s", tower.name, self.variant, tower.grouping)
 
     # -- engine hooks -------------------------------------------------------------------------
 
@@ -220,8 +244,13 @@ class MultimodalEmbeddingModel:
     def describe(self) -> dict[str, Any]:
         """The card's ``embedding`` block: one space for every tower."""
         # pooling "model": each tower's graph pools (its projection head), not a readout here
-        return embedding_card(self.dimensions, [int(self.towers[self.primary].spec["layers"])], "model",
-                              self.normalized, self.modalities)
+        described = embedding_card(self.dimensions, [int(self.towers[self.primary].spec["layers"])], "model",
+                                   self.normalized, self.modalities)
+        # which rows of each tower share a forward, as its load-time probe proved
+        described["tower_grouping"] = {name: t.grouping for name, t in self.towers.items()}
+        if self.agreement is not None:  # a quantized variant: how close each tower is to fp32, as measured
+            described["agreement"] = self.agreement
+        return described
 
     def representation(self, dimension: int) -> dict[str, Any]:
         """The space's tag: the same for every tower of the package, so texts and images compare."""
