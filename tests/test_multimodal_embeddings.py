@@ -23,8 +23,8 @@ from edge_runtime.families.multimodal_embedding.features import image_pixels, lo
 from edge_runtime.media.audio import AudioLimits, decode_audio
 from edge_runtime.media.errors import MediaError
 from edge_runtime.media.image import ImageLimits, decode_image
-from tests.support.media_samples import b64, data_url, encode_audio, image_bytes, picture, tone
-from tests.support.server_harness import Server, write_models_file
+from tests.support.media_samples import audio_part, data_url, encode_audio, image_bytes, image_part, picture, tone
+from tests.support.server_harness import Server, embed, write_models_file
 
 PARITY = 1e-5
 ARCHS = ("siglip", "clip", "whisper", "clap")
@@ -159,24 +159,6 @@ def mm_server(mm_sources: dict[str, tuple[Path, Path]], fixture_package: Any,
         yield srv
     finally:
         srv.stop()
-
-
-def embed(server: Server, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
-    """POST /v1/embeddings; request and response both validated against openapi.yaml."""
-    request_validator("/v1/embeddings").validate(body)
-    response = server.client.post("/v1/embeddings", json=body)
-    answer = response.json()
-    validate_response("/v1/embeddings", "post", response.status_code, answer)
-    assert response.status_code == status, answer
-    return answer
-
-
-def image_part(image: Image.Image, fmt: str = "PNG", mime: str = "image/png") -> dict[str, Any]:
-    return {"type": "image_url", "image_url": {"url": data_url(image_bytes(image, fmt), mime)}}
-
-
-def audio_part(raw: bytes, fmt: str = "wav") -> dict[str, Any]:
-    return {"type": "input_audio", "input_audio": {"data": b64(raw), "format": fmt}}
 
 
 def _unit(v: Any) -> np.ndarray:

@@ -16,9 +16,8 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.support.media_samples import encode_audio, picture, tone
-from tests.support.server_harness import Server, write_models_file
-from tests.test_multimodal_embeddings import audio_part, embed, image_part
+from tests.support.media_samples import audio_part, encode_audio, image_part, picture, tone
+from tests.support.server_harness import Server, embed, write_models_file
 
 ARCHS = ("siglip", "whisper", "clap")
 

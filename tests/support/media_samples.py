@@ -66,6 +66,16 @@ def data_url(raw: bytes, mime: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
 
 
+def image_part(image: Image.Image, fmt: str = "PNG", mime: str = "image/png") -> dict[str, Any]:
+    """An OpenAI image_url content part carrying ``image`` as a data URL."""
+    return {"type": "image_url", "image_url": {"url": data_url(image_bytes(image, fmt), mime)}}
+
+
+def audio_part(raw: bytes, fmt: str = "wav") -> dict[str, Any]:
+    """An OpenAI input_audio content part."""
+    return {"type": "input_audio", "input_audio": {"data": b64(raw), "format": fmt}}
+
+
 def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 

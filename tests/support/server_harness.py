@@ -79,3 +79,15 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(5)
         self._log.close()
+
+
+def embed(server: Server, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+    """POST /v1/embeddings; request and response both validated against openapi.yaml."""
+    from edge_runtime.api.schema import request_validator, validate_response
+
+    request_validator("/v1/embeddings").validate(body)
+    response = server.client.post("/v1/embeddings", json=body)
+    answer = response.json()
+    validate_response("/v1/embeddings", "post", response.status_code, answer)
+    assert response.status_code == status, answer
+    return answer
