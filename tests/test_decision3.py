@@ -82,7 +82,9 @@ def test_conversion_matches_transformers_5(packages: dict[str, Path]) -> None:
     images = v["images"]
     assert images["max_abs_diff_probabilities"] <= PROBABILITY_TOLERANCE == images["tolerance"]
     assert images["max_abs_diff_last_hidden_state"] <= IMAGE_HIDDEN_TOLERANCE == images["hidden_tolerance"]
-    assert images["cases"] == 3 and images["grids"] == [[1, 14, 20], [1, 14, 22], [1, 34, 8]]
+    # three image questions and a video's (its timestamped pairs given as pixel_values_videos and video_grid_thw)
+    assert images["cases"] == 4 and images["video_cases"] == 1
+    assert images["grids"] == [[1, 14, 20], [1, 14, 22], [1, 34, 8]]
     assert images["max_abs_diff_processor_pixels"] <= 1e-6  # our processor vs Qwen2VLImageProcessorPil
 
 

@@ -56,6 +56,9 @@ from edge_runtime.packages.golden import npz_bytes
 KIND = "decision3"
 #: The image intake's limits (upstream-formats.md §3.8): decoded bytes, source pixels, the resized budget.
 IMAGE_LIMITS = {"image_max_bytes": 8_000_000, "image_source_max_pixels": 16_000_000, "image_max_pixels": MAX_PIXELS}
+#: The video intake's limits: the d3 runtime's 32,000,000 bytes; seconds and source pixels as decision-vision's;
+#: frames and per-frame pixels as the package's video settings (converters/decision3/vision.py)
+VIDEO_LIMITS = {"video_max_bytes": 32_000_000, "video_max_seconds": 300, "video_source_max_pixels": 8_294_400}
 CONFIG_FORMAT = "decision3-config/1"
 #: the largest |p_onnx - p_transformers| over the code probabilities accepted (fp32 both)
 PROBABILITY_TOLERANCE = 1e-5
@@ -175,6 +178,14 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
             files[VISION_GOLDEN] = npz_bytes(images.golden_vision)
         files.update(notice_files(source.root, opts))
         vision = source.vision_prefix is not None
+        video = vision and "video" in config.get("vision", {})
+        video_limits: dict[str, Any] = {}
+        if video:
+            vs = config["vision"]["video"]
+            video_limits = {**VIDEO_LIMITS, "video_max_frames": vs["max_frames"], "video_max_pixels": vs["max_pixels"],
+                            # every sampled pair at the per-frame budget
+                            "video_max_tokens": vs["max_frames"] // 2 * vs["max_pixels"]
+                            // (vs["patch_size"] * vs["merge_size"]) ** 2}
         if opts.reference:
             reference = (f"Transformers 5 Qwen3_5TextModel fp32 ({source.attention_mode}, upstream's noncausal hook "
                          "where set), code probabilities at the last real token")
@@ -197,11 +208,11 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
                                                                         or source.root.name),
                 architecture=architecture, stamp=source.model_sha256,
                 description=f"Decision 3.0 code-readout model ({source.attention_mode}) from {source.root.name}"),
-                modalities=("text", "image") if vision else ("text",)),
+                modalities=("text", "image", "video") if video else ("text", "image") if vision else ("text",)),
             "head": {"output": "last_hidden_state", "pooling": "last", "readout": "head.npz:readout",
                      "codes": src.MAX_OPTIONS, "readout_dtype": source.readout_dtype,
                      "temperature": source.temperature},
-            "limits": {"max_input_tokens": limit, **(IMAGE_LIMITS if vision else {})},
+            "limits": {"max_input_tokens": limit, **(IMAGE_LIMITS if vision else {}), **video_limits},
             "graph": {"inputs": report.input_names, "outputs": report.output_names, "opset": OPSET,
                       "attention_mode": source.attention_mode, "layer_types": config["layer_types"],
                       "embeddings": "embeddings.npy",
@@ -219,7 +230,9 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
                                   "max_input_tokens": opts.max_input_tokens}},
             "attention_mode": source.attention_mode,
             **({"image_placements": ["state"], "processor": config["vision"]["processor"],
-                "videos": "refused (video_unsupported): the d3 video expansion is not implemented"} if vision else {}),
+                "videos": ("the d3 runtime's: frames by index at 2 fps, Transformers' video smart_resize per frame, "
+                           "<t seconds> per frame pair" if video else "refused (video_unsupported): the source has no "
+                           "video_preprocessor_config.json")} if vision else {}),
             "question_types": list(QUESTION_TYPES),
             "usage": "state_once" if source.attention_mode == "causal" else "per_question",
             "state_once": ("the longest common token prefix of a request's question prompts runs once; each "
@@ -246,11 +259,12 @@ def _vision(source: src.Decision3Source, work: Path, graph: Path, prompt: D3Prom
             ) -> tuple[ImageVerified, list[Path], dict[str, Any]]:
     """Export the vision tower and check the image path; returns the check, the files and the config member."""
     from converters.decision3.export import OPSET
-    from converters.decision3.vision import check_images, export_vision, processor_settings
+    from converters.decision3.vision import check_images, export_vision, processor_settings, video_settings
     from converters.graph_files import gather_graph
 
     vcfg = source.vision_config or {}
     settings = processor_settings(source.root, vcfg)
+    videos = video_settings(source.root, vcfg)
     with Step(f"exporting the vision tower to ONNX (opset {OPSET})") as s:
         path = work / "vision.onnx"
         shapes = export_vision(vcfg, src.vision_weights(source), path)
@@ -258,7 +272,7 @@ def _vision(source: src.Decision3Source, work: Path, graph: Path, prompt: D3Prom
     timings["vision_export"] = s.seconds
     what = "Transformers 5 Qwen3_5Model" if reference else "nothing (--no-reference): the path runs"
     with Step(f"checking the image path against {what}") as s:
-        images = check_images(source, graph, path, settings, prompt, embeddings, readout, limit, reference)
+        images = check_images(source, graph, path, settings, prompt, embeddings, readout, limit, reference, videos)
     timings["image_parity"] = s.seconds
     if reference:
         if not (images.probabilities <= PROBABILITY_TOLERANCE and images.hidden <= IMAGE_HIDDEN_TOLERANCE
@@ -276,7 +290,7 @@ def _vision(source: src.Decision3Source, work: Path, graph: Path, prompt: D3Prom
               "video_token_id": int(source.config["video_token_id"]),
               "vision_start_token_id": int(source.config["vision_start_token_id"]),
               "vision_end_token_id": int(source.config["vision_end_token_id"]),
-              "processor": settings.card()}
+              "processor": settings.card(), **({"video": videos.card()} if videos is not None else {})}
     return images, files, member
 
 
@@ -298,7 +312,7 @@ def _image_report(images: ImageVerified) -> dict[str, Any]:
     """The card's record of the image check."""
     if not images.reference:
         return {"reference": "not verified against Transformers (--no-reference)", "cases": images.cases,
-                "grids": images.grids}
+                "grids": images.grids, **({"video_cases": images.videos} if images.videos else {})}
     return {"reference": "Transformers 5 Qwen3_5Model fp32 given the same pixel_values and image_grid_thw (its "
                          "vision tower, placeholder scatter and get_rope_index), last token",
             "cases": images.cases, "grids": images.grids, "tolerance": PROBABILITY_TOLERANCE,
@@ -307,7 +321,11 @@ def _image_report(images: ImageVerified) -> dict[str, Any]:
             "max_abs_diff_last_hidden_state": float(f"{images.hidden:.3g}"),
             "processor": "ours (decision-vision's numpy + Pillow) against Transformers 5 Qwen2VLImageProcessorPil on "
                          "the same images: grids equal, max |d pixel|",
-            "max_abs_diff_processor_pixels": float(f"{images.processor:.3g}")}
+            "max_abs_diff_processor_pixels": float(f"{images.processor:.3g}"),
+            **({"video_cases": images.videos,
+                "video": "a 3-frame clip's 2 timestamped pairs (the last frame repeated) in the cases above: "
+                         "the server's expanded ids, pixel_values_videos and video_grid_thw given to Transformers "
+                         "(its get_video_features, scatter and get_rope_index for video)"} if images.videos else {})}
 
 
 def build_fixture(out: Path, variant: str = "text", attention_mode: str = "causal", seed: int = 0,

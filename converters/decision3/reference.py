@@ -16,7 +16,8 @@ the rest continue from Transformers' own cache: the output then covers the conti
 With ``--vision`` the model is the whole ``Qwen3_5Model`` (its vision tower, placeholder scatter and
 ``get_rope_index`` included; the noncausal hook on its language model) and the inputs npz holds, per case
 ``i``, ``{i}.input_ids`` int64 [n] (image placeholders expanded), ``{i}.pixel_values`` float32 [N, D] and
-``{i}.image_grid_thw`` int64 [k, 3], ``{i}.image.{k}`` uint8 [h, w, 3] (the decoded images), and ``processor``
+``{i}.image_grid_thw`` int64 [k, 3], ``{i}.image.{k}`` uint8 [h, w, 3] (the decoded images), or for a video case
+``{i}.pixel_values_videos`` and ``{i}.video_grid_thw`` [1, 3] (its pairs, expanded in the ids), and ``processor``
 (a JSON string: the converter's processor settings); each case runs alone (batch 1) and the output holds
 ``{i}`` = the float32 hidden state of its last token, and ``{i}.pixel_values`` / ``{i}.image_grid_thw`` from
 Transformers' own ``Qwen2VLImageProcessorPil`` on the images.
@@ -141,7 +142,8 @@ def build_full_model(config: dict[str, Any], weights: dict[str, Any], attention_
     return model
 
 
-def run_vision(model: Any, inputs: dict[str, np.ndarray], image_token_id: int) -> dict[str, np.ndarray]:
+def run_vision(model: Any, inputs: dict[str, np.ndarray], image_token_id: int,
+               video_token_id: int = -1) -> dict[str, np.ndarray]:
     """Each case's last-token hidden state, the model given the pixels and grids (batch 1, no padding)."""
     import torch
 
@@ -149,10 +151,17 @@ def run_vision(model: Any, inputs: dict[str, np.ndarray], image_token_id: int) -
     for key in sorted(k for k in inputs if k.endswith(".input_ids")):
         case = key[:-len(".input_ids")]
         ids = torch.from_numpy(np.asarray(inputs[key], dtype=np.int64))[None]
-        result = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                       pixel_values=torch.from_numpy(np.asarray(inputs[f"{case}.pixel_values"], dtype=np.float32)),
-                       image_grid_thw=torch.from_numpy(np.asarray(inputs[f"{case}.image_grid_thw"], dtype=np.int64)),
-                       mm_token_type_ids=(ids == image_token_id).int(), use_cache=False)
+        media: dict[str, Any] = {}
+        if f"{case}.pixel_values" in inputs:
+            media["pixel_values"] = torch.from_numpy(np.asarray(inputs[f"{case}.pixel_values"], dtype=np.float32))
+            media["image_grid_thw"] = torch.from_numpy(np.asarray(inputs[f"{case}.image_grid_thw"], dtype=np.int64))
+        if f"{case}.pixel_values_videos" in inputs:  # a video, expanded in the ids (timestamped pairs)
+            media["pixel_values_videos"] = torch.from_numpy(
+                np.asarray(inputs[f"{case}.pixel_values_videos"], dtype=np.float32))
+            media["video_grid_thw"] = torch.from_numpy(np.asarray(inputs[f"{case}.video_grid_thw"], dtype=np.int64))
+        types = (ids == image_token_id).int() + 2 * (ids == video_token_id).int()
+        result = model(input_ids=ids, attention_mask=torch.ones_like(ids), **media, mm_token_type_ids=types,
+                       use_cache=False)
         out[case] = result.last_hidden_state[0, -1].float().numpy()
         images = [inputs[k] for k in sorted((k for k in inputs if k.startswith(f"{case}.image.")),
                                             key=lambda k: int(k.rsplit(".", 1)[1]))]
@@ -230,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         full = json.loads(Path(args.config).read_text())
         vision_model = build_full_model(full, full_weights(args.weights), args.attention_mode)
         with np.load(args.inputs) as data:
-            save(args.out, **run_vision(vision_model, {k: data[k] for k in data.files}, int(full["image_token_id"])))
+            save(args.out, **run_vision(vision_model, {k: data[k] for k in data.files}, int(full["image_token_id"]),
+                                          int(full.get("video_token_id", -1))))
         return 0
     config = text_config(json.loads(Path(args.config).read_text()))
     model = build_model(config, load_weights(args.weights), args.attention_mode)

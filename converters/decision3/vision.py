@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from converters.decision3 import source as src
 from converters.errors import ConversionError
 from edge_runtime.engine.recurrent import EmbedsRow
+from edge_runtime.families.decision3 import video as vid
 from edge_runtime.families.decision3.prompt import IMAGE_TOKEN, D3Prompt, PromptTokens
 from edge_runtime.families.decision3.vision import (
     MAX_PIXELS,
@@ -156,6 +158,9 @@ class ImageCase:
     pixel_values: np.ndarray  # the images' patches, concatenated
     grids: np.ndarray         # [n_images, 3]
     sources: tuple[np.ndarray, ...] = ()  # the images as decoded (uint8 [h, w, 3]), for the reference's processor
+    pairs: tuple[EncodedImage, ...] = ()   # a video's pairs through the vision core (the prompt ids come expanded)
+    video_pixels: np.ndarray | None = None  # their patches, concatenated (``pixel_values_videos``)
+    video_grids: np.ndarray | None = None   # [1, 3]: (pairs, h, w) (``video_grid_thw``)
 
 
 @dataclass
@@ -168,6 +173,7 @@ class ImageVerified:
     reference: bool
     golden_row: EmbedsRow  # the golden image request's first question, as the text core reads it
     golden_vision: dict[str, np.ndarray]  # the vision core's feeds and outputs on the golden image
+    videos: int = 0  # of the cases, those with a video (given to Transformers as pixel_values_videos)
 
 
 def _vision_feeds(core: VisionCore, patches: Patches) -> dict[str, np.ndarray]:
@@ -202,9 +208,67 @@ def image_cases(prompt: D3Prompt, core: VisionCore, image_id: int, limit: int) -
     return cases
 
 
+#: the d3 runtime's per-frame pixel budget (``max_video_tokens * (patch * merge)^2``, 192 tokens of 32 x 32) and
+#: frame count; the released runtime's constants are not public: these reproduce its tests' frame sizes
+VIDEO_MAX_PIXELS = 192 * 32 * 32
+VIDEO_MAX_FRAMES = 64
+
+
+def video_settings(root: Path, vision_config: Mapping[str, Any]) -> vid.VideoSettings | None:
+    """video_preprocessor_config.json checked (Qwen3-VL's video processor, the tower's patch sizes) as the
+    package's video settings; None when the source has none (the package then reads no videos)."""
+    path = root / "video_preprocessor_config.json"
+    if not path.is_file():
+        return None
+    raw = src.read_json(path)
+    if not isinstance(raw, dict) or raw.get("video_processor_type") != "Qwen3VLVideoProcessor":
+        raise ConversionError("video_preprocessor_config.json: video_processor_type must be Qwen3VLVideoProcessor")
+    sizes = tuple(raw.get(k) for k in ("patch_size", "temporal_patch_size", "merge_size"))
+    if sizes != (vision_config.get("patch_size"), vision_config.get("temporal_patch_size"),
+                 vision_config.get("spatial_merge_size")):
+        raise ConversionError("video_preprocessor_config.json and vision_config disagree on patch, temporal patch "
+                              "or merge size")
+    size = raw.get("size")
+    shortest = size.get("shortest_edge") if isinstance(size, dict) else None
+    if not isinstance(shortest, int) or isinstance(shortest, bool) or shortest <= 0:
+        raise ConversionError("video_preprocessor_config.json: size.shortest_edge must be a positive integer")
+    patch, temporal, merge = (int(v) for v in sizes)  # type: ignore[arg-type]  # equal to the tower's ints
+    return vid.VideoSettings(patch, merge, temporal, shortest, VIDEO_MAX_PIXELS, VIDEO_MAX_FRAMES)
+
+
+def video_case(prompt: D3Prompt, core: VisionCore, settings: vid.VideoSettings, ids: Mapping[str, int],
+               limit: int) -> ImageCase:
+    """One question on a 3-frame 4 fps clip of 80x56 random frames (an odd count: the last frame repeats), the
+    frames sampled, sized and timestamped as the server reads them."""
+    from converters.decision_vision.verify import verify_image
+
+    frames = [verify_image(56, 80, seed) for seed in range(3)]
+    indices = vid.sample_indices(len(frames), 4.0, settings.max_frames)
+    size = vid.frame_size(settings, len(indices), 56, 80)
+    resized = [frames[i].convert("RGB").resize((size[1], size[0]), resample=Image.Resampling.BICUBIC) for i in indices]
+    clip = vid.pairs(core.processor, vid.Decoded(resized, tuple(indices), 4.0, len(frames), size))
+    merge = settings.merge_size
+    expansion = vid.expansion_ids(lambda t: prompt.tokenizer.encode(t, add_special_tokens=False).ids, clip,
+                                  ids["start"], ids["video"], ids["end"], merge)
+    q = parse_question("moves", {"type": "noul", "instructions": "Does anything move in the clip?"})
+    if not isinstance(q, Question):
+        raise ConversionError("video check question is invalid")
+    got = prompt.tokens({"turns": ["a short clip"]}, q, limit, [len(expansion)], videos=1)
+    if not isinstance(got, PromptTokens):
+        raise ConversionError(f"the video check question does not fit {limit} tokens: {got}")
+    expanded: list[int] = []
+    for t in got.ids:
+        expanded += expansion if t == ids["video"] else [t]
+    encoded = tuple(core.encode(p.patches) for p in clip)
+    grid = clip[0].patches
+    return ImageCase(q, tuple(expanded), (), np.asarray(expanded, dtype=np.int64), np.zeros((0, 0), np.float32),
+                     np.zeros((0, 3), np.int64), (), encoded, np.concatenate([p.patches.patches for p in clip]),
+                     np.array([[len(clip), grid.grid_h, grid.grid_w]], dtype=np.int64))
+
+
 def check_images(source: src.Decision3Source, graph: Path, vision_graph: Path, settings: ProcessorSettings,
                  prompt: D3Prompt, embeddings: np.ndarray, readout: np.ndarray, limit: int,
-                 reference: bool) -> ImageVerified:
+                 reference: bool, videos: vid.VideoSettings | None = None) -> ImageVerified:
     """The server's image path against Transformers 5 (see the module docstring); with ``reference`` False,
     only that the path runs (nothing is compared and the report says so)."""
     from edge_runtime.engine.recurrent import RecurrentForward
@@ -217,14 +281,21 @@ def check_images(source: src.Decision3Source, graph: Path, vision_graph: Path, s
     core = VisionCore(create_session(vision_graph, "cpu", 2), settings,
                       int(int(vcfg["num_position_embeddings"]) ** 0.5), embeddings.shape[1])
     cases = image_cases(prompt, core, image_id, limit)
+    video_id = int(source.config["video_token_id"])
+    if videos is not None:
+        cases.append(video_case(prompt, core, videos, {"video": video_id,
+                                                       "start": int(source.config["vision_start_token_id"]),
+                                                       "end": int(source.config["vision_end_token_id"])}, limit))
     forward = RecurrentForward(create_session(graph, "cpu", 2), embeddings, attention_mode=source.attention_mode)
-    rows = [image_row(c.prompt_ids, image_id, c.images, embeddings, settings.merge_size) for c in cases]
+    rows = [image_row(c.prompt_ids, image_id, c.images, embeddings, settings.merge_size, video_id, c.pairs)
+            for c in cases]
     ours = np.stack(forward(rows))
     grids = sorted({tuple(int(v) for v in g) for c in cases for g in c.grids})
     feeds = _vision_feeds(core, core.processor.image(golden_image()))
     vision_golden = {**{f"in/{k}": v for k, v in feeds.items()},
                      **{f"out/{k}": v for k, v in core.session.run(feeds, core.session.output_names).items()}}
-    verified = ImageVerified(0.0, 0.0, 0.0, len(cases), [list(g) for g in grids], reference, rows[0], vision_golden)
+    verified = ImageVerified(0.0, 0.0, 0.0, len(cases), [list(g) for g in grids], reference, rows[0], vision_golden,
+                             sum(c.video_grids is not None for c in cases))
     if not reference:
         return verified
     from converters.decision3.export import reference_vision_hidden
@@ -232,6 +303,8 @@ def check_images(source: src.Decision3Source, graph: Path, vision_graph: Path, s
     files = [source.root / w for w in source.weights if w.endswith(".safetensors")]
     ref, pixels = reference_vision_hidden(files, source.config, cases, source.attention_mode, settings.card())
     for i, case in enumerate(cases):
+        if not case.sources:  # the video case: its pixels are the server's, given to the model as they are
+            continue
         theirs, grid = pixels[f"{i}.pixel_values"], pixels[f"{i}.image_grid_thw"]
         if theirs.shape != case.pixel_values.shape or not np.array_equal(grid, case.grids):
             raise ConversionError(f"the image processor's grids {case.grids.tolist()} differ from Transformers' "
@@ -251,12 +324,17 @@ def reference_inputs(cases: Sequence[ImageCase]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for i, c in enumerate(cases):
         out[f"{i}.input_ids"] = c.ids
-        out[f"{i}.pixel_values"] = c.pixel_values.astype(np.float32)
-        out[f"{i}.image_grid_thw"] = c.grids
+        if len(c.grids):
+            out[f"{i}.pixel_values"] = c.pixel_values.astype(np.float32)
+            out[f"{i}.image_grid_thw"] = c.grids
+        if c.video_pixels is not None and c.video_grids is not None:
+            out[f"{i}.pixel_values_videos"] = c.video_pixels.astype(np.float32)
+            out[f"{i}.video_grid_thw"] = c.video_grids
         for k, image in enumerate(c.sources):
             out[f"{i}.image.{k}"] = image
     return out
 
 
 __all__ = ["GOLDEN_QUESTIONS", "GOLDEN_STATE", "ImageVerified", "check_images", "data_url", "export_vision",
-           "golden_image", "image_cases", "processor_settings", "reference_inputs", "vision_tower"]
+           "golden_image", "image_cases", "processor_settings", "reference_inputs", "video_case", "video_settings",
+           "vision_tower"]

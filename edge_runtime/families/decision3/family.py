@@ -22,8 +22,14 @@ and are shared by every question of the entry: each prompt holds one placeholder
 text (§3.6), counted as the image's tokens against ``max_input_tokens``. An asset used in a question is refused
 (question_images_unsupported: images sit in the state only). The vision core runs in the forward
 (vision.py, ImageForward). Image rows batch as text rows do (noncausal: whole rows, right-padded; causal: the
-images sit in the shared prefix, which runs once). Videos are refused (video_unsupported): the d3 video
-expansion (timestamped frame pairs) is not implemented for this family.
+images sit in the shared prefix, which runs once).
+
+Videos (card modality ``video``): the request's ``videos`` go through the shared video intake (the card's
+video_max_bytes, video_max_seconds, video_source_max_pixels; decision-vision's reasons), are sampled, sized and
+timestamped as the released d3 runtime does (video.py), and each prompt's video placeholder (after the images')
+becomes, per pair of frames, ``<t seconds><|vision_start|>`` + pads + ``<|vision_end|>``, counted against
+``max_input_tokens``; a request's videos take at most ``video_max_tokens`` (reason video_tokens). Each pair runs
+through the vision core as a block of t = 1 and sits in the rows as an image does.
 """
 
 from __future__ import annotations
@@ -38,7 +44,15 @@ from edge_runtime.engine.causal import CausalRow, branch_row, causal_row
 from edge_runtime.engine.recurrent import CAUSAL, NONCAUSAL, RecurrentForward
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Graph, open_graphs
-from edge_runtime.families.decision3.prompt import IMAGE_TOKEN, D3Prompt, PromptTokens, common_prefix, refusal
+from edge_runtime.families.decision3 import video as vid
+from edge_runtime.families.decision3.prompt import (
+    IMAGE_TOKEN,
+    VIDEO_TOKEN,
+    D3Prompt,
+    PromptTokens,
+    common_prefix,
+    refusal,
+)
 from edge_runtime.families.decision3.vision import (
     VISION_GRAPH,
     ImageBranchRow,
@@ -60,6 +74,7 @@ from edge_runtime.families.decision_vision.processor import ImageProcessor, Patc
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
 from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
+from edge_runtime.media.video import VideoLimits
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer
 from edge_runtime.questions import refusal as type_refusal
@@ -133,6 +148,9 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
         self.vision = config.get("vision") if "image" in self.modalities else None
         if "image" in self.modalities:
             self._init_images(package)
+        self.video_id = -1
+        if "video" in self.modalities:
+            self._init_videos(package)
         if session is not None:
             text = RecurrentForward(session, self.embeddings, attention_mode=self.attention_mode)
             if text.hidden != self.readout.shape[1]:
@@ -143,7 +161,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
                 if opened is None:  # built outside the loader (converters, tests): open it the same way
                     opened, _ = open_graphs(package, graphs(package), session)
                 core = VisionCore(opened["vision"], self.processor.s, int(self.vision["position_side"]), text.hidden)
-                self._forward = ImageForward(text, core, self.image_id, self.embeddings)
+                self._forward = ImageForward(text, core, self.image_id, self.embeddings, self.video_id)
         self._probe_rng = np.random.default_rng(0)
 
     def _init_images(self, package: Package) -> None:
@@ -159,6 +177,27 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
         self.image_limits = ImageLimits(int(limits["image_max_bytes"]), int(limits["image_source_max_pixels"]))
         self.image_max_pixels = int(limits["image_max_pixels"])
 
+    def _init_videos(self, package: Package) -> None:
+        """The video intake of a package whose card lists the video modality (after the image intake)."""
+        if "image" not in self.modalities or not isinstance(self.vision, dict) or "video" not in self.vision:
+            raise ValueError(f"package {package.card.name}: the card lists videos but decision_config's vision "
+                             "member has no video settings")
+        self.video_settings = vid.VideoSettings.from_config(self.vision["video"])
+        self.video_id = int(self.vision["video_token_id"])
+        if self.prompt.tokenizer.token_to_id(VIDEO_TOKEN) != self.video_id:
+            raise ValueError(f"the tokenizer's {VIDEO_TOKEN} is not the vision video_token_id {self.video_id}")
+        self.vision_start = int(self.vision["vision_start_token_id"])
+        self.vision_end = int(self.vision["vision_end_token_id"])
+        limits = package.card.limits
+        self.video_limits = VideoLimits(int(limits["video_max_bytes"]), float(limits["video_max_seconds"]),
+                                        int(limits["video_source_max_pixels"]), vid.SAMPLE_FPS,
+                                        int(limits["video_max_frames"]))
+        self.video_max_tokens = int(limits["video_max_tokens"])
+        self._stamp = len(self._encode_text(vid.TIMESTAMP.format(t=0.0)))  # the fewest tokens a timestamp takes
+
+    def _encode_text(self, text: str) -> list[int]:
+        return list(self.prompt.tokenizer.encode(text, add_special_tokens=False).ids)
+
     # -- engine hooks -----------------------------------------------------------------------
 
     def probe_row(self, length: int) -> CausalRow:
@@ -172,7 +211,8 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"question_types": list(self.question_types)}
         if "image" in self.modalities:
-            out |= {"modalities": sorted(self.modalities), "image_placements": ["state"]}
+            out |= {"modalities": sorted(self.modalities),
+                    "image_placements": ["state"]}
         return out
 
     # -- planning ---------------------------------------------------------------------------
@@ -218,37 +258,41 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
         if not answerable:
             return planned, None
         images = self._images(entry, [assets.images[r] for r in state_uses] if assets is not None else [])
-        m = self.processor.s.merge_size if images else 1
+        clips = self._videos(entry)
+        m = self.processor.s.merge_size if images or clips else 1
         tokens = [(p.grid_h // m) * (p.grid_w // m) for p in images]
+        expansions = [vid.expansion_ids(self._encode_text, c, self.vision_start, self.video_id, self.vision_end, m)
+                      for c in clips]
+        pairs = tuple(p.patches for c in clips for p in c)
         run: list[Slot] = []
         for slot in answerable:
             assert isinstance(slot.question, Question)
-            got = self.prompt.tokens(state, slot.question, cap, tokens)
+            got = self.prompt.tokens(state, slot.question, cap, tokens + [len(e) for e in expansions], len(clips))
             if isinstance(got, PromptTokens):
-                slot.ids = list(got.ids)
+                slot.ids = self._expand_videos(got.ids, expansions)
                 run.append(slot)
             else:
                 slot.answer = got
         if not run:
             return planned, None
         ids = [s.ids or [] for s in run]
-        extra = sum(tokens) - len(tokens)  # each placeholder is its image's tokens
+        extra = sum(tokens) - len(tokens)  # each placeholder is its image's tokens (videos come expanded)
         shared = common_prefix(ids) if self.state_once and len(run) > 1 else 0
-        # the images sit in front of the user text, so in the shared prefix; where they do not, run whole rows
-        if images and shared <= max(i for i, t in enumerate(ids[0]) if t == self.image_id):
+        # the media sit in front of the user text, so in the shared prefix; where they do not, run whole rows
+        if (images or clips) and shared <= max(i for i, t in enumerate(ids[0]) if t in (self.image_id, self.video_id)):
             shared = 0
         if shared:
             for j, slot in enumerate(run):
                 slot.row, slot.branch = len(rows), j
             branches = [r[shared:] for r in ids]
-            rows.append(ImageBranchRow(ImageRow(tuple(ids[0][:shared]), tuple(images)),
-                                       tuple(tuple(b) for b in branches)) if images
+            rows.append(ImageBranchRow(ImageRow(tuple(ids[0][:shared]), tuple(images), pairs),
+                                       tuple(tuple(b) for b in branches)) if images or clips
                         else branch_row(ids[0][:shared], branches))
             planned.tokens = shared + extra + sum(len(r) - shared for r in ids)
         else:
             for slot, r in zip(run, ids):
                 slot.row = len(rows)
-                rows.append(ImageRow(tuple(r), tuple(images)) if images else causal_row(r))
+                rows.append(ImageRow(tuple(r), tuple(images), pairs) if images or clips else causal_row(r))
             planned.tokens = sum(len(r) + extra for r in ids)
         return planned, None
 
@@ -264,6 +308,48 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
                 decoded[id(data)] = self._patches(decode_image(data, self.image_limits))
             images.append(decoded[id(data)])
         return images
+
+    def _videos(self, entry: DecisionState) -> list[list[vid.VideoPair]]:
+        """The entry's videos, decoded through the shared intake and read as the d3 runtime reads them; a request
+        whose videos take more than video_max_tokens is refused (video_tokens), before decoding where it can."""
+        if not entry.videos:
+            return []
+        clips: list[list[vid.VideoPair]] = []
+        used = 0
+        m = self.video_settings.merge_size
+
+        def before_decode(frames: int, height: int, width: int) -> None:
+            pads = vid.input_tokens(self.video_settings, frames, height, width)
+            self._check_video_tokens(used + pads + -(-frames // self.video_settings.temporal_patch_size)
+                                     * (self._stamp + 2))
+
+        for url in entry.videos:
+            clip = vid.pairs(self.processor, vid.decode(url, self.video_limits, self.video_settings, before_decode))
+            used += len(vid.expansion_ids(self._encode_text, clip, self.vision_start, self.video_id,
+                                          self.vision_end, m))
+            self._check_video_tokens(used)
+            clips.append(clip)
+        return clips
+
+    def _check_video_tokens(self, tokens: int) -> None:
+        if tokens > self.video_max_tokens:
+            raise ApiError("invalid_request", f"the request's videos take {tokens} tokens or more, more than the "
+                           f"model's video_max_tokens {self.video_max_tokens}", reason="video_tokens",
+                           limit=self.video_max_tokens)
+
+    def _expand_videos(self, ids: Sequence[int], expansions: Sequence[list[int]]) -> list[int]:
+        """The prompt ids with the k-th ``<|video_pad|>`` replaced by the k-th video's expansion."""
+        if not expansions:
+            return list(ids)
+        out: list[int] = []
+        k = 0
+        for t in ids:
+            if t == self.video_id:
+                out += expansions[k]
+                k += 1
+            else:
+                out.append(int(t))
+        return out
 
     def _patches(self, image: Any) -> Patches:
         return self.processor.image(upright_rgb(image), self.image_max_pixels)

@@ -107,13 +107,27 @@ def expand_ids(ids: Sequence[int], image_id: int, tokens: Sequence[int]) -> tupl
     return np.asarray(out, dtype=np.int64), starts
 
 
+def video_starts(ids: np.ndarray, video_id: int, pairs: Sequence[EncodedImage]) -> list[int]:
+    """Where each video pair's pads start in already expanded ids (each pair's pads one run, in order)."""
+    at = np.flatnonzero(ids == video_id)
+    starts = [int(i) for k, i in enumerate(at) if k == 0 or at[k - 1] != i - 1]
+    if len(starts) != len(pairs) or len(at) != sum(p.tokens for p in pairs):
+        raise ValueError(f"the prompt holds {len(starts)} video pad runs ({len(at)} pads) for {len(pairs)} pairs")
+    return starts
+
+
 def image_row(ids: Sequence[int], image_id: int, images: Sequence[EncodedImage], embeddings: np.ndarray,
-              merge: int) -> EmbedsRow:
-    """One question's row: placeholders expanded, the images' rows scattered in, Qwen's 3-D positions."""
+              merge: int, video_id: int = -1, pairs: Sequence[EncodedImage] = ()) -> EmbedsRow:
+    """One question's row: image placeholders expanded (videos come expanded: video.expansion_ids), the images'
+    and video pairs' rows scattered in, Qwen's 3-D positions (a pair is a block of t = 1, as an image)."""
     expanded, starts = expand_ids(ids, image_id, [im.tokens for im in images])
     embeds = np.array(embeddings[expanded], dtype=np.float32)
     blocks = []
-    for start, im in zip(starts, images):
+    media = list(images)
+    if pairs:
+        starts = starts + video_starts(expanded, video_id, pairs)
+        media += list(pairs)
+    for start, im in zip(starts, media):
         embeds[start:start + im.tokens] = im.rows
         # rope_positions reads the grid only; the patches stay with the caller
         blocks.append(Block(start, np.empty((0, 0), dtype=np.float32), im.grid_h, im.grid_w))
@@ -122,10 +136,12 @@ def image_row(ids: Sequence[int], image_id: int, images: Sequence[EncodedImage],
 
 @dataclass(frozen=True)
 class ImageRow:
-    """A prompt with images: its ids (one placeholder per image) and the images' patches, in order."""
+    """A prompt with images and videos: its ids (one placeholder per image, each video expanded) and the
+    images' patches, then the video pairs' patches, in order."""
 
     ids: tuple[int, ...]
     images: tuple[Patches, ...]
+    pairs: tuple[Patches, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,8 +155,10 @@ class ImageBranchRow:
 class ImageForward:
     """The family's forward for a package with a vision core (see the module docstring)."""
 
-    def __init__(self, text: RecurrentForward, core: VisionCore, image_id: int, embeddings: np.ndarray) -> None:
+    def __init__(self, text: RecurrentForward, core: VisionCore, image_id: int, embeddings: np.ndarray,
+                 video_id: int = -1) -> None:
         self.text, self.core, self.image_id, self.embeddings = text, core, int(image_id), embeddings
+        self.video_id = int(video_id)
         self.hidden = text.hidden
 
     def _tokens(self, row: ImageRow) -> int:
@@ -162,13 +180,14 @@ class ImageForward:
         """One result per row, as RecurrentForward gives it."""
         encoded: dict[int, EncodedImage] = {}  # an image shared by rows of this call runs once
 
+        def encode(patches: Patches) -> EncodedImage:
+            if id(patches) not in encoded:
+                encoded[id(patches)] = self.core.encode(patches)
+            return encoded[id(patches)]
+
         def row_of(row: ImageRow) -> EmbedsRow:
-            images = []
-            for patches in row.images:
-                if id(patches) not in encoded:
-                    encoded[id(patches)] = self.core.encode(patches)
-                images.append(encoded[id(patches)])
-            return image_row(row.ids, self.image_id, images, self.embeddings, self.core.settings.merge_size)
+            return image_row(row.ids, self.image_id, [encode(p) for p in row.images], self.embeddings,
+                             self.core.settings.merge_size, self.video_id, [encode(p) for p in row.pairs])
 
         converted: list[Any] = []
         for row in rows:
@@ -184,4 +203,4 @@ class ImageForward:
 
 
 __all__ = ["MAX_PIXELS", "MIN_PIXELS", "VISION_GRAPH", "EncodedImage", "ImageBranchRow", "ImageForward", "ImageRow",
-           "VisionCore", "expand_ids", "image_row", "processor_settings"]
+           "VisionCore", "expand_ids", "image_row", "processor_settings", "video_starts"]
