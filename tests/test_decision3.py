@@ -22,19 +22,10 @@ from edge_runtime.families.decision3.family import Decision3Family
 from edge_runtime.families.registry import read_package
 from edge_runtime.questions import Question, answer, parse_question
 from edge_runtime.requests.decisions import parse_decisions_request
-from tests.support.d3_models import NO_REFERENCE, reference_environment
+from tests.support.d3_models import NO_REFERENCE, QUESTIONS, reference_environment
 from tests.support.server_harness import ROOT, Server, write_models_file
 
 STATE = "Write a Python function that merges two sorted lists and explain its running time."
-QUESTIONS: dict[str, Any] = {
-    "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
-               "criteria": {"code": "Programming", "math": "Mathematics", "other": "Anything else"}},
-    "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-    "difficulty": {"type": "score", "instructions": "How difficult is this request?",
-                   "criteria": ["Trivial", "Moderate", "Hard"]},
-    "tone": {"type": "choice", "instructions": {"task": "tone"},
-             "choices": [{"key": "formal"}, {"key": "casual", "description": {"register": ["chat", "slang"]}}]},
-}
 
 
 @pytest.fixture(scope="module")

@@ -24,21 +24,21 @@ from edge_runtime.families.decision3.vision import ImageBranchRow, ImageForward,
 from edge_runtime.families.registry import read_package
 from edge_runtime.questions import Question, answer, parse_question
 from edge_runtime.requests.decisions import parse_decisions_request
-from tests.support.media_samples import encode_video
-from tests.support.server_harness import Server, write_models_file
-from tests.support.vision import png_b64, sample_image
-from tests.test_decision3 import QUESTIONS
-from tests.test_decision_vision_reasons import (  # decision-vision's media reason helpers: the same intake
+from tests.support.d3_models import QUESTIONS
+from tests.support.media_reasons import (  # decision-vision's media reason helpers: the same intake
     HOSTILE,
     NOUL,
-    _copy_with_card,
     answered,
+    copy_with_card,
     image_url,
     refused,
     still_serving,
     video_url,
 )
-from tests.test_decision_vision_reasons import data_url as media_url
+from tests.support.media_reasons import data_url as media_url
+from tests.support.media_samples import encode_video
+from tests.support.server_harness import Server, write_models_file
+from tests.support.vision import png_b64, sample_image
 
 GOLDEN_URL = data_url(golden_image())
 
@@ -170,9 +170,9 @@ def test_media_refusals_in_planning(converted: dict[str, Path]) -> None:
 def d3_server(converted: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``vision`` as converted (the name decision-vision's reason helpers post to), ``tight`` with small limits."""
     root = tmp_path_factory.mktemp("d3-vision-server")
-    tight = _copy_with_card(converted["package"], root / "tight", name="tight", limits=TIGHT_IMAGE_LIMITS,
+    tight = copy_with_card(converted["package"], root / "tight", name="tight", limits=TIGHT_IMAGE_LIMITS,
                             modalities=["text", "image"])  # and no videos
-    vtight = _copy_with_card(converted["package"], root / "vtight", name="vtight", limits={"video_max_tokens": 40})
+    vtight = copy_with_card(converted["package"], root / "vtight", name="vtight", limits={"video_max_tokens": 40})
     models = write_models_file(root / "models.yaml", [
         {"name": name, "package": str(path), "device": "cpu", "threads": 1}
         for name, path in (("vision", converted["package"]), ("tight", tight), ("vtight", vtight))])

@@ -133,3 +133,15 @@ def reference_environment() -> Path | None:
 #: Marks a test that compares with Transformers 5: skipped, with the reason, where .venv-ref is absent.
 NO_REFERENCE = "no .venv-ref: scripts/reference_env.sh builds it"
 needs_reference = pytest.mark.skipif(reference_environment() is None, reason=NO_REFERENCE)
+
+
+#: The questions the d3 tests ask: one of each type the family answers, and a keyed choice.
+QUESTIONS: dict[str, Any] = {
+    "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
+               "criteria": {"code": "Programming", "math": "Mathematics", "other": "Anything else"}},
+    "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
+    "difficulty": {"type": "score", "instructions": "How difficult is this request?",
+                   "criteria": ["Trivial", "Moderate", "Hard"]},
+    "tone": {"type": "choice", "instructions": {"task": "tone"},
+             "choices": [{"key": "formal"}, {"key": "casual", "description": {"register": ["chat", "slang"]}}]},
+}
