@@ -98,6 +98,19 @@ def replace_in(value: Any, assets: Assets, name: Any) -> tuple[Any, list[str]]:
     return walk(value), used
 
 
+def state_with_assets(state: Any, images: int, assets: Assets | None, used: list[str] | None
+                      ) -> tuple[Any, list[str]]:
+    """The state with its asset uses replaced and those uses (recorded in ``used`` too): a use in
+    the state is one more image after the entry's ``images``, named ``[image k]`` where it was."""
+    if assets is None:
+        return state, []
+    first = images + 1
+    state, uses = replace_in(state, assets, lambda k: f"[image {first + k}]")
+    if used is not None:
+        used.extend(uses)
+    return state, uses
+
+
 def check_all_used(assets: Assets, used: Iterable[str]) -> None:
     """asset_unreferenced for an asset no string of the request uses."""
     seen = set(used)

@@ -72,7 +72,7 @@ from edge_runtime.families.decision_plan import (
 )
 from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches
 from edge_runtime.heads.decisions import code_probabilities
-from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
+from edge_runtime.media.assets import Assets, check_all_used, parse_assets, state_with_assets
 from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
 from edge_runtime.media.video import VideoLimits
 from edge_runtime.packages import Package
@@ -237,14 +237,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[Any],
                     assets: Assets | None = None, used: list[str] | None = None) -> tuple[Entry, ApiError | None]:
         planned = Entry(name, [], temperature=self.temperature)
-        state: Any = entry.state
-        state_uses: list[str] = []
-        if assets is not None:
-            # a use in the state is one more image after `images`, named [image k] where it was
-            first = len(entry.images) + 1
-            state, state_uses = replace_in(entry.state, assets, lambda k: f"[image {first + k}]")
-            if used is not None:
-                used.extend(state_uses)
+        state, state_uses = state_with_assets(entry.state, len(entry.images), assets, used)
         answerable: list[Slot] = []
         for q in entry.questions:
             refused: InvalidQuestion | None = None

@@ -73,7 +73,7 @@ from edge_runtime.families.decision_vision.vision_lm import (
     vision_row,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
-from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in
+from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in, state_with_assets
 from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
 from edge_runtime.media.video import VideoLimits, decode_video
 from edge_runtime.packages import Package
@@ -378,14 +378,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                     assets: Assets | None = None, used: list[str] | None = None) -> Entry:
         planned = Entry(name, [])
         answerable: list[Slot] = []
-        state: Any = entry.state
-        state_uses: list[str] = []
-        if assets is not None:
-            # a use in the state is one more image in front of it, after `images`, named [image k]
-            first = len(entry.images) + 1
-            state, state_uses = replace_in(entry.state, assets, lambda k: f"[image {first + k}]")
-        if used is not None:
-            used.extend(state_uses)
+        state, state_uses = state_with_assets(entry.state, len(entry.images), assets, used)
         targeted: set[str] = set()
         for q in entry.questions:
             refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
