@@ -298,7 +298,7 @@ class MultimodalEmbeddingModel:
             own, usage = item
             owners.append((slice(len(rows), len(rows) + len(own)), usage))
             rows.extend(own)
-            tokens += usage.tokens
+            tokens += sum(r.tokens for r in own)  # what the towers read (a truncated text: its kept tokens)
         dims = req.dimensions if req.dimensions != self.dimension else None
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
