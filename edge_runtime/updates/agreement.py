@@ -86,6 +86,12 @@ def readout(card: Card, feeds: Mapping[str, np.ndarray], outputs: Mapping[str, n
     return PROBABILITY, read(value.reshape(value.shape[0], -1)), f"{read.__name__}({name})"
 
 
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine of each row of ``a`` [..., d] with the same row of ``b`` (0 for a zero row)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.asarray((a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12))
+
+
 def _real_tokens(hidden: np.ndarray, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
     """One row's token states [n, ...] without padding (the attention mask's zeros), when it has one."""
     mask = feeds.get("attention_mask")
@@ -153,8 +159,7 @@ def compare(old: Side, new: Side) -> dict[str, Any]:
         report["argmax_agreement"] = float(np.concatenate(agree).mean())
         report["rows"] = int(sum(a.shape[0] for a, _ in a_b))
     else:
-        cos = np.concatenate([(a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1),
-                                                           1e-12) for a, b in a_b])
+        cos = np.concatenate([cosines(a, b) for a, b in a_b])
         report["min_cosine"] = float(cos.min())
         report["mean_cosine"] = float(cos.mean())
     return report

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.updates.agreement import cosines
+
 VECTOR_KEYS = ("embedding",)
 PROBABILITY_KEYS = ("probabilities", "scores", "relevance_score")
 SKIPPED_KEYS = ("meta", "usage", "input")
@@ -90,7 +92,7 @@ def compare_answers(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[
     """Figures over pairs of (old answer, new answer) to the same requests: min and mean cosine of
     the vectors, max |dp| and argmax agreement of the probability rows. A pair whose answers do not
     have the same members (another label set, another dimension) is counted as not comparable."""
-    cosines: list[float] = []
+    cos: list[float] = []
     dps: list[float] = []
     agree: list[bool] = []
     incomparable = 0
@@ -103,14 +105,14 @@ def compare_answers(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[
         for p, (kind, x) in a.items():
             y = b[p][1]
             if kind == "vector":
-                cosines.append(float(x @ y / max(float(np.linalg.norm(x) * np.linalg.norm(y)), 1e-12)))
+                cos.append(float(cosines(x, y)))
             elif x.size:
                 dps.append(float(np.max(np.abs(x - y))))
                 if x.size > 1:
                     agree.append(bool(np.argmax(x) == np.argmax(y)))
     out: dict[str, Any] = {"requests": len(pairs), "not_comparable": incomparable}
-    if cosines:
-        out.update(min_cosine=min(cosines), mean_cosine=float(np.mean(cosines)))
+    if cos:
+        out.update(min_cosine=min(cos), mean_cosine=float(np.mean(cos)))
     if dps:
         out["max_abs_dp"] = max(dps)
     if agree:
