@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan, token_budget
+from edge_runtime.media.assets import Assets
 from edge_runtime.packages.card import Card
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer
 from edge_runtime.questions.answers import DecisionAnswers
@@ -132,6 +133,19 @@ def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
         return ApiError("invalid_request", f"model {model!r} reads text only, not videos",
                         reason="video_unsupported")
     return None
+
+
+def question_images_refusal(model: str, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
+    """question_images_unsupported for a question whose instructions or options use an asset, for
+    models that place images in the state only (moving one there would change the other answers)."""
+    refs = assets.used_in([q.instructions, *(o.description for o in q.options)])
+    if not refs:
+        return None
+    if used is not None:
+        used.extend(refs)  # referenced, so not unreferenced, though this question cannot read it
+    return InvalidQuestion(q.id, q.type, "question_images_unsupported",
+                           f"model {model!r} reads images in the state only (image_placements: state); "
+                           "put an image the questions share in the state")
 
 
 def answered_types(card: Card, family_types: Sequence[str]) -> tuple[str, ...]:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from PIL import Image, ImageOps
 
@@ -111,6 +113,23 @@ def decode_image_url(url: object, limits: ImageLimits, check_declared: bool = Fa
     ``check_declared`` (embeddings do; decision models read the format from the bytes alone)."""
     mime, raw = parse_data_url(url, limits.max_bytes, "image")
     return decode_image(raw, limits, mime if check_declared else None)
+
+
+T = TypeVar("T")
+
+
+def decode_images(urls: Sequence[object], asset_images: Sequence[bytes], limits: ImageLimits,
+                  read: Callable[[Image.Image], T]) -> list[T]:
+    """A decision entry's images as ``read`` makes them: its data URLs, then the assets its state
+    uses (one image per use; an asset used twice is decoded once). The format is read from the bytes
+    alone: a data URL's declared type is not checked. MediaError refuses."""
+    images = [read(decode_image_url(url, limits)) for url in urls]
+    decoded: dict[int, T] = {}
+    for data in asset_images:
+        if id(data) not in decoded:
+            decoded[id(data)] = read(decode_image(data, limits))
+        images.append(decoded[id(data)])
+    return images
 
 
 def upright_rgb(image: Image.Image) -> Image.Image:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from edge_runtime.errors import ApiError
 from edge_runtime.media.dataurl import parse_data_url
 from edge_runtime.media.errors import MediaError
 from edge_runtime.media.image import MAX_ASPECT_RATIO
@@ -56,6 +57,13 @@ class Frames:
     times: list[float]
     seconds: float
     measured: bool = True
+
+
+def check_video_tokens(limit: int, tokens: int) -> None:
+    """video_tokens: a request's videos take ``tokens`` (or more), past the model's video_max_tokens ``limit``."""
+    if tokens > limit:
+        raise ApiError("invalid_request", f"the request's videos take {tokens} tokens or more, more than the "
+                       f"model's video_max_tokens {limit}", reason="video_tokens", limit=limit)
 
 
 def sniff_container(data: bytes) -> str | None:

@@ -69,12 +69,13 @@ from edge_runtime.families.decision_plan import (
     answered_types,
     assemble,
     plan_entries,
+    question_images_refusal,
 )
 from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, state_with_assets
-from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
-from edge_runtime.media.video import VideoLimits
+from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
+from edge_runtime.media.video import VideoLimits, check_video_tokens
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer
 from edge_runtime.questions import refusal as type_refusal
@@ -243,7 +244,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
             refused: InvalidQuestion | None = None
             if isinstance(q, Question):
                 refused = (type_refusal(q, self.name, self.question_types) or refusal(q, len(self.prompt.codes))
-                           or (self._question_images(q, assets, used) if assets is not None else None))
+                           or (question_images_refusal(self.name, q, assets, used) if assets is not None else None))
             slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
@@ -294,13 +295,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
         intake and patched as the model reads them; MediaError (a 400 with its reason) refuses the entry."""
         if not entry.images and not asset_images:
             return []
-        images = [self._patches(decode_image_url(url, self.image_limits)) for url in entry.images]
-        decoded: dict[int, Patches] = {}
-        for data in asset_images:  # an asset used twice is decoded once
-            if id(data) not in decoded:
-                decoded[id(data)] = self._patches(decode_image(data, self.image_limits))
-            images.append(decoded[id(data)])
-        return images
+        return decode_images(entry.images, asset_images, self.image_limits, self._patches)
 
     def _videos(self, entry: DecisionState) -> list[list[vid.VideoPair]]:
         """The entry's videos, decoded through the shared intake and read as the d3 runtime reads them; a request
@@ -313,22 +308,16 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
 
         def before_decode(frames: int, height: int, width: int) -> None:
             pads = vid.input_tokens(self.video_settings, frames, height, width)
-            self._check_video_tokens(used + pads + -(-frames // self.video_settings.temporal_patch_size)
-                                     * (self._stamp + 2))
+            stamps = -(-frames // self.video_settings.temporal_patch_size) * (self._stamp + 2)
+            check_video_tokens(self.video_max_tokens, used + pads + stamps)
 
         for url in entry.videos:
             clip = vid.pairs(self.processor, vid.decode(url, self.video_limits, self.video_settings, before_decode))
             used += len(vid.expansion_ids(self._encode_text, clip, self.vision_start, self.video_id,
                                           self.vision_end, m))
-            self._check_video_tokens(used)
+            check_video_tokens(self.video_max_tokens, used)
             clips.append(clip)
         return clips
-
-    def _check_video_tokens(self, tokens: int) -> None:
-        if tokens > self.video_max_tokens:
-            raise ApiError("invalid_request", f"the request's videos take {tokens} tokens or more, more than the "
-                           f"model's video_max_tokens {self.video_max_tokens}", reason="video_tokens",
-                           limit=self.video_max_tokens)
 
     def _expand_videos(self, ids: Sequence[int], expansions: Sequence[list[int]]) -> list[int]:
         """The prompt ids with the k-th ``<|video_pad|>`` replaced by the k-th video's expansion."""
@@ -346,18 +335,6 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
 
     def _patches(self, image: Any) -> Patches:
         return self.processor.image(upright_rgb(image), self.image_max_pixels)
-
-    def _question_images(self, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
-        """question_images_unsupported for a question whose instructions or options use an asset: images sit in
-        the state (in front of the user text), shared by every question."""
-        refs = assets.used_in([q.instructions, *(o.description for o in q.options)])
-        if not refs:
-            return None
-        if used is not None:
-            used.extend(refs)  # referenced, so not unreferenced, though this question cannot read it
-        return InvalidQuestion(q.id, q.type, "question_images_unsupported",
-                               f"model {self.name!r} reads images in the state only (image_placements: state); "
-                               "put an image the questions share in the state")
 
     # -- answers ------------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from edge_runtime.families.decision_plan import (
     answered_types,
     assemble,
     plan_entries,
+    question_images_refusal,
 )
 from edge_runtime.families.decision_vision.box_grid import (
     CONFIDENCE_FORMULA,
@@ -74,8 +75,8 @@ from edge_runtime.families.decision_vision.vision_lm import (
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in, state_with_assets
-from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
-from edge_runtime.media.video import VideoLimits, decode_video
+from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
+from edge_runtime.media.video import VideoLimits, check_video_tokens, decode_video
 from edge_runtime.packages import Package
 from edge_runtime.packages.golden import GoldenCase
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
@@ -241,13 +242,7 @@ class VisionPlanner:
                    asset_images: Sequence[bytes] = ()) -> tuple[list[Patches], list[VideoClip]]:
         """The entry's images (then the assets its state uses, one image per use) and videos,
         decoded, checked and processed; ApiError with the reason."""
-        # the format is read from the bytes alone: a data URL's declared type is not checked
-        images = [self._patches(decode_image_url(url, self.image_limits)) for url in entry.images]
-        decoded: dict[int, Patches] = {}
-        for data in asset_images:  # one image per use; an asset used twice is decoded once
-            if id(data) not in decoded:
-                decoded[id(data)] = self._patches(decode_image(data, self.image_limits))
-            images.append(decoded[id(data)])
+        images = decode_images(entry.images, asset_images, self.image_limits, self._patches)
         videos = []
         used = 0
         # the fewest tokens a pair's timestamp takes: a clip refused on this bound is refused undecoded
@@ -255,7 +250,7 @@ class VisionPlanner:
 
         def before_decode(frames: int, width: int, height: int) -> None:
             pair = self.processor.tokens(height, width, self.video_max_pixels) + stamp + 2
-            self._check_video_tokens(used + (frames + 1) // 2 * pair)
+            check_video_tokens(self.video_max_tokens, used + (frames + 1) // 2 * pair)
 
         for url in entry.videos:
             # frames are kept at the size the model reads them (resized once, from the source, as
@@ -265,19 +260,13 @@ class VisionPlanner:
             clip = VideoClip(pair_frames(self.processor, frames.images, frames.times, self.video_max_pixels),
                              frames.seconds, frames.measured)
             used += len(self.video_ids(clip)[0])
-            self._check_video_tokens(used)
+            check_video_tokens(self.video_max_tokens, used)
             videos.append(clip)
         return images, videos
 
     def _patches(self, image: Image.Image) -> Patches:
         """A decoded image as the model reads it: upright, RGB, resized to image_max_pixels."""
         return self.processor.image(upright_rgb(image), self.image_max_pixels)
-
-    def _check_video_tokens(self, tokens: int) -> None:
-        if tokens > self.video_max_tokens:
-            raise ApiError("invalid_request", f"the request's videos take {tokens} tokens or more, more than the "
-                           f"model's video_max_tokens {self.video_max_tokens}", reason="video_tokens",
-                           limit=self.video_max_tokens)
 
 
 def vision_golden(package: Package) -> list[GoldenCase]:
@@ -391,7 +380,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                     q = aimed
                     targeted.add(q.id)
             if refused is None and assets is not None and isinstance(q, Question) and q.id not in targeted:
-                refused = self._question_images(q, assets, used)
+                refused = question_images_refusal(self.name, q, assets, used)
             slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
@@ -541,18 +530,6 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                                    "question locates in the state")
         k = images + state_uses.index(refs[0]) + 1
         return dataclasses.replace(q, instructions=replace_in(q.instructions, assets, lambda _: f"[image {k}]")[0])
-
-    def _question_images(self, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
-        """question_images_unsupported for a question whose instructions or options reference an asset:
-        this model places images in the state only, and moving one there would change the other answers."""
-        refs = assets.used_in([q.instructions, *(o.description for o in q.options)])
-        if not refs:
-            return None
-        if used is not None:
-            used.extend(refs)  # referenced, so not unreferenced, though this question cannot read it
-        return InvalidQuestion(q.id, q.type, "question_images_unsupported",
-                               f"model {self.name!r} reads images in the state only (image_placements: state); "
-                               "put an image the questions share in the state")
 
     def _too_long(self, q: Question, cap: int) -> dict[str, Any]:
         return failed_answer(q.type, "max_length_exceeded", "question_tokens",
