@@ -32,6 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 from converters import quantize
 from converters.graph_files import save_graph
 from converters.multimodal.verify import tower_session
+from converters.readout import cosine
 
 #: The recipe every tower's int8 is built with: no smoothing, so no calibration (module docstring).
 RECIPE = quantize.DEFAULT_RECIPE
@@ -95,20 +96,16 @@ def run_alone(session: Any, feeds_list: Sequence[Feeds], output: str) -> list[np
 
 
 def _vectors(values: Sequence[np.ndarray], pool: Callable[[np.ndarray, int], np.ndarray] | None) -> np.ndarray:
-    """One normalised vector per output row, pooled as the runtime pools the tower."""
-    out = []
-    for i, value in enumerate(values):
-        v = pool(value, i) if pool is not None else value.astype(np.float64)
-        out.append(v / max(float(np.linalg.norm(v)), 1e-12))
-    return np.stack(out)
+    """One vector per output row, pooled as the runtime pools the tower."""
+    return np.stack([pool(value, i) if pool is not None else value.astype(np.float64)
+                     for i, value in enumerate(values)])
 
 
 def tower_agreement(fp32: Sequence[np.ndarray], int8: Sequence[np.ndarray], inputs: str,
                     pool: Callable[[np.ndarray, int], np.ndarray] | None = None) -> dict[str, Any]:
     """Cosine of each input's int8 vector to its fp32 one (min, 1st percentile, mean) from the two graphs'
     outputs alone (:func:`run_alone`); ``inputs`` says what they were."""
-    a, b = _vectors(fp32, pool), _vectors(int8, pool)
-    cos = np.sum(a * b, axis=1)
+    cos = cosine(_vectors(fp32, pool), _vectors(int8, pool))
     return {"metric": "cosine", "inputs": inputs, "cases": len(fp32),
             "min_cosine": round(float(cos.min()), 6), "p1_cosine": round(float(np.percentile(cos, 1)), 6),
             "mean_cosine": round(float(cos.mean()), 6)}
