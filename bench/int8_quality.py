@@ -60,6 +60,11 @@ CANDIDATES: dict[str, Int8Recipe] = {
     "w64-a127-s0.5": Int8Recipe(weight_max=64, smooth_alpha=0.5),
     "w64-a127-s0.7": Int8Recipe(weight_max=64, smooth_alpha=0.7),
     "w64-a127-s0.6-ffn-out-fp32": Int8Recipe(weight_max=64, smooth_alpha=0.6, fp32=(KINDS["output"],)),
+    "w64-a127-s0.6-split (every weight in two terms)": Int8Recipe(weight_max=64, smooth_alpha=0.6, split=(".",)),
+    "w64-a127-s0.6-split-ffn-out-fp32": Int8Recipe(weight_max=64, smooth_alpha=0.6, fp32=(KINDS["output"],),
+                                                   split=(".",)),
+    "ov-fp32-split (FFN output and value in fp32, every other weight in two terms)": Int8Recipe(
+        weight_max=64, smooth_alpha=0.6, fp32=(KINDS["output"], KINDS["value"]), split=(".",)),
     "w64-a127-s0.6-ffn-fp32": Int8Recipe(weight_max=64, smooth_alpha=0.6,
                                          fp32=(KINDS["output"], KINDS["intermediate"], KINDS["value"])),
 }
@@ -169,9 +174,12 @@ def quality(vecs: np.ndarray, ref: np.ndarray, ref_nn: np.ndarray, pairs: Sequen
             "nn_agreement": float(np.mean(nearest(vecs) == ref_nn))}
 
 
-def time_batch32(graphs: dict[str, Path], feeds: dict[str, np.ndarray], threads: int, rounds: int,
-                 calls: int) -> dict[str, float]:
-    """Median batch-32 forward ms of each graph, rounds interleaved in a rotating order."""
+def time_forwards(graphs: dict[str, Path], feeds: dict[str, np.ndarray], threads: int, rounds: int,
+                  calls: int, clock: str) -> dict[str, float]:
+    """Median forward ms of each graph on ``feeds``, rounds interleaved in a rotating order. ``clock``
+    "cpu" counts the process's CPU time (with 1 thread the least disturbed by other work on a shared
+    machine), "wall" the elapsed time."""
+    now = time.process_time if clock == "cpu" else time.perf_counter
     sessions = {k: create_session(p, "cpu", threads) for k, p in graphs.items()}
     for s in sessions.values():
         for _ in range(2):
@@ -180,10 +188,10 @@ def time_batch32(graphs: dict[str, Path], feeds: dict[str, np.ndarray], threads:
     keys = list(sessions)
     for r in range(rounds):
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            t = now()
             for _ in range(calls):
-                t = time.perf_counter()
                 sessions[k].run(feeds, ["last_hidden_state"])
-                samples[k].append((time.perf_counter() - t) * 1000)
+            samples[k].append((now() - t) * 1000 / calls)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -229,14 +237,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if name == "default" or name in CANDIDATES:
                 graphs[name] = graph
         if args.rounds:
-            # a batch of 32 typical dev sentences (the middle of the length order)
+            # a batch of 32 typical dev sentences (the middle of the length order), and its first alone
             mid = encoded.batches[len(encoded.batches) // 2][1]
-            ms = time_batch32(graphs, mid, args.threads, args.rounds, args.calls)
-            results["batch32_ms"] = ms
-            results["batch32_tokens"] = int(mid["input_ids"].shape[1])
-            for k, v in ms.items():
-                print(f"batch 32 ({mid['input_ids'].shape[1]} tokens) {k}: {v:.1f} ms, "
-                      f"fp32/this {ms['fp32'] / v:.2f}x", flush=True)
+            for label, feeds, calls in (("batch32", mid, args.calls), ("batch1", {k: v[:1] for k, v in mid.items()},
+                                                                        args.calls * 8)):
+                ms = time_forwards(graphs, feeds, args.threads, args.rounds, calls, args.clock)
+                results[f"{label}_ms"] = ms
+                for k, v in ms.items():
+                    print(f"{label} ({feeds['input_ids'].shape[1]} tokens, {args.clock} time) {k}: {v:.2f} ms, "
+                          f"fp32/this {ms['fp32'] / v:.2f}x", flush=True)
+            results["tokens"] = int(mid["input_ids"].shape[1])
     return results
 
 
@@ -273,10 +283,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--stsb-dev", type=Path, required=True, help="the STS Benchmark dev split (sts-dev.csv)")
     parser.add_argument("--package", type=Path, default=Path("models/minilm-embedding"))
     parser.add_argument("--recipes", nargs="*", default=[],
-                        help="candidates besides the default: w127-a127, w63-a127, w127-a63, sweep")
+                        help="candidates besides the default (CANDIDATES' first words, e.g. high-agreement), "
+                             "or sweep")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (0: no timing)")
-    parser.add_argument("--calls", type=int, default=4, help="timed batch-32 calls per round")
+    parser.add_argument("--calls", type=int, default=4, help="timed batch-32 calls per round (batch 1: 8x)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time elapsed, or the process's CPU time (use with --threads 1 on a shared machine)")
     parser.add_argument("--served", action="store_true",
                         help="measure the package's own fp32 and int8 through the server over HTTP instead")
     parser.add_argument("--json", type=Path, help="also write the results here")

@@ -68,11 +68,21 @@ class Int8Recipe:
     #: s_j = max|x_j|^alpha / max|W_j|^(1 - alpha) (from calibration rows) and W's row j multiplied by
     #: it, so outlier channels stop eating every token's resolution. 0: off.
     smooth_alpha: float = 0.0
+    #: Regular expressions searched in MatMul/Gemm node names; a match gets a two-term weight: codes
+    #: W = R*h + l with h, l both within +-weight_max and R = 2*weight_max + 1 (about 14 bits at +-64),
+    #: run as two integer GEMMs on the same activation codes. Each GEMM keeps the pair-sum bound, so the
+    #: product stays exact on every kernel, at twice the integer work of that matmul.
+    split: tuple[str, ...] = ()
 
     @property
     def activation_zero_point(self) -> int:
         """uint8 zero point centring the codes: 128 for +-127; activation_max + 1 for fewer bits (codes from 1)."""
         return 128 if self.activation_max == 127 else self.activation_max + 1
+
+    @property
+    def split_radix(self) -> int:
+        """R of a two-term weight (W = R*h + l): every integer within +-(R + 1)*weight_max has one such h, l."""
+        return 2 * self.weight_max + 1
 
     @property
     def pair_sum_bound(self) -> int:
@@ -90,7 +100,7 @@ class Int8Recipe:
         if self.pair_sum_bound > INT16_MAX:
             raise ValueError(f"int8 recipe: pair sums up to {self.pair_sum_bound} saturate 16-bit kernels "
                              f"(AVX2 without VNNI); need <= {INT16_MAX}")
-        for pattern in self.fp32:
+        for pattern in (*self.fp32, *self.split):
             re.compile(pattern)
 
     def describe(self) -> dict[str, Any]:
@@ -99,7 +109,8 @@ class Int8Recipe:
                 "weights": f"int8 per output channel, symmetric, codes +- {self.weight_max}",
                 "activation_max": self.activation_max, "activation_zero_point": self.activation_zero_point,
                 "weight_max": self.weight_max, "pair_sum_bound": self.pair_sum_bound,
-                "fp32_matmuls": list(self.fp32), "smooth_alpha": self.smooth_alpha}
+                "fp32_matmuls": list(self.fp32), "smooth_alpha": self.smooth_alpha,
+                **({"split_matmuls": list(self.split), "split_radix": self.split_radix} if self.split else {})}
 
 
 #: Weights +-64 against 8-bit activations: 2 x 255 x 64 = 32,640 fits int16, so AVX2's vpmaddubsw
@@ -120,17 +131,31 @@ def _const(name: str, array: np.ndarray) -> TensorProto:
     return numpy_helper.from_array(np.ascontiguousarray(array), name)
 
 
+def split_weight(w: np.ndarray, max_code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two-term symmetric per-channel codes of a [K, N] weight: (h, l, scale) with w ~ scale * (R*h + l),
+    h and l int8 within +-``max_code``, R = 2*max_code + 1 (so |l| <= max_code covers every remainder)."""
+    radix = 2 * max_code + 1
+    codes, scale = _weight_codes(w, (radix + 1) * max_code)
+    high = np.rint(codes / radix)
+    low = codes - radix * high
+    return high.astype(np.int8), low.astype(np.int8), scale
+
+
+def _weight_codes(w: np.ndarray, max_code: int) -> tuple[np.ndarray, np.ndarray]:
+    w = np.asarray(w, dtype=np.float32)
+    amax = np.abs(w).max(axis=0)
+    scale = np.where(amax > 0, amax / np.float32(max_code), 1.0).astype(np.float32)
+    return np.clip(np.rint(w / scale), -max_code, max_code), scale
+
+
 def quantize_weight(w: np.ndarray, max_code: int = 127) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-output-channel int8 of a [K, N] weight: (int8 [K, N], fp32 scale [N]), codes in
     +-``max_code``.
 
     A channel of zeros gets scale 1 (its q is 0 either way) so nothing divides by zero.
     """
-    w = np.asarray(w, dtype=np.float32)
-    amax = np.abs(w).max(axis=0)
-    scale = np.where(amax > 0, amax / np.float32(max_code), 1.0).astype(np.float32)
-    q = np.clip(np.rint(w / scale), -max_code, max_code).astype(np.int8)
-    return q, scale
+    q, scale = _weight_codes(w, max_code)
+    return q.astype(np.int8), scale
 
 
 class _Rewriter:
@@ -139,12 +164,14 @@ class _Rewriter:
     def __init__(self, model: onnx.ModelProto, recipe: Int8Recipe) -> None:
         self.recipe = recipe
         self.keep = [re.compile(p) for p in recipe.fp32]
+        self.split = [re.compile(p) for p in recipe.split]
         self.kept: list[str] = []
         self.graph = model.graph
         self.inits = {t.name: t for t in self.graph.initializer}
         self.new_inits: list[TensorProto] = []
         self.quantized_inputs: dict[str, tuple[str, str]] = {}  # activation -> (codes, token scale)
-        self.quantized_weights: dict[tuple[str, bool, float, str], tuple[str, str]] = {}
+        #: (weight, transposed, alpha, smoothing activation, split) -> its terms' (codes, channel scale)
+        self.quantized_weights: dict[tuple[str, bool, float, str, bool], list[tuple[str, str]]] = {}
         #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
         self.smooth: dict[str, np.ndarray] = {}
         self.count = 0
@@ -204,18 +231,30 @@ class _Rewriter:
         w = numpy_helper.to_array(self.inits[name]).astype(np.float32)
         return (w.T if transpose else w) * np.float32(alpha)
 
-    def quantize_constant_weight(self, name: str, transpose: bool, alpha: float, x: str) -> tuple[str, str]:
-        """int8 weight [K, N] and its per-channel scale [N] as new initializers, built once per weight
-        (and activation ``x``, whose smoothing factors multiply the weight's rows)."""
-        key = (name, transpose, alpha, x if x in self.smooth else "")
+    def quantize_constant_weight(self, name: str, transpose: bool, alpha: float, x: str,
+                                 split: bool) -> list[tuple[str, str]]:
+        """The int8 weight [K, N] and its per-channel scale [N] as new initializers, one pair per term
+        (two when ``split``: the high term's scale carries R), built once per weight (and activation
+        ``x``, whose smoothing factors multiply the weight's rows)."""
+        key = (name, transpose, alpha, x if x in self.smooth else "", split)
         if key not in self.quantized_weights:
             w = self.weight_matrix(name, transpose, alpha)
             if x in self.smooth:
                 w = w * self.smooth[x][:, None].astype(np.float32)
-            q, scale = quantize_weight(w, self.recipe.weight_max)
-            qn, sn = self._name(f"{name}_int8"), self._name(f"{name}_int8_scale")
-            self.new_inits += [_const(qn, q), _const(sn, scale)]
-            self.quantized_weights[key] = (qn, sn)
+            if split:
+                high, low, scale = split_weight(w, self.recipe.weight_max)
+                radix = np.float32(self.recipe.split_radix)
+                terms = [("high", high, scale * radix), ("low", low, scale)]
+            else:
+                q, scale = quantize_weight(w, self.recipe.weight_max)
+                terms = [("", q, scale)]
+            names = []
+            for suffix, q, sc in terms:
+                qn = self._name(f"{name}_int8{'_' + suffix if suffix else ''}")
+                sn = self._name(f"{qn}_scale")
+                self.new_inits += [_const(qn, q), _const(sn, sc.astype(np.float32))]
+                names.append((qn, sn))
+            self.quantized_weights[key] = names
         return self.quantized_weights[key]
 
     def weight_of(self, node: onnx.NodeProto) -> tuple[str, bool, float] | None:
@@ -264,7 +303,8 @@ class _Rewriter:
                 continue
             self.count += 1
             x = node.input[0]
-            wq, ws = self.quantize_constant_weight(*found, node.input[0])
+            split = any(p.search(node.name) for p in self.split)
+            terms = self.quantize_constant_weight(*found, node.input[0], split)
             k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
             q, scale = self.quantize_tokens(x, k, out)
             p = self._name(f"er_q/{node.name or node.output[0]}")
@@ -273,12 +313,16 @@ class _Rewriter:
             has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
             scaled = f"{p}/scaled" if has_bias else y
             # integer GEMM (int32 accumulation) on x's own shape, with the per-channel weight scale in its
-            # output stage; a_scale must be a scalar, so the per-token scale is a separate Mul
-            out += [
-                helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [acc],
-                                 name=f"{p}/MatMulIntegerToFloat", domain="com.microsoft"),
-                helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"),
-            ]
+            # output stage; a_scale must be a scalar, so the per-token scale is a separate Mul. A split
+            # weight's two terms are two GEMMs on the same codes, added in float (each element alone).
+            parts = [acc] if len(terms) == 1 else [f"{p}/acc_{i}" for i in range(len(terms))]
+            out += [helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [part],
+                                     name=f"{p}/MatMulIntegerToFloat{'_' + str(i) if len(terms) > 1 else ''}",
+                                     domain="com.microsoft")
+                    for i, ((wq, ws), part) in enumerate(zip(terms, parts))]
+            if len(parts) > 1:
+                out.append(helper.make_node("Add", parts, [acc], name=f"{p}/Terms"))
+            out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
             if has_bias:
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
                 beta = float(attrs.get("beta", 1.0))

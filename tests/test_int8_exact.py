@@ -23,6 +23,7 @@ from converters.quantize import (
     quantize_int8_exact,
     quantize_weight,
     real_sentences,
+    split_weight,
 )
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine import create_session, probe_grouping
@@ -94,6 +95,55 @@ def test_quantize_weight_is_symmetric_per_channel(max_code: int) -> None:
     # each channel's largest weight maps to +-max_code and no weight is off by more than half a step
     assert np.all(np.abs(q[:, :4]).max(axis=0) == max_code)
     assert np.all(np.abs(q * scale - w) <= scale / 2 + 1e-6 * np.abs(w))
+
+
+def test_split_weight_terms_rebuild_wide_codes_within_each_terms_bound() -> None:
+    """W = R*h + l with h, l inside +-64: about 14-bit weights from two int8 terms that cannot saturate."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_t(3, size=(64, 6)).astype(np.float32) * np.array([1, 10, 0.01, 1e3, 0, 1], np.float32)
+    high, low, scale = split_weight(w, 64)
+    radix = DEFAULT_RECIPE.split_radix
+    assert high.dtype == low.dtype == np.int8 and np.abs(high).max() <= 64 and np.abs(low).max() <= 64
+    codes = radix * high.astype(np.int64) + low
+    assert np.all(np.abs(codes).max(axis=0)[[0, 1, 2, 3, 5]] == (radix + 1) * 64)  # the full range is used
+    assert np.all(codes[:, 4] == 0) and scale[4] == 1.0
+    assert np.all(np.abs(codes * scale - w) <= scale / 2 + 1e-6 * np.abs(w))
+    single, single_scale = quantize_weight(w, 64)
+    assert np.abs(codes * scale - w).max() < np.abs(single * single_scale - w).max() / 50
+
+
+def test_split_recipe_is_exact_batch_invariant_and_closer_to_fp32(fixture_package: Callable[..., Path],
+                                                                   tmp_path: Path) -> None:
+    """Two integer GEMMs per split matmul, each exact on this CPU; rows alone equal rows in a padded
+    batch bit for bit; and the embedding is closer to fp32's than with one term."""
+    from tokenizers import Tokenizer
+
+    package = read_package(fixture_package("embedding", quantize=True))
+    split = Int8Recipe(weight_max=64, split=(".",))
+    graphs = {name: quantize_int8_exact(package.graph("fp32"), tmp_path / f"{name}.onnx", recipe)
+              for name, recipe in (("one", DEFAULT_RECIPE), ("split", split))}
+    tokenizer = package.file("tokenizer.json")
+    one = check_integer_products(graphs["one"], tokenizer, DEFAULT_RECIPE)
+    assert check_integer_products(graphs["split"], tokenizer, split)["gemms"] == 2 * one["gemms"]
+
+    tok = Tokenizer.from_file(str(tokenizer))
+    encs = [tok.encode(t) for t in real_sentences()[::400]]
+    width = max(len(e.ids) for e in encs)
+    ids = np.zeros((len(encs), width), np.int64)
+    for r, e in enumerate(encs):
+        ids[r, :len(e.ids)] = e.ids
+    mask = (np.arange(width)[None, :] < np.array([len(e.ids) for e in encs])[:, None]).astype(np.int64)
+    sessions = {name: create_session(g, "cpu", 2) for name, g in {**graphs, "fp32": package.graph("fp32")}.items()}
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    out = {name: s.run(feeds, ["last_hidden_state"])["last_hidden_state"] for name, s in sessions.items()}
+    for r, e in enumerate(encs):
+        n = len(e.ids)
+        alone = sessions["split"].run({k: v[r:r + 1, :n] for k, v in feeds.items()},
+                                      ["last_hidden_state"])["last_hidden_state"]
+        assert bitwise_equal(alone[0], out["split"][r, :n])
+    valid = mask.astype(bool)
+    err = {name: np.abs(out[name] - out["fp32"])[valid].max() for name in ("one", "split")}
+    assert err["split"] < err["one"] / 2
 
 
 def test_recipes_that_could_saturate_16_bit_pair_sums_are_refused(tmp_path: Path) -> None:
