@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="int8-quality-") as tmp:
         for i, (name, recipe) in enumerate(candidates.items()):
             graph = quantize_int8_exact(fp32_graph, Path(tmp) / f"r{i}.onnx", recipe, calibration)
-            q = quality(embed(graph, encoded, args.threads), ref, ref_nn, pairs, index)
+            q: dict[str, Any] = dict(quality(embed(graph, encoded, args.threads), ref, ref_nn, pairs, index))
             q["recipe"] = recipe.describe()
             results["recipes"][name] = q
             print(name, json.dumps({k: v for k, v in q.items() if k != "recipe"}), flush=True)
