@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 MINBASE=localhost/standin/debian:bookworm-minbase
 PY_BASE=localhost/standin/python:3.11-slim-bookworm
-CUDA_BASE=localhost/standin/cuda:12-cudnn-runtime-bookworm
+CUDA_BASE=localhost/standin/cuda:13-cudnn-runtime-bookworm
 CPU_IMAGE=localhost/edge-runtime:cpu
 CPU_DEFAULTS_IMAGE=localhost/edge-runtime:cpu-defaults
 GPU_IMAGE=localhost/edge-runtime:gpu

@@ -310,3 +310,44 @@ def test_gpu_image_serves_float_variants_that_may_use_cuda() -> None:
     # int8 is built for CPUs (integer GEMMs); the GPU profile serves fp32 and lets CUDA take it.
     models = load_models_file(DEPLOY / "models.container-gpu.yaml")
     assert {m.variant for m in models} == {"fp32"} and {m.device for m in models} == {"auto"}
+
+
+def _build_args(path: Path) -> dict[str, str]:
+    """Every ARG with a default in a Dockerfile, by name (the last one wins, as in a stage that redeclares)."""
+    found: dict[str, str] = {}
+    for word, rest in dockerfile_instructions(path):
+        name, sep, value = rest.partition("=")
+        if word == "ARG" and sep:
+            found[name] = value
+    return found
+
+
+def test_gpu_image_base_and_onnxruntime_gpu_agree_on_the_cuda_major_version() -> None:
+    # onnxruntime-gpu 1.27.0 and later link libcudart.so.13: on a CUDA 12 base the provider cannot
+    # load, and the build's provider check (which needs no GPU) would not notice.
+    args = _build_args(ROOT / "Dockerfile.gpu")
+    image, version = args["CUDA_IMAGE"], args["ORT_GPU_VERSION"]
+    repository, _, tag = image.partition(":")
+    assert repository == "nvidia/cuda" and "-cudnn-runtime-" in tag, image
+    cuda_major = int(tag.split(".")[0])
+    ort_minor = tuple(int(x) for x in version.split(".")[:2])
+    assert cuda_major == (13 if ort_minor >= (1, 27) else 12), (image, version)
+    # Python 3.11 comes from the base's own packages: Ubuntu 22.04 has python3.11, 24.04 does not.
+    assert "apt-get install -y --no-install-recommends python3.11" in (ROOT / "Dockerfile.gpu").read_text()
+    assert tag.endswith("-ubuntu22.04"), image
+    # scripts/images.sh's stand-in names the same CUDA major version; the docs name the image and wheel.
+    assert f"localhost/standin/cuda:{cuda_major}-cudnn-runtime-bookworm" in (ROOT / "scripts" / "images.sh").read_text()
+    deployment = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    assert f"`{image}`" in deployment and f"onnxruntime-gpu=={version}" in deployment
+
+
+def test_gpu_image_states_its_onnxruntime_skew_against_the_cpu_pin() -> None:
+    # The CPU image installs the project's pin; the GPU image replaces it with onnxruntime-gpu, whose
+    # version can differ. The difference must be stated where an operator reads about the image.
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    cpu_pin = pyproject.split('"onnxruntime==', 1)[1].split('"', 1)[0]
+    gpu = _build_args(ROOT / "Dockerfile.gpu")["ORT_GPU_VERSION"]
+    if gpu != cpu_pin:
+        for path in (ROOT / "Dockerfile.gpu", ROOT / "docs" / "deployment.md"):
+            text = path.read_text(encoding="utf-8")
+            assert gpu in text and cpu_pin in text and "scripts/ort_version_skew.py" in text, path.name
