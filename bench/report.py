@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from edge_runtime.engine.cpu import cpu_flags, cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
 
@@ -93,34 +95,6 @@ def fmt_ms(seconds: float | None, digits: int = 2) -> str:
 def fmt_ratio(value: float | None) -> str:
     """A ratio as '2.41x' ('–' when it could not be computed)."""
     return "–" if value is None else f"{value:.2f}x"
-
-
-def cpu_model(cpuinfo: str) -> str | None:
-    """The first 'model name' in /proc/cpuinfo text (x86), else the first 'Hardware'/'Model' line (ARM)."""
-    fallback = None
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        key = key.strip().lower()
-        if not sep:
-            continue
-        if key == "model name" and value.strip():
-            return value.strip()
-        if key in ("hardware", "model") and value.strip() and fallback is None:
-            fallback = value.strip()
-    return fallback
-
-
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
-
-
-def cpu_flags(cpuinfo: str, wanted: Sequence[str] = CPU_FLAGS) -> list[str]:
-    """Which of the ISA extensions that matter for ORT kernels the first CPU lists."""
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip().lower() == "flags":
-            have = set(value.split())
-            return [w for w in wanted if w in have]
-    return []
 
 
 def cpu_busy_seconds(stat: str, ticks_per_second: int) -> float:

@@ -38,6 +38,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from converters.graph_files import save_graph
 from converters.readout import cosine, pool, sigmoid, softmax
 from converters.verify import Row
+from edge_runtime.engine.cpu import cpu_class
 
 #: Variant name -> how its graph is built and what numerics it promises.
 QUANTIZATIONS: dict[str, str] = {"int8": "per-token", "int8-dynamic": "dynamic"}
@@ -543,15 +544,17 @@ def measure_corpus_agreement(head: dict[str, Any], fp32: ort.InferenceSession, i
 
 
 def variant_entry(variant: str, agreement: dict[str, Any], recipe: Int8Recipe | None = None) -> dict[str, Any]:
-    """The card's variants entry of a quantized graph: file, dtype, construction, numerics, agreement,
-    and for the exact variant the recipe it was built with.
+    """The card's variants entry of a quantized graph: file, dtype, construction, numerics, agreement
+    and the CPU it was measured on, and for the exact variant the recipe it was built with.
 
     ``numerics`` is what the construction promises: per-token int8 is batch-invariant (the server's
     probe still proves it at load); dynamic int8 changes a row's answer with its batch neighbours.
     """
     how = QUANTIZATIONS[variant]
     entry = {"file": variant_file(variant), "dtype": "int8", "quantization": how,
-             "numerics": "exact" if how == "per-token" else "approximate", "agreement": agreement}
+             "numerics": "exact" if how == "per-token" else "approximate", "agreement": agreement,
+             # the agreement's fp32 side rounds as this CPU's kernels do (the exact int8 side does not)
+             "measured_on": cpu_class()}
     if recipe is not None and how == "per-token":
         entry["recipe"] = recipe.describe()
     return entry

@@ -34,8 +34,6 @@ from bench.decisions import (
 from bench.report import (
     Table,
     cpu_busy_seconds,
-    cpu_flags,
-    cpu_model,
     fmt_ms,
     fmt_ratio,
     format_table,
@@ -47,6 +45,7 @@ from bench.server import parse_proc_status
 from bench.server_timing import parse_server_timing
 from bench.stats import median, percentile, ratio, summarize
 from bench.texts import long_text, sentences
+from edge_runtime.engine.cpu import INT8_FLAGS, cpu_class, cpu_flags, cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,6 +152,11 @@ def test_cpu_model_and_flags_from_cpuinfo() -> None:
     assert cpu_model("") is None
     assert cpu_flags(CPUINFO) == ["avx2", "avx512f", "avx512_vnni", "avx512_bf16"]
     assert cpu_flags("") == []
+    arm = "processor : 0\nFeatures : fp asimd asimddp i8mm\nHardware : Neoverse\n"
+    assert cpu_flags(arm, INT8_FLAGS) == ["asimddp", "i8mm"]
+    assert cpu_flags(CPUINFO, INT8_FLAGS) == ["avx2", "avx512_vnni"]
+    here = cpu_class()
+    assert here["model"] and set(here["int8_instructions"]) <= set(INT8_FLAGS)
 
 
 def test_parse_proc_status_converts_kb_to_bytes() -> None:
