@@ -4,28 +4,19 @@ loopback URLs, with pip's precedence, and its HTTP server publishes nothing beyo
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.support.scripts import load_script
 from tests.support.server_harness import ROOT
 
 SCRIPT = ROOT / "scripts" / "build_with_pip_settings.py"
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_with_pip_settings", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bws = load_script()
+bws = load_script(SCRIPT)
 
 DEBUG = """\
 env_var:

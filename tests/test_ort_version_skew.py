@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from tests.support.scripts import load_script
 from tests.support.server_harness import ROOT
 
 SCRIPT = ROOT / "scripts" / "ort_version_skew.py"
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ort_version_skew", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _facts(outputs: list[Any], status: str = "ready", grouping: str = "padded", **extra: Any) -> dict[str, Any]:
@@ -45,7 +36,7 @@ def test_the_skew_check_of_one_interpreter_against_itself_finds_no_difference(
 
 
 def test_the_comparison_reports_a_difference_and_fails_on_a_changed_probe_or_status() -> None:
-    skew = load_script()
+    skew = load_script(SCRIPT)
     row = [np.array([1.0, 2.0], np.float32)]
     moved = [np.array([1.0, 2.5], np.float32)]
     a: dict[str, Any] = {"onnxruntime": "1.32.0", "variants": {"p/fp32": _facts(row)}}
