@@ -42,8 +42,12 @@ def load_sentence_transformers(source: Path, threads: int, device: str = "cpu") 
     """sentence-transformers on PyTorch, as its documentation uses it: encode(..., normalize), on
     ``device`` (encode returns numpy, so a CUDA call is timed to its last kernel)."""
     _pin_threads(threads)
+    import torch
     from sentence_transformers import SentenceTransformer
 
+    if device == "cuda":  # full fp32 matmuls, as our server's CUDA provider runs them (use_tf32 0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     model = SentenceTransformer(str(source), device=device)
     model.max_seq_length = MAX_SEQ_LENGTH
 

@@ -189,7 +189,7 @@ def speed_table(settings: GpuSettings, contestants: dict[str, Contestant], ours:
         rows,
         ["speed vs torch = torch's median / this median (above 1: faster than torch). Our time is client "
          "wall time over HTTP (float JSON); torch's is in-process around encode(), which returns numpy "
-         "(on CUDA: after its last kernel).",
+         "(on CUDA: after its last kernel). On CUDA both run fp32 matmuls without TF32.",
          f"Batch 1: one ~25-token text; batch {BATCH}: {BATCH} distinct texts of 23-30 tokens, one request.",
          *([f"The {CPU_REFERENCE} row is our exact fp32 server on this host's CPU."] if CPU_REFERENCE in ours
            else [])],
