@@ -172,6 +172,22 @@ def test_probe_stays_alone_when_content_mixes_and_without_candidates() -> None:
     assert len(probe(plain, random_rows(5), buckets=CANDIDATES).trials) == 2
 
 
+def test_a_bucket_shape_the_device_cannot_run_is_no_grouping_not_a_failed_load() -> None:
+    class OutOfMemory(ShapeForward):
+        def bucketed(self, buckets: Buckets) -> ShapeForward:
+            return OutOfMemory(self.depends, buckets)
+
+        def __call__(self, rows: Sequence[Row]) -> list[np.ndarray]:
+            if self.buckets is not None and self.buckets.rows is not None:
+                raise MemoryError("32 rows x 64 tokens")
+            return super().__call__(rows)
+
+    result = probe(OutOfMemory("shape"), random_rows(6), buckets=CANDIDATES)
+    assert result.grouping == "alone"
+    assert result.describe()[3] == {"grouping": "buckets", "exact": False, "max_abs_diff": None,
+                                    "widths": [16, 32, 64], "rows": 32, "max_abs_diff_vs_own_length": None}
+
+
 def test_probe_records_a_batch_that_cannot_run() -> None:
     def forward(rows: Sequence[Row]) -> list[Any]:
         if len(rows) > 1:

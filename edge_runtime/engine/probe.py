@@ -119,14 +119,25 @@ def probe(
         log.info("probe: rows of equal length change when batched")
     bucketed: Callable[[Buckets], Callable[[Sequence[Any]], list[Any]]] | None = getattr(forward, "bucketed", None)
     for candidate in buckets if bucketed is not None else ():
-        assert bucketed is not None
-        trial = probe_buckets(bucketed(candidate), forward, make_row, candidate)
+        trial = _bucket_trial(bucketed, forward, make_row, candidate)
         trials.append(trial)
         if trial.exact:
             log.info("probe: rows in fixed-shape buckets %s answer as alone; grouping 'buckets'", candidate)
             return ProbeResult("buckets", candidate, tuple(trials))
     log.info("probe: grouping 'alone'")
     return ProbeResult("alone", None, tuple(trials))
+
+
+def _bucket_trial(bucketed: Callable[[Buckets], Callable[[Sequence[Any]], list[Any]]] | None,
+                  plain: Callable[[Sequence[Any]], list[Any]], make_row: Callable[[int], Any],
+                  buckets: Buckets) -> Trial:
+    if bucketed is None:
+        return Trial("buckets", False, None, buckets)
+    try:
+        return probe_buckets(bucketed(buckets), plain, make_row, buckets)
+    except Exception as exc:  # a shape the device cannot run (memory) is no grouping, not a failed model
+        log.info("probe: buckets %s failed: %s", buckets, exc)
+        return Trial("buckets", False, None, buckets)
 
 
 def probe_buckets(
