@@ -1,10 +1,7 @@
 """`python -m bench all | embeddings | overhead | longinput | decisions | sparrow | vela2 | decision-vision |
-<<<<<<< HEAD
-decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`, and `python -m bench swap
-[--seconds S] [--rate R] [--soak N] [--record]` (bench/swap.py: its own options).
-=======
-decision3 | decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`.
->>>>>>> d3-bench
+decision3 | decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`, `python -m bench swap
+[--seconds S] [--rate R] [--soak N] [--record]` (bench/swap.py: its own options), and `python -m bench gpu
+[--device cuda|cpu] [--record]` (bench/gpu.py: MiniLM's batching modes against PyTorch on one device).
 
 `decisions` runs the sparrow-nano comparison (`sparrow` alone), then `vela2` (the Vela 2.0 package at the 0.3B's
 shape against PyTorch), `decision-vision` (image and video requests at Qwen3-VL-2B's shape
@@ -107,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import swap
 
         return swap.main(argv[1:])
+    if argv[:1] == ["gpu"]:  # its own options (the device): bench/gpu.py parses them
+        from bench import gpu
+
+        return gpu.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.threads < 1 or args.rounds < 1:
         print("error: --threads and --rounds must be at least 1", file=sys.stderr)

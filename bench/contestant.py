@@ -38,12 +38,17 @@ def _pin_threads(threads: int) -> None:
     torch.set_num_interop_threads(1)
 
 
-def load_sentence_transformers(source: Path, threads: int) -> Callable[[list[str]], Any]:
-    """sentence-transformers on PyTorch, as its documentation uses it: encode(..., normalize)."""
+def load_sentence_transformers(source: Path, threads: int, device: str = "cpu") -> Callable[[list[str]], Any]:
+    """sentence-transformers on PyTorch, as its documentation uses it: encode(..., normalize), on
+    ``device`` (encode returns numpy, so a CUDA call is timed to its last kernel)."""
     _pin_threads(threads)
+    import torch
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(source), device="cpu")
+    if device == "cuda":  # full fp32 matmuls, as our server's CUDA provider runs them (use_tf32 0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = SentenceTransformer(str(source), device=device)
     model.max_seq_length = MAX_SEQ_LENGTH
 
     def embed(texts: list[str]) -> Any:
@@ -146,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--source", type=Path, required=True, help="the Hugging Face model directory")
     parser.add_argument("--onnx", type=Path, help="optimum, onnxruntime: the graph to load (the package's model.onnx)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="sentence-transformers only: torch's device (bench/gpu.py)")
     args = parser.parse_args(argv)
+    if args.device != "cpu" and args.kind != "sentence-transformers":
+        parser.error(f"--device {args.device} is for sentence-transformers only")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # The protocol gets a private copy of stdout; fd 1 itself now points at stderr, so whatever a library
@@ -157,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-contestant-") as tmp:
         if args.kind == "sentence-transformers":
-            embed = load_sentence_transformers(args.source, args.threads)
+            embed = load_sentence_transformers(args.source, args.threads, args.device)
         elif args.kind == "onnxruntime":
             if args.onnx is None:
                 parser.error("onnxruntime needs --onnx")

@@ -195,8 +195,8 @@ class WorkerContestant(WorkerProcess):
     """A library in its own process (bench/contestant.py)."""
 
     def __init__(self, label: str, kind: str, threads: int, source: Path, onnx: Path | None,
-                 log_path: Path) -> None:
-        args = [kind, "--source", str(source)] + (["--onnx", str(onnx)] if onnx is not None else [])
+                 log_path: Path, device: str = "cpu") -> None:
+        args = [kind, "--source", str(source), "--device", device] + (["--onnx", str(onnx)] if onnx is not None else [])
         super().__init__(label, "bench.contestant", args, threads, log_path)
 
     def time(self, texts: list[str], n: int) -> list[float]:

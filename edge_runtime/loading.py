@@ -11,8 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_runtime.config import ModelConfig
-from edge_runtime.engine import GraphSession, Grouping, ModelExecutor, create_session, probe_grouping
+from edge_runtime.engine import (
+    BatchLimits,
+    GraphSession,
+    Grouping,
+    ModelExecutor,
+    ProbeResult,
+    bucket_candidates,
+    create_session,
+    probe,
+)
 from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
+from edge_runtime.engine.probe import finite_or_none
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family, read_package
 from edge_runtime.packages import Package, PackageError
@@ -22,6 +32,10 @@ from edge_runtime.timing import Timing
 log = logging.getLogger("edge_runtime")
 
 PROBE_LENGTHS = (3, 9, 9, 17, 40, 130)
+#: Devices whose probe also tries fixed-shape buckets where padded batches are not exact. ONNX
+#: Runtime's CPU kernels do not choose by batch shape (the probe proves padded there), so on the
+#: CPU the bucket trials would only add load time; CUDA's matmuls choose their kernels by shape.
+BUCKET_DEVICES = frozenset({"cuda"})
 
 #: A version's life (edge_runtime/updates): loading and verifying beside the active one, standby
 #: (verified, not named), active (the name points to it), draining (no new work, finishing its
@@ -72,6 +86,8 @@ class ServedModel:
     executor: ModelExecutor | None = None
     grouping: Grouping | None = None
     numerics: str = "exact"
+    probe: ProbeResult | None = None  # the load-time probe's trials (None: not probed, or rows run alone)
+    numerics_max_abs_diff: float | None = None  # approximate only: the probe's batch vs rows alone
     self_check: dict[str, Any] = field(default_factory=lambda: {"status": "unverified"})
     # -- the version this entry is (edge_runtime/updates) --
     version_state: str = "loading"
@@ -163,11 +179,24 @@ class ServedModel:
                     **self.session.engine_args,
                     "max_queue": self.config.max_queue,
                     "grouping": self.grouping,
+                    **self._batching_args(),
                 },
                 numerics=self.numerics,
             )
         entry["self_check"] = self.self_check
         return entry
+
+    def _batching_args(self) -> dict[str, Any]:
+        """What the probe found (engine_args.probe), the buckets in use, and, where numerics are
+        approximate, by how much a batch moved the probe's rows (engine_args.numerics_max_abs_diff)."""
+        args: dict[str, Any] = {}
+        if self.probe is not None:
+            args["probe"] = self.probe.describe()
+            if self.grouping == "buckets" and self.probe.buckets is not None:
+                args["buckets"] = self.probe.buckets.describe()
+        if self.numerics == "approximate":
+            args["numerics_max_abs_diff"] = finite_or_none(self.numerics_max_abs_diff)
+        return args
 
     def meta(self, timing: Timing, extras: dict[str, Any]) -> dict[str, Any]:
         """options.return_meta: the identity and settings that answered, and the timings so far."""
@@ -214,9 +243,14 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
             raise RuntimeError(f"self-check failed: {model.self_check['reason']}")
         if checks:
             model.self_check["graphs"] = checks
-        model.grouping, model.numerics = grouping(model)
+        chosen = batching(model)
+        model.grouping, model.numerics = chosen.grouping, chosen.numerics
+        model.probe, model.numerics_max_abs_diff = chosen.probe, chosen.max_abs_diff
+        forward = model.family.forward
+        if chosen.grouping == "buckets" and chosen.probe is not None and chosen.probe.buckets is not None:
+            forward = forward.bucketed(chosen.probe.buckets)  # type: ignore[attr-defined]
         model.executor = ModelExecutor(
-            model.name, model.family.forward, model.grouping, cfg.max_queue, metrics=metrics,
+            model.name, forward, model.grouping, cfg.max_queue, metrics=metrics,
             inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
         )
         model.status = "ready"
@@ -234,15 +268,30 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
             "verify" if isinstance(exc, PackageError) else "load")
         log.error("model %s failed: %s", model.name, model.reason)
 
-def grouping(model: ServedModel) -> tuple[Grouping, str]:
-    """Which rows may share a forward, and whether that keeps answers exact."""
+@dataclass(frozen=True)
+class Batching:
+    """How a model's rows share forwards: the grouping, whether answers stay exact, what the probe
+    found, and, for approximate numerics, the largest difference it measured from rows alone."""
+
+    grouping: Grouping
+    numerics: str
+    probe: ProbeResult | None = None
+    max_abs_diff: float | None = None
+
+
+def batching(model: ServedModel) -> Batching:
+    """Probe which rows may share a forward and apply the models file's `batching`: `exact` takes
+    the widest grouping proven (fixed-shape buckets are tried on BUCKET_DEVICES where padded
+    batches are not exact), `padded` takes padded batches, approximate unless proven exact."""
     family = model.family
-    assert family is not None
+    assert family is not None and model.session is not None
     if not family.batchable:
-        return "alone", "exact"
+        return Batching("alone", "exact")
     max_tokens = family.max_input_tokens
     lengths = tuple(min(n, max_tokens) for n in PROBE_LENGTHS)
-    proven = probe_grouping(family.forward, family.probe_row, lengths=lengths)
-    if model.config.batching == "padded" and proven != "padded":
-        return "padded", "approximate"
-    return proven, "exact"
+    candidates = bucket_candidates(max_tokens, BatchLimits()) if model.session.device in BUCKET_DEVICES else ()
+    result = probe(family.forward, family.probe_row, lengths=lengths, buckets=candidates)
+    if model.config.batching == "padded" and result.grouping != "padded":
+        padded = result.trial("padded")
+        return Batching("padded", "approximate", result, padded.max_abs_diff if padded is not None else None)
+    return Batching(result.grouping, "exact", result)

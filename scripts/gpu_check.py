@@ -89,18 +89,24 @@ def _rows(model: ServedModel, count: int) -> list[Any]:
 
 def _batched(model: ServedModel, rows: list[Any]) -> list[Any]:
     """The rows' outputs, run in the forwards the executor would make of them under its grouping."""
-    assert model.family is not None and model.grouping is not None
-    forward = model.family.forward
+    assert model.family is not None and model.grouping is not None and model.executor is not None
+    forward = model.executor.forward  # bucketed where the probe chose fixed-shape buckets
     lengths = [forward.length(r) for r in rows]
     outputs: list[Any] = [None] * len(rows)
     pending = list(range(len(rows)))
     while pending:
-        chosen = plan_batch([lengths[i] for i in pending], model.grouping, BatchLimits(), True)
+        chosen = plan_batch([lengths[i] for i in pending], model.grouping, BatchLimits(), True,
+                            model.executor.buckets)
         picked = [pending[k] for k in chosen]
         for i, out in zip(picked, forward([rows[i] for i in picked])):
             outputs[i] = out
         pending = [i for i in pending if i not in set(picked)]
     return outputs
+
+
+def _trial(trial: dict[str, Any]) -> str:
+    shape = f" widths {trial['widths']} rows {trial['rows']}" if "widths" in trial else ""
+    return f"{trial['grouping']}{shape} {'exact' if trial['exact'] else 'not exact'} max|d| {trial['max_abs_diff']}"
 
 
 def _timed(run: Any) -> float:
@@ -119,6 +125,8 @@ def check(package: Path, device: str) -> list[str]:
         lines.append(f"  {dev}: {model.status}{' (' + model.reason + ')' if model.reason else ''}; "
                      f"self-check {model.self_check.get('status')} max|d| {model.self_check.get('max_abs_diff')}; "
                      f"grouping {model.grouping} ({model.numerics}); providers {args.get('providers')}")
+        if model.probe is not None:  # every grouping the probe tried, exact or by how much not
+            lines.append(f"    probe: {'; '.join(_trial(t) for t in model.probe.describe())}")
     cpu, other = loaded
     if cpu.status != "ready" or other.status != "ready":
         return lines
@@ -127,7 +135,9 @@ def check(package: Path, device: str) -> list[str]:
     alone_cpu = [cpu.family.forward([r])[0] for r in rows_cpu]
     alone_other = [other.family.forward([r])[0] for r in rows_other]
     lines.append(f"  {device} vs cpu, rows alone: max|d| {max_difference(alone_other, alone_cpu):.3g}")
-    lines.append(f"  {device} batched vs alone: max|d| {max_difference(_batched(other, rows_other), alone_other):.3g}")
+    assert other.executor is not None
+    served_alone = [other.executor.forward([r])[0] for r in rows_other]  # a bucket's shape, where bucketed
+    lines.append(f"  {device} batched vs alone: max|d| {max_difference(_batched(other, rows_other), served_alone):.3g}")
     rows = _rows(other, 32)
     batched_s = _timed(lambda: _batched(other, rows))
     single_s = _timed(lambda: [other.family.forward([r]) for r in rows])  # type: ignore[union-attr]

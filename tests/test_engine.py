@@ -95,6 +95,8 @@ def encoder_graph(path: Path, *, mix: str | None = None, type_ids: bool = True) 
     mix="padding" adds a term of the padded width (padding changes rows, equal lengths do not:
     equal_length). (An unmasked ReduceMean over the sequence axis is no good here: ORT's result
     for a row already differs in the last bit between batch 1 and batch 2.)
+    mix="shape" adds a term of the batch's rows and width, as a GPU whose kernels choose by shape
+    can: only forwards of one fixed shape agree (the probe's fixed-row buckets, tests/test_gpu_batching.py).
     """
     w = _weights()
     inits = [numpy_helper.from_array(w["emb"], "emb"), numpy_helper.from_array(w["w"], "w")]
@@ -125,6 +127,23 @@ def encoder_graph(path: Path, *, mix: str | None = None, type_ids: bool = True) 
         nodes += [
             helper.make_node("ReduceMean", ["z"], ["bm"], axes=[0], keepdims=1),
             helper.make_node("Add", ["z", "bm"], ["out"]),
+        ]
+    elif mix == "shape":
+        # adds 1e-3 x (rows x 1000 + width): equal for two forwards of one shape only
+        inits += [numpy_helper.from_array(np.array([0], dtype=np.int64), "first"),
+                  numpy_helper.from_array(np.array([1], dtype=np.int64), "second"),
+                  numpy_helper.from_array(np.array(1000.0, dtype=np.float32), "per_row"),
+                  numpy_helper.from_array(np.array(1e-3, dtype=np.float32), "step")]
+        nodes += [
+            helper.make_node("Shape", ["input_ids"], ["shape"]),
+            helper.make_node("Gather", ["shape", "first"], ["rows"]),
+            helper.make_node("Gather", ["shape", "second"], ["width"]),
+            helper.make_node("Cast", ["rows"], ["rows_f"], to=TensorProto.FLOAT),
+            helper.make_node("Cast", ["width"], ["width_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["rows_f", "per_row"], ["rows_term"]),
+            helper.make_node("Add", ["rows_term", "width_f"], ["code"]),
+            helper.make_node("Mul", ["code", "step"], ["shift"]),
+            helper.make_node("Add", ["z", "shift"], ["out"]),
         ]
     elif mix == "padding":
         # adds 0.01 x the padded width: the same for rows of equal length, shifted by any padding

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .batching import BatchLimits, plan_batch
+from .batching import BatchLimits, Buckets, bucket_candidates, plan_batch
 from .encoder import EncoderForward
 from .errors import (
     DeadlineExceeded,
@@ -23,12 +23,13 @@ from .errors import (
 )
 from .executor import ExecutorMetrics, JobResult, ModelExecutor
 from .forward import GROUPINGS, Forward, Grouping
-from .probe import probe_grouping
+from .probe import ProbeResult, Trial, max_abs_diff, probe, probe_grouping
 
 _SESSION_NAMES = ("GraphSession", "TensorSpec", "create_session", "default_threads", "cgroup_cpu_limit")
 
 __all__ = [
     "BatchLimits",
+    "Buckets",
     "DeadlineExceeded",
     "EncoderForward",
     "EngineError",
@@ -41,10 +42,15 @@ __all__ = [
     "JobResult",
     "ModelExecutor",
     "Overloaded",
+    "ProbeResult",
     "RequestTooLarge",
     "SessionError",
+    "Trial",
+    "bucket_candidates",
     "is_out_of_memory",
+    "max_abs_diff",
     "plan_batch",
+    "probe",
     "probe_grouping",
     *_SESSION_NAMES,
 ]

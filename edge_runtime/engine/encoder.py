@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .batching import Buckets
+
 if TYPE_CHECKING:  # keeps this module importable without onnxruntime
     from .session import GraphSession, TensorSpec
 
@@ -26,9 +28,13 @@ class EncoderForward:
     not (docs/reference/feasibility-notes.md A.2). Each row's result is a dict {output: array}: outputs with a
     sequence axis ([b, s, ...]) are cut to the row's real length, the others ([b, ...]) give
     the row's entry. Arrays are copies, owned by the row.
+
+    With ``buckets`` (see :meth:`bucketed`) every batch is padded to its bucket's width, and to its
+    row count with copies of the first row, so each forward has one of a few fixed shapes.
     """
 
-    def __init__(self, session: GraphSession, outputs: Sequence[str] | None = None, pad_id: int = 0) -> None:
+    def __init__(self, session: GraphSession, outputs: Sequence[str] | None = None, pad_id: int = 0,
+                 buckets: Buckets | None = None) -> None:
         missing = [name for name in (INPUT_IDS, ATTENTION_MASK) if name not in session.inputs]
         unknown = [name for name in session.input_names if name not in _KNOWN_INPUTS]
         if missing or unknown:
@@ -49,14 +55,19 @@ class EncoderForward:
         seq_dim = ids_shape[1] if len(ids_shape) >= 2 else None
         # True: has a sequence axis; False: per row only; None: decide from the run's shape.
         self._sequence_axis = {name: _has_sequence_axis(session.outputs[name], seq_dim) for name in self.output_names}
+        self.buckets = buckets
+
+    def bucketed(self, buckets: Buckets) -> EncoderForward:
+        """This forward over the same session, running every batch at a shape of ``buckets``."""
+        return EncoderForward(self.session, self.output_names, self.pad_id, buckets)
 
     def length(self, row: Any) -> int:
         """Tokens in the row, specials included."""
         return len(row.ids)
 
-    def feeds(self, rows: Sequence[Any]) -> dict[str, np.ndarray]:
-        """The right-padded input tensors for `rows`."""
-        width = max(len(row.ids) for row in rows)
+    def feeds(self, rows: Sequence[Any], width: int | None = None) -> dict[str, np.ndarray]:
+        """The right-padded input tensors for `rows`, ``width`` tokens wide (default: the longest row)."""
+        width = max(len(row.ids) for row in rows) if width is None else width
         ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         type_ids = np.zeros((len(rows), width), dtype=np.int64) if self._has_type_ids else None
@@ -75,10 +86,18 @@ class EncoderForward:
         """Run `rows` as one batch; one dict of outputs per row, in order."""
         if not rows:
             return []
-        feeds = self.feeds(rows)
+        real = len(rows)
+        width = None
+        if self.buckets is not None:
+            width = self.buckets.width(max(len(row.ids) for row in rows))
+            if self.buckets.rows is not None:
+                if real > self.buckets.rows:
+                    raise ValueError(f"{real} rows do not fit a bucket of {self.buckets.rows} rows")
+                rows = [*rows, *[rows[0]] * (self.buckets.rows - real)]  # fillers, dropped below
+        feeds = self.feeds(rows, width)
         width = feeds[INPUT_IDS].shape[1]
         values = self.session.run(feeds, self.output_names)
-        results: list[dict[str, np.ndarray]] = [{} for _ in rows]
+        results: list[dict[str, np.ndarray]] = [{} for _ in range(real)]
         for name in self.output_names:
             value = values[name]
             if value.ndim == 0 or value.shape[0] != len(rows):
@@ -86,7 +105,7 @@ class EncoderForward:
             sequence = self._sequence_axis[name]
             if sequence is None:
                 sequence = value.ndim >= 2 and value.shape[1] == width
-            for b, row in enumerate(rows):
+            for b, row in enumerate(rows[:real]):
                 part = value[b, : len(row.ids)] if sequence else value[b]
                 results[b][name] = np.array(part, copy=True)
         return results

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .batching import BatchLimits, plan_batch
+from .batching import BatchLimits, Buckets, plan_batch
 from .errors import (
     DeadlineExceeded,
     EngineError,
@@ -156,6 +156,9 @@ class ModelExecutor:
         self.max_queue = max_queue
         self.limits = BatchLimits(max_tokens=max_batch_tokens, max_rows=max_batch_rows)
         self.pads = bool(getattr(forward, "pads", True))  # see Forward: False drops the length buckets
+        self.buckets: Buckets | None = getattr(forward, "buckets", None)  # a bucketed forward's shapes
+        if grouping == "buckets" and self.buckets is None:
+            raise ValueError("grouping 'buckets' needs a bucketed forward (Forward.bucketed)")
         self.metrics = metrics
         self.dropped_rows = 0  # rows never run: client gone or deadline passed
         self.forward_started_at: float | None = None  # time.monotonic() of the forward in flight
@@ -269,7 +272,7 @@ class ModelExecutor:
         batches = 0
         try:
             while pending:
-                chosen = plan_batch([lengths[i] for i in pending], self.grouping, self.limits, self.pads)
+                chosen = plan_batch([lengths[i] for i in pending], self.grouping, self.limits, self.pads, self.buckets)
                 if not chosen:
                     raise ValueError("the batch planner chose no row")
                 picked = [pending[k] for k in chosen]
@@ -397,7 +400,8 @@ class ModelExecutor:
         candidates = [(job, i) for job in self._waiting for i in job.pending]
         if not candidates:
             return [], expired
-        chosen = plan_batch([job.lengths[i] for job, i in candidates], self.grouping, self.limits, self.pads)
+        chosen = plan_batch([job.lengths[i] for job, i in candidates], self.grouping, self.limits, self.pads,
+                            self.buckets)
         batch = [candidates[k] for k in chosen]
         taken: dict[int, set[int]] = {}
         for job, i in batch:

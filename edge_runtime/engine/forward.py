@@ -8,9 +8,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 # How rows of concurrent jobs may share a forward without changing any row's answer:
 #   "padded"        any rows together, right-padded (sorted into length buckets for speed)
 #   "equal_length"  only rows of identical length together (no padding)
+#   "buckets"       every forward has a fixed shape: rows padded to a bucket width (batching.Buckets),
+#                   only rows of one bucket together, and (where the buckets fix it) a fixed row count,
+#                   so a GPU whose kernels depend on the shape still computes each row the same way
 #   "alone"         every row is its own forward
-Grouping = Literal["padded", "equal_length", "alone"]
-GROUPINGS: tuple[Grouping, ...] = ("padded", "equal_length", "alone")
+Grouping = Literal["padded", "equal_length", "buckets", "alone"]
+GROUPINGS: tuple[Grouping, ...] = ("padded", "equal_length", "buckets", "alone")
 
 
 @runtime_checkable
@@ -20,6 +23,10 @@ class Forward(Protocol):
     A forward whose rows each run at their own length (nothing is padded to the longest row) may
     set ``pads = False``: its "padded" batches then take waiting rows in arrival order up to the
     limits in real tokens, with no length buckets (which only save padding). Absent, it pads.
+
+    A forward that can run fixed shapes offers ``bucketed(buckets) -> Forward``: the same forward
+    with every batch padded to its bucket's width (and row count); the probe tries it where
+    padded batches are not exact, and a bucketed forward carries its ``buckets`` for the planner.
     """
 
     def __call__(self, rows: Sequence[Any]) -> list[Any]:
