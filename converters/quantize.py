@@ -74,6 +74,9 @@ class Int8Recipe:
     #: run as two integer GEMMs on the same activation codes. Each GEMM keeps the pair-sum bound, so the
     #: product stays exact on every kernel, at twice the integer work of that matmul.
     split: tuple[str, ...] = ()
+    #: Input channels per quantized activation kept out of its int8 codes and multiplied in fp32 (the
+    #: largest after smoothing, by calibration), so they no longer set every token's scale. 0: none.
+    outliers: int = 0
 
     @property
     def activation_zero_point(self) -> int:
@@ -111,16 +114,19 @@ class Int8Recipe:
                 "activation_max": self.activation_max, "activation_zero_point": self.activation_zero_point,
                 "weight_max": self.weight_max, "pair_sum_bound": self.pair_sum_bound,
                 "fp32_matmuls": list(self.fp32), "smooth_alpha": self.smooth_alpha,
-                **({"split_matmuls": list(self.split), "split_radix": self.split_radix} if self.split else {})}
+                **({"split_matmuls": list(self.split), "split_radix": self.split_radix} if self.split else {}),
+                **({"fp32_outlier_channels": self.outliers} if self.outliers else {})}
 
 
 #: Weights +-64 against 8-bit activations: 2 x 255 x 64 = 32,640 fits int16, so AVX2's vpmaddubsw
 #: cannot saturate (with +-127 it reached 64,770). Every converter's exact int8 has at least this.
 DEFAULT_RECIPE = Int8Recipe(weight_max=64)
 #: The encoder converters' recipe (they have calibration rows): DEFAULT_RECIPE plus smoothing at alpha
-#: 0.6, which wins back what the weights' lost bit cost and more. Chosen by measurement on the STS
-#: Benchmark dev split (bench/int8_quality.py; docs/benchmarks.md).
-CALIBRATED_RECIPE = Int8Recipe(weight_max=64, smooth_alpha=0.6)
+#: 0.6, which wins back what the weights' lost bit cost and more, and each activation's 4 largest
+#: channels in fp32, which halves the remaining distance to fp32 for about a tenth of int8's speed at
+#: batch 32. Chosen by measurement on the STS Benchmark dev split (bench/int8_quality.py;
+#: docs/benchmarks.md).
+CALIBRATED_RECIPE = Int8Recipe(weight_max=64, smooth_alpha=0.6, outliers=4)
 
 
 def variant_file(variant: str) -> str:
@@ -175,6 +181,9 @@ class _Rewriter:
         self.quantized_weights: dict[tuple[str, bool, float, str, bool], list[tuple[str, str]]] = {}
         #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
         self.smooth: dict[str, np.ndarray] = {}
+        #: activation -> its channels multiplied in fp32 (recipe.outliers), and their gathered tensor
+        self.outliers: dict[str, np.ndarray] = {}
+        self.gathered: dict[str, str] = {}
         self.count = 0
         self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
         self.used_names |= set(self.inits)
@@ -207,10 +216,12 @@ class _Rewriter:
         p = self._name(f"er_q/{x}")
         src, absx, amax, floor, scale, shape, zp, q = (
             f"{p}/{s}" for s in ("smoothed", "abs", "amax", "floor", "scale", "shape", "zp", "q"))
-        if x in self.smooth:
-            inv = self._name(f"{p}/inv_smooth")
-            self.new_inits.append(_const(inv, (1.0 / self.smooth[x]).astype(np.float32)))
-            nodes.append(helper.make_node("Mul", [x, inv], [src], name=f"{p}/Smooth"))
+        if x in self.smooth or x in self.outliers:
+            inv = (1.0 / self.smooth[x]) if x in self.smooth else np.ones(k, np.float32)
+            inv[self.outliers.get(x, [])] = 0.0  # those channels go through fp32 instead
+            name = self._name(f"{p}/inv_smooth")
+            self.new_inits.append(_const(name, inv.astype(np.float32)))
+            nodes.append(helper.make_node("Mul", [x, name], [src], name=f"{p}/Smooth"))
         else:
             src = x
         nodes += [
@@ -237,11 +248,13 @@ class _Rewriter:
         """The int8 weight [K, N] and its per-channel scale [N] as new initializers, one pair per term
         (two when ``split``: the high term's scale carries R), built once per weight (and activation
         ``x``, whose smoothing factors multiply the weight's rows)."""
-        key = (name, transpose, alpha, x if x in self.smooth else "", split)
+        key = (name, transpose, alpha, x if x in self.smooth or x in self.outliers else "", split)
         if key not in self.quantized_weights:
             w = self.weight_matrix(name, transpose, alpha)
             if x in self.smooth:
                 w = w * self.smooth[x][:, None].astype(np.float32)
+            if x in self.outliers:
+                w[self.outliers[x]] = 0.0  # their codes are 0; the rows would only widen the scales
             if split:
                 high, low, scale = split_weight(w, self.recipe.weight_max)
                 radix = np.float32(self.recipe.split_radix)
@@ -292,7 +305,24 @@ class _Rewriter:
         for x, w in wmax.items():
             a = ranges[x].astype(np.float64)
             s = np.where((a > 0) & (w > 0), a ** alpha / np.maximum(w, 1e-12) ** (1 - alpha), 1.0)
-            self.smooth[x] = s.astype(np.float32)
+            if alpha > 0:
+                self.smooth[x] = s.astype(np.float32)
+            if self.recipe.outliers:
+                left = a / s if alpha > 0 else a
+                self.outliers[x] = np.sort(np.argsort(-left, kind="stable")[:self.recipe.outliers])
+
+    def outlier_product(self, x: str, found: tuple[str, bool, float], p: str, nodes: list[onnx.NodeProto]) -> str:
+        """x's outlier channels (gathered once per x) times their weight rows, in fp32."""
+        channels = self.outliers[x]
+        if x not in self.gathered:
+            idx, g = self._name(f"er_q/{x}/outlier_channels"), self._name(f"er_q/{x}/outliers")
+            self.new_inits.append(_const(idx, channels.astype(np.int64)))
+            nodes.append(helper.make_node("Gather", [x, idx], [g], name=f"{g}/Gather", axis=-1))
+            self.gathered[x] = g
+        rows = self._name(f"{found[0]}_outlier_rows")
+        self.new_inits.append(_const(rows, self.weight_matrix(*found)[channels]))
+        nodes.append(helper.make_node("MatMul", [self.gathered[x], rows], [f"{p}/fp32"], name=f"{p}/OutlierMatMul"))
+        return f"{p}/fp32"
 
     def rewrite(self) -> int:
         """Replace every constant-weight MatMul/Gemm in place; returns how many were replaced."""
@@ -323,7 +353,12 @@ class _Rewriter:
                     for i, ((wq, ws), part) in enumerate(zip(terms, parts))]
             if len(parts) > 1:
                 out.append(helper.make_node("Add", parts, [acc], name=f"{p}/Terms"))
-            out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
+            if x in self.outliers:
+                fp = self.outlier_product(x, found, p, out)
+                out.append(helper.make_node("Mul", [acc, scale], [f"{p}/int8"], name=f"{p}/TokenScale"))
+                out.append(helper.make_node("Add", [f"{p}/int8", fp], [scaled], name=f"{p}/Outliers"))
+            else:
+                out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
             if has_bias:
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
                 beta = float(attrs.get("beta", 1.0))
@@ -374,22 +409,24 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
                         calibration: Sequence[Row] = ()) -> Path:
     """Write the per-token ("exact") int8 copy of the graph ``src`` to ``dst``.
 
-    Every MatMul/Gemm with a constant fp32 weight (but those the recipe keeps in fp32) becomes, on x
-    reshaped to rows [M, K]: per-token scale s = max(max|x| over the row, eps) / A;
-    q = QuantizeLinear(x, s, zp, axis 0) as uint8; MatMulIntegerToFloat(q, Wq, 1, w_scale, zp) with
-    symmetric per-channel int8 weights of codes +-W; times s (A, W, zp: the recipe's activation_max,
-    weight_max and zero point, chosen so no 16-bit pair sum of any kernel can saturate);
-    reshaped back; then the original bias. (QuantizeLinear per row measured ~10% faster at batch 32
-    than Div/Round/Add/Cast, with the same invariance.) Activations are quantized once per producer
-    (Q, K and V share theirs). Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
-    fp32. Raises ValueError when the graph has no constant-weight MatMul (nothing to quantize).
+    Every MatMul/Gemm with a constant fp32 weight (but those the recipe keeps in fp32) becomes, on x's
+    own shape: per-token scale s = max(max|x| over the token, eps) / A; q = QuantizeLinear(x, s, zp)
+    blocked per token, as uint8; MatMulIntegerToFloat(q, Wq, 1, w_scale, zp) with symmetric
+    per-channel int8 weights of codes +-W; times s; then the original bias (A, W, zp: the recipe's
+    activation_max, weight_max and zero point, chosen so no 16-bit pair sum of any kernel can
+    saturate). The recipe may also smooth (x / s_j meets W's row j * s_j), keep each activation's
+    largest channels out of the codes and multiply them in fp32 (``outliers``), and give weights two
+    integer terms (``split``); ``calibration`` rows give the channel ranges the first two need.
+    Activations are quantized once per producer (Q, K and V share theirs). Attention MatMuls,
+    LayerNorm, softmax, GELU and embeddings stay fp32. Raises ValueError when the graph has no
+    constant-weight MatMul (nothing to quantize).
     """
     recipe.check()
     model = onnx.load(str(src))
     rewriter = _Rewriter(model, recipe)
-    if recipe.smooth_alpha > 0:
+    if recipe.smooth_alpha > 0 or recipe.outliers:
         if not calibration:
-            raise ValueError("int8 recipe: smoothing needs calibration rows")
+            raise ValueError("int8 recipe: smoothing and outlier channels need calibration rows")
         xs = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
         rewriter.plan_smoothing(activation_ranges(model, xs, calibration))
     if rewriter.rewrite() == 0:

@@ -57,8 +57,11 @@ def test_exact_int8_variant_is_batch_invariant(kind: str, fixture_package: Calla
     weights = {t.name for t in graph.graph.initializer if len(t.dims) == 2}
     ops = [n.op_type for n in graph.graph.node]
     assert "MatMulIntegerToFloat" in ops and "DynamicQuantizeLinear" not in ops
-    # no float MatMul/Gemm against a constant weight is left behind
-    assert not [n.name for n in graph.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
+    # no float MatMul/Gemm against a constant weight is left behind, but those of the outlier channels
+    dims = {t.name: list(t.dims) for t in graph.graph.initializer}
+    floats = [n for n in graph.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
+    outliers = entry["recipe"].get("fp32_outlier_channels", 0)
+    assert all(n.name.endswith("/OutlierMatMul") and dims[n.input[1]][0] == outliers for n in floats)
     # one quantization per distinct activation: Q, K and V share theirs
     assert ops.count("ReduceMax") < ops.count("MatMulIntegerToFloat")
     assert _probe(_served(path, "int8")) == "padded"
@@ -112,21 +115,33 @@ def test_split_weight_terms_rebuild_wide_codes_within_each_terms_bound() -> None
     assert np.abs(codes * scale - w).max() < np.abs(single * single_scale - w).max() / 50
 
 
-def test_split_recipe_is_exact_batch_invariant_and_closer_to_fp32(fixture_package: Callable[..., Path],
-                                                                   tmp_path: Path) -> None:
-    """Two integer GEMMs per split matmul, each exact on this CPU; rows alone equal rows in a padded
-    batch bit for bit; and the embedding is closer to fp32's than with one term."""
+@pytest.mark.parametrize("variant", ["split", "outliers"])
+def test_recipe_options_are_exact_batch_invariant_and_closer_to_fp32(variant: str, tmp_path: Path,
+                                                                     fixture_package: Callable[..., Path]) -> None:
+    """Two-term weights (two integer GEMMs per matmul) and fp32 outlier channels (a Gather and a small
+    fp32 MatMul beside each GEMM): every GEMM exact on this CPU, rows alone equal to rows in a padded
+    batch bit for bit, and the embedding closer to fp32's than without."""
     from tokenizers import Tokenizer
 
     package = read_package(fixture_package("embedding", quantize=True))
-    split = Int8Recipe(weight_max=64, split=(".",))
-    graphs = {name: quantize_int8_exact(package.graph("fp32"), tmp_path / f"{name}.onnx", recipe)
-              for name, recipe in (("one", DEFAULT_RECIPE), ("split", split))}
+    recipe = {"split": Int8Recipe(weight_max=64, split=(".",)),
+              "outliers": Int8Recipe(weight_max=64, outliers=4)}[variant]
     tokenizer = package.file("tokenizer.json")
-    one = check_integer_products(graphs["one"], tokenizer, DEFAULT_RECIPE)
-    assert check_integer_products(graphs["split"], tokenizer, split)["gemms"] == 2 * one["gemms"]
-
     tok = Tokenizer.from_file(str(tokenizer))
+    calibration = [{"input_ids": np.array(e.ids, np.int64), "attention_mask": np.ones(len(e.ids), np.int64),
+                    "token_type_ids": np.zeros(len(e.ids), np.int64)}
+                   for e in tok.encode_batch(real_sentences()[::100])]
+    graphs = {name: quantize_int8_exact(package.graph("fp32"), tmp_path / f"{name}.onnx", r, calibration)
+              for name, r in (("one", DEFAULT_RECIPE), (variant, recipe))}
+    one = check_integer_products(graphs["one"], tokenizer, DEFAULT_RECIPE)
+    gemms = check_integer_products(graphs[variant], tokenizer, recipe)["gemms"]
+    assert gemms == (2 if variant == "split" else 1) * one["gemms"]
+    names = [n.name for n in onnx.load(str(graphs[variant])).graph.node]
+    if variant == "outliers":
+        # one Gather per quantized activation (Q, K and V share theirs), one fp32 MatMul per weight
+        gathers = sum(n.endswith("/outliers/Gather") for n in names)
+        assert 0 < gathers < gemms == sum(n.endswith("/OutlierMatMul") for n in names)
+
     encs = [tok.encode(t) for t in real_sentences()[::400]]
     width = max(len(e.ids) for e in encs)
     ids = np.zeros((len(encs), width), np.int64)
@@ -138,12 +153,12 @@ def test_split_recipe_is_exact_batch_invariant_and_closer_to_fp32(fixture_packag
     out = {name: s.run(feeds, ["last_hidden_state"])["last_hidden_state"] for name, s in sessions.items()}
     for r, e in enumerate(encs):
         n = len(e.ids)
-        alone = sessions["split"].run({k: v[r:r + 1, :n] for k, v in feeds.items()},
+        alone = sessions[variant].run({k: v[r:r + 1, :n] for k, v in feeds.items()},
                                       ["last_hidden_state"])["last_hidden_state"]
-        assert bitwise_equal(alone[0], out["split"][r, :n])
+        assert bitwise_equal(alone[0], out[variant][r, :n])
     valid = mask.astype(bool)
-    err = {name: np.abs(out[name] - out["fp32"])[valid].max() for name in ("one", "split")}
-    assert err["split"] < err["one"] / 2
+    err = {name: np.abs(out[name] - out["fp32"])[valid].max() for name in ("one", variant)}
+    assert err[variant] < err["one"] * (0.5 if variant == "split" else 1.0)
 
 
 def test_recipes_that_could_saturate_16_bit_pair_sums_are_refused(tmp_path: Path) -> None:
