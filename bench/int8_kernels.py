@@ -91,18 +91,66 @@ def picked_isa(flags: set[str]) -> Isa | None:
     return found
 
 
+#: A chain of dependent 64-bit adds (one cycle each on every x86 core since the P6): 4 per iteration, so
+#: adds per second is the clock the core actually ran at, boost included.
+CLOCK_PROBE_C = r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+  unsigned long x = 0;
+  long n = 200000000;
+  for (int rep = 0; rep < 5; rep++) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++)
+      __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%.1f\n", 4.0 * n / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9) / 1e6);
+  }
+  return (int)(x & 1);
+}
+"""
+
+
+def measured_clock_mhz() -> float | None:
+    """The core clock measured by CLOCK_PROBE_C (the fastest of 5 runs), or None without an x86 C compiler."""
+    import platform
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="int8-clock-") as tmp:
+        src, exe = Path(tmp) / "clock.c", Path(tmp) / "clock"
+        src.write_text(CLOCK_PROBE_C)
+        try:
+            subprocess.run([cc, "-O2", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=60)
+            out = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=120).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    values = [float(v) for v in out.split()]
+    return max(values) if values else None
+
+
 def clock_mhz(cpuinfo: str) -> tuple[float, str]:
-    """The core clock assumed for the peak, and where it came from."""
+    """The core clock assumed for the peak, and where it came from: measured (a dependent add chain),
+    else cpufreq's maximum, else /proc/cpuinfo's 'cpu MHz'."""
+    measured = measured_clock_mhz()
+    nominal = [float(line.partition(":")[2]) for line in cpuinfo.splitlines() if line.lower().startswith("cpu mhz")]
+    if measured:
+        return measured, (f"measured: a chain of dependent adds, one per cycle, fastest of 5 runs "
+                          f"(/proc/cpuinfo says {max(nominal):.0f} MHz, the nominal clock)" if nominal else
+                          "measured: a chain of dependent adds, one per cycle, fastest of 5 runs")
     path = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
     try:
         return int(path.read_text().strip()) / 1000, f"{path} (maximum boost clock)"
     except (OSError, ValueError):
         pass
-    mhz = [float(line.partition(":")[2]) for line in cpuinfo.splitlines() if line.lower().startswith("cpu mhz")]
-    if not mhz:
-        raise SystemExit("no clock: neither cpufreq nor 'cpu MHz' in /proc/cpuinfo")
-    return max(mhz), ("/proc/cpuinfo 'cpu MHz' (no cpufreq here: on a VM this is the nominal clock the "
-                      "hypervisor reports; boost may be higher, so the share of peak is an upper bound)")
+    if not nominal:
+        raise SystemExit("no clock: no C compiler, no cpufreq, no 'cpu MHz' in /proc/cpuinfo")
+    return max(nominal), ("/proc/cpuinfo 'cpu MHz' (on a VM the nominal clock the hypervisor reports; boost may "
+                          "be higher, so the share of peak is an upper bound)")
 
 
 def dev_batch(package: Path, stsb_dev: Path, tokens: int, batch: int) -> dict[str, np.ndarray]:
@@ -142,6 +190,17 @@ def _macs(args: dict[str, Any]) -> int:
     return int(np.prod(a, dtype=np.int64)) * int(out[-1])
 
 
+def glue_part(event: str) -> str | None:
+    """Which step of the converter's per-token quantization a profiled node is (the rewriter names its
+    nodes ``er_q/<activation or matmul>/<step>``: Smooth, Abs, ReduceMax, Max, Scale, ScaleShape,
+    ZeroPoints, QuantizeLinear, TokenScale, Bias), or None for the graph's own nodes and the GEMM."""
+    name = event.removesuffix("_kernel_time")
+    if not name.startswith("er_q/"):
+        return None
+    step = name.rsplit("/", 1)[-1]
+    return None if step == INTEGER_MATMUL else step
+
+
 def profile(graph: Path, feeds: dict[str, np.ndarray], threads: int, calls: int, warmup: int = 3) -> dict[str, Any]:
     """Kernel time per op type of one forward (each node's median over ``calls`` profiled forwards after
     ``warmup``), and the integer MACs of one forward."""
@@ -167,10 +226,15 @@ def profile(graph: Path, feeds: dict[str, np.ndarray], threads: int, calls: int,
     # each node's median over the calls: a call preempted by the other tenants' work moves a median
     # far less than a sum (this VM is shared)
     per_op: dict[str, float] = defaultdict(float)
+    glue: dict[str, float] = defaultdict(float)
     for name, durs in durations.items():
         per_op[op_of[name]] += statistics.median(durs)
+        part = glue_part(name)
+        if part:
+            glue[part] += statistics.median(durs)
     total = sum(per_op.values())
     return {"kernel_us_per_call": total, "share": {k: v / total for k, v in per_op.items()},
+            "glue_share": {k: v / total for k, v in glue.items()},
             "integer_macs_per_call": sum(macs_of.values()), "integer_us_per_call": per_op.get(INTEGER_MATMUL, 0.0)}
 
 
@@ -209,25 +273,31 @@ def _timed(s: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> float:
 
 def interleaved(graphs: dict[str, Path], feeds: dict[str, np.ndarray], threads: int, rounds: int,
                 calls: int) -> dict[str, dict[str, float]]:
-    """Median forward ms of each graph (rounds interleaved, order rotating) and the round medians' range."""
+    """Median forward wall ms and CPU ms (this process's, all its threads) of each graph, rounds
+    interleaved with the order rotating, and the range of the per-round wall medians.
+
+    With one intra-op thread the CPU time is the least load-sensitive figure on a shared machine (time
+    the other tenants take is not counted); with more, it counts spin-waiting too."""
     sessions = {k: session(p, threads) for k, p in graphs.items()}
     for s in sessions.values():
         for _ in range(3):
             s.run(None, feeds)
-    samples: dict[str, list[float]] = {k: [] for k in sessions}
+    wall: dict[str, list[float]] = {k: [] for k in sessions}
+    cpu: dict[str, list[float]] = {k: [] for k in sessions}
     rounds_of: dict[str, list[float]] = {k: [] for k in sessions}
     keys = list(sessions)
     for r in range(rounds):
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             mine = []
             for _ in range(calls):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 sessions[k].run(None, feeds)
+                cpu[k].append((time.process_time() - c) * 1000)
                 mine.append((time.perf_counter() - t) * 1000)
-            samples[k] += mine
+            wall[k] += mine
             rounds_of[k].append(statistics.median(mine))
-    return {k: {"median_ms": statistics.median(v), "round_min_ms": min(rounds_of[k]),
-                "round_max_ms": max(rounds_of[k])} for k, v in samples.items()}
+    return {k: {"median_ms": statistics.median(v), "median_cpu_ms": statistics.median(cpu[k]),
+                "round_min_ms": min(rounds_of[k]), "round_max_ms": max(rounds_of[k])} for k, v in wall.items()}
 
 
 def _top(share: dict[str, float], n: int = 9) -> str:
@@ -291,15 +361,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                  f"{per_cycle:.1f} MACs/cycle/thread at {mhz:.0f} MHz = "
                                  f"{per_cycle / isa.macs_per_cycle:.0%} of the assumed {isa.macs_per_cycle}; "
                                  f"{rate / ceilings[threads]:.0%} of the measured ceiling")
+                    if p["glue_share"]:
+                        line += (f"\n    per-token glue {sum(p['glue_share'].values()):.1%} of kernel time: "
+                                 f"{_top(p['glue_share'], 12)}")
                     print(line, flush=True)
                     results["runs"].append(row)
                 if args.rounds:
                     ms = interleaved(graphs, feeds, threads, args.rounds, args.timed_calls)
                     base = ms[args.baseline] if args.baseline in ms else ms["int8 (package)"]
                     for k, v in ms.items():
-                        print(f"  timed, {batch_name}, {threads} thread(s), {k}: median {v['median_ms']:.2f} ms "
-                              f"(rounds {v['round_min_ms']:.2f}-{v['round_max_ms']:.2f}); "
-                              f"{args.baseline}/this {base['median_ms'] / v['median_ms']:.3f}x", flush=True)
+                        print(f"  timed, {batch_name}, {threads} thread(s), {k}: wall median {v['median_ms']:.2f} ms "
+                              f"(rounds {v['round_min_ms']:.2f}-{v['round_max_ms']:.2f}), "
+                              f"{args.baseline}/this {base['median_ms'] / v['median_ms']:.3f}x; CPU median "
+                              f"{v['median_cpu_ms']:.2f} ms, {args.baseline}/this "
+                              f"{base['median_cpu_ms'] / v['median_cpu_ms']:.3f}x", flush=True)
                     results.setdefault("timed", []).append({"batch": batch_name, "threads": threads, "ms": ms})
     return results
 

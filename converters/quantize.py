@@ -147,6 +147,14 @@ class _Rewriter:
         self.quantized_weights: dict[tuple[str, bool, float, str], tuple[str, str]] = {}
         #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
         self.smooth: dict[str, np.ndarray] = {}
+        #: smoothed activations whose 1/s is folded upstream (no Mul of their own), and the factor each
+        #: upstream matmul's output channels take (its weight scale; its bias Add is rewritten in place)
+        self.folded: set[str] = set()
+        self.output_factor: dict[str, np.ndarray] = {}
+        #: activation -> the symbolic leading dims of its tokens, when known: activations with the same
+        #: dims share one per-token zero-point tensor (one Shape and one Expand for the whole graph)
+        self.token_dims: dict[str, tuple[str | int, ...]] = {}
+        self.shared_zero_points: dict[tuple[str | int, ...], str] = {}
         self.count = 0
         self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
         self.used_names |= set(self.inits)
@@ -172,30 +180,38 @@ class _Rewriter:
 
         One blocked QuantizeLinear (opset 21: axis -1, one block of K, so a scale per token) does the
         divide, round (half to even), shift and saturating cast in place, on x's own shape: no
-        reshapes to rows and back, which at batch 1 cost more than the arithmetic.
+        reshapes to rows and back, which at batch 1 cost more than the arithmetic. Activations over the
+        same tokens share one zero-point tensor (:meth:`plan_zero_points`); a smoothed x gets its Mul
+        by 1/s unless :meth:`plan_folds` moved 1/s into the matmul that produces it.
         """
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
         p = self._name(f"er_q/{x}")
         src, absx, amax, floor, scale, shape, zp, q = (
             f"{p}/{s}" for s in ("smoothed", "abs", "amax", "floor", "scale", "shape", "zp", "q"))
-        if x in self.smooth:
+        if x in self.smooth and x not in self.folded:
             inv = self._name(f"{p}/inv_smooth")
             self.new_inits.append(_const(inv, (1.0 / self.smooth[x]).astype(np.float32)))
             nodes.append(helper.make_node("Mul", [x, inv], [src], name=f"{p}/Smooth"))
         else:
-            src = x
+            src = x  # unsmoothed, or already x / s (folded into the matmul that produces it)
         nodes += [
             helper.make_node("Abs", [src], [absx], name=f"{p}/Abs"),
             helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=1),
             helper.make_node("Max", [amax, "er_q_eps"], [floor], name=f"{p}/Max"),
             helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"),
-            # a zero point per token (a blocked QuantizeLinear wants it shaped like the scale)
-            helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
-            helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints"),
-            helper.make_node("QuantizeLinear", [src, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=-1,
-                             block_size=k),
         ]
+        dims = self.token_dims.get(x)
+        if dims is not None and dims in self.shared_zero_points:
+            zp = self.shared_zero_points[dims]  # same tokens as an earlier activation: same scale shape
+        else:
+            # a zero point per token (a blocked QuantizeLinear wants it shaped like the scale)
+            nodes += [helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
+                      helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints")]
+            if dims is not None:
+                self.shared_zero_points[dims] = zp
+        nodes.append(helper.make_node("QuantizeLinear", [src, scale, zp], [q], name=f"{p}/QuantizeLinear",
+                                      axis=-1, block_size=k))
         self.quantized_inputs[x] = (q, scale)
         return q, scale
 
@@ -254,6 +270,143 @@ class _Rewriter:
             s = np.where((a > 0) & (w > 0), a ** alpha / np.maximum(w, 1e-12) ** (1 - alpha), 1.0)
             self.smooth[x] = s.astype(np.float32)
 
+    def plan_zero_points(self, model: onnx.ModelProto, names: Sequence[str]) -> None:
+        """Group the activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
+        inference), so that each group quantizes against one zero-point tensor.
+
+        Leaves the groups empty (a zero point per activation, as before) when inference fails or a dim
+        is unknown. A wrong grouping could not pass silently: QuantizeLinear refuses a zero point
+        shaped unlike its scale.
+        """
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        try:
+            inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True)
+        except Exception:  # the tool raises bare Exception on any graph it cannot follow
+            return
+        infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+        for x in names:
+            if x not in infos or not infos[x].type.tensor_type.HasField("shape"):
+                continue
+            dims = tuple(d.dim_param or d.dim_value for d in infos[x].type.tensor_type.shape.dim)[:-1]
+            if dims and all(d not in ("", 0) for d in dims):
+                self.token_dims[x] = (len(dims), *dims)
+
+    #: Ops a smoothing factor passes through unchanged on its way from a matmul's output channels to the
+    #: activation (attention: V's bias, heads split, probabilities times V, heads merged)
+    _CHANNEL_OPS = ("Reshape", "Transpose", "MatMul", "Add", "Identity")
+
+    def _fold_path(self, x: str, producers: dict[str, onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
+                   outputs: set[str]) -> tuple[onnx.NodeProto, list[onnx.NodeProto]] | None:
+        """The quantized matmul upstream of ``x`` and the bias Adds between, when nothing else reads a value
+        the factor changes (Shape reads only the shape) and each op can carry a per-channel factor
+        (checked by numbers afterwards)."""
+        if x in outputs or any(r.op_type != "Shape" and r.input[0] != x for r in readers.get(x, [])):
+            return None  # x itself must reach only the matmuls that quantize it
+        for r in readers.get(x, []):
+            if r.op_type != "Shape":
+                kept = len(self.kept)
+                found = self.weight_of(r)
+                del self.kept[kept:]
+                if found is None:
+                    return None
+        biases: list[onnx.NodeProto] = []
+        t = x
+        while t in producers:
+            node = producers[t]
+            if t != x and (len([r for r in readers.get(t, []) if r.op_type != "Shape"]) != 1 or t in outputs):
+                return None  # another reader would see the factor too
+            if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 and node.input[1] in self.inits:
+                if len(readers.get(node.input[1], [])) != 1:
+                    return None  # a weight shared with another matmul
+                kept = len(self.kept)
+                found = self.weight_of(node)
+                del self.kept[kept:]  # weight_of records kept matmuls; rewrite() records them again
+                if found is None or node.op_type != "MatMul":
+                    return None
+                return node, biases
+            if node.op_type not in self._CHANNEL_OPS:
+                return None
+            if node.op_type == "Add":
+                consts = [i for i in node.input if i in self.inits]
+                if len(consts) != 1 or len(self.inits[consts[0]].dims) != 1:
+                    return None
+                biases.append(node)
+                t = next(i for i in node.input if i not in self.inits)
+            elif node.op_type == "MatMul":
+                if node.input[0] in self.inits:
+                    return None
+                t = node.input[1]  # probabilities @ V: V's last axis is the product's
+            else:
+                t = node.input[0]
+        return None
+
+    def plan_folds(self, model: onnx.ModelProto, rows: Sequence[Row]) -> None:
+        """Fold each smoothed activation's 1/s into the matmul that produces it, where one does.
+
+        The attention output's input is V's output channels carried through the heads: dividing V's
+        weight scale and bias by s divides it by s, and its own Mul goes. (Q/K/V's and the FFN's inputs
+        are LayerNorm outputs that also feed the residual, so their Mul stays: a second, folded
+        LayerNorm measured dearer than the Mul; the FFN output's input is GELU's, which no factor
+        passes.) Each fold is checked on the calibration ``rows`` in fp32 before it is kept.
+        """
+        producers = {o: n for n in self.graph.node for o in n.output}
+        readers: dict[str, list[onnx.NodeProto]] = {}
+        for n in self.graph.node:
+            for i in set(n.input):
+                readers.setdefault(i, []).append(n)
+        outputs = {o.name for o in self.graph.output}
+        plans: dict[str, tuple[onnx.NodeProto, list[onnx.NodeProto]]] = {}
+        for x in self.smooth:
+            found = self._fold_path(x, producers, readers, outputs)
+            if found is not None and found[0].name not in (p[0].name for p in plans.values()):
+                plans[x] = found
+        if not plans or not rows:
+            return
+        # check by numbers: the fp32 graph with every factor folded (and the readers' weights times s, as
+        # the int8 graph has them) gives x / s on the calibration rows
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        inits = {t.name: t for t in probe.graph.initializer}
+
+        def scale(name: str, factor: np.ndarray) -> None:
+            inits[name].CopyFrom(_const(name, numpy_helper.to_array(inits[name]).astype(np.float32) * factor))
+
+        for x, (mm, biases) in plans.items():
+            s = self.smooth[x]
+            scale(mm.input[1], 1.0 / s[None, :])
+            for b in biases:
+                scale(next(i for i in b.input if i in inits), 1.0 / s)
+            for r in (n for n in probe.graph.node if x in n.input[:1] and n.op_type in ("MatMul", "Gemm")):
+                transposed = r.op_type == "Gemm" and any(t.name == "transB" and t.i for t in r.attribute)
+                scale(r.input[1], s[None, :] if transposed else s[:, None])
+        base = activation_values(model, list(plans), rows[:2])
+        folded = activation_values(probe, list(plans), rows[:2])
+        for x, (mm, biases) in plans.items():
+            want = [v / self.smooth[x] for v in base[x]]
+            if not all(np.allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+                       for g, w in zip(folded[x], want)):
+                continue  # the path mixes channels: keep the Mul
+            f = (1.0 / self.smooth[x]).astype(np.float32)
+            self.folded.add(x)
+            self.output_factor[mm.name] = f
+            for b in biases:
+                i = next(j for j, name in enumerate(b.input) if name in self.inits)
+                scaled = self._name(f"{b.input[i]}_unsmoothed")
+                bias = numpy_helper.to_array(self.inits[b.input[i]]).astype(np.float32) * f
+                self.new_inits.append(_const(scaled, bias))
+                b.input[i] = scaled
+
+    def fold_output_scale(self, node: onnx.NodeProto, ws: str) -> str:
+        """``ws`` (a weight scale initializer), times the factor :meth:`plan_folds` gave ``node``'s
+        output channels, as a new initializer; ``ws`` itself when it has none."""
+        if node.name not in self.output_factor:
+            return ws
+        value = next(numpy_helper.to_array(t) for t in self.new_inits if t.name == ws)
+        name = self._name(f"{ws}_folded")
+        self.new_inits.append(_const(name, (value * self.output_factor[node.name]).astype(np.float32)))
+        return name
+
     def rewrite(self) -> int:
         """Replace every constant-weight MatMul/Gemm in place; returns how many were replaced."""
         out: list[onnx.NodeProto] = []
@@ -265,6 +418,7 @@ class _Rewriter:
             self.count += 1
             x = node.input[0]
             wq, ws = self.quantize_constant_weight(*found, node.input[0])
+            ws = self.fold_output_scale(node, ws)
             k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
             q, scale = self.quantize_tokens(x, k, out)
             p = self._name(f"er_q/{node.name or node.output[0]}")
@@ -305,6 +459,23 @@ class _Rewriter:
         self.graph.initializer.extend(keep)
 
 
+def activation_values(model: onnx.ModelProto, names: Sequence[str], rows: Sequence[Row]) -> dict[str, list[np.ndarray]]:
+    """The activations ``names`` of ``model`` on each of ``rows``, each run alone."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    have = {o.name for o in probe.graph.output}
+    for n in names:
+        if n not in have:
+            probe.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    inputs = [i.name for i in session.get_inputs()]
+    out: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for row in rows:
+        for n, v in zip(names, session.run(list(names), {n: row[n][None, :] for n in inputs})):
+            out[n].append(v)
+    return out
+
+
 def activation_ranges(model: onnx.ModelProto, names: Sequence[str], rows: Sequence[Row]) -> dict[str, np.ndarray]:
     """max |x| per channel (last axis) of the activations ``names`` over the calibration ``rows``,
     each run alone (so no padding enters the maxima)."""
@@ -336,17 +507,23 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     weight_max and zero point, chosen so no 16-bit pair sum of any kernel can saturate);
     reshaped back; then the original bias. (QuantizeLinear per row measured ~10% faster at batch 32
     than Div/Round/Add/Cast, with the same invariance.) Activations are quantized once per producer
-    (Q, K and V share theirs). Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
+    (Q, K and V share theirs), and all over the same tokens share one zero-point tensor; smoothing's
+    1/s goes into the upstream matmul's weight scale and bias where one produces the activation (the
+    attention output's input, from V). Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
     fp32. Raises ValueError when the graph has no constant-weight MatMul (nothing to quantize).
     """
     recipe.check()
     model = onnx.load(str(src))
     rewriter = _Rewriter(model, recipe)
+    # before any planning renames a tensor: the shape inference reads the graph as exported
+    quantized = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
+    rewriter.kept.clear()  # weight_of records kept matmuls; rewrite() records them again
+    rewriter.plan_zero_points(model, quantized)
     if recipe.smooth_alpha > 0:
         if not calibration:
             raise ValueError("int8 recipe: smoothing needs calibration rows")
-        xs = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
-        rewriter.plan_smoothing(activation_ranges(model, xs, calibration))
+        rewriter.plan_smoothing(activation_ranges(model, quantized, calibration))
+        rewriter.plan_folds(model, calibration)
     if rewriter.rewrite() == 0:
         raise ValueError(f"{src}: no MatMul or Gemm with a constant weight to quantize")
     rewriter.drop_unused_initializers()

@@ -161,3 +161,54 @@ def test_state_once_int8_branches_equal_each_question_alone(tmp_path: Path) -> N
     for j, q in enumerate(questions):
         (alone,) = forward([causal_row(state + q)])
         assert bitwise_equal(np.asarray(branched[j]), np.asarray(alone))
+
+
+def _two_matmuls(path: Path, mix_channels: bool) -> Path:
+    """x [B, T, 8] -> MatMul W1 -> + b1 -> (optionally a head split whose transpose mixes channels) ->
+    MatMul W2: the second matmul's input is produced by the first."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    w1 = rng.normal(size=(8, 8)).astype(np.float32) * np.array([1, 8, 1, 1, 0.2, 1, 4, 1], np.float32)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(rng.normal(size=8).astype(np.float32), "b1"),
+             numpy_helper.from_array(rng.normal(size=(8, 4)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([0, 0, 2, 4], np.int64), "heads"),
+             numpy_helper.from_array(np.array([0, 0, 8], np.int64), "merged")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h1"], name="first"),
+             helper.make_node("Add", ["b1", "h1"], ["h"], name="first_bias")]
+    if mix_channels:
+        nodes += [helper.make_node("Reshape", ["h", "heads"], ["split"]),
+                  helper.make_node("Transpose", ["split"], ["swapped"], perm=[0, 1, 3, 2]),
+                  helper.make_node("Reshape", ["swapped", "merged"], ["h2"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["h"], ["h2"]))
+    nodes.append(helper.make_node("MatMul", ["h2", "w2"], ["y"], name="second"))
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", 4])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("mix_channels", [False, True])
+def test_smoothing_folds_upstream_only_where_the_numbers_allow(tmp_path: Path, mix_channels: bool) -> None:
+    """A smoothed activation made by a matmul (through its bias and channel-keeping ops) takes 1/s in that
+    matmul's weight scale and bias instead of a Mul; a path that mixes channels keeps its Mul. Either
+    way the int8 graph follows fp32, rows alone equal rows in a batch, and the tokens share one zero point."""
+    import onnxruntime as ort
+
+    src = _two_matmuls(tmp_path / "src.onnx", mix_channels)
+    rng = np.random.default_rng(9)
+    calibration = [{"x": rng.normal(size=(int(n), 8)).astype(np.float32)} for n in rng.integers(2, 9, size=6)]
+    dst = quantize_int8_exact(src, tmp_path / "int8.onnx", Int8Recipe(weight_max=64, smooth_alpha=0.6), calibration)
+    nodes = onnx.load(str(dst)).graph.node
+    smooths = [n.name for n in nodes if n.name.endswith("/Smooth")]
+    # x (a graph input) has nothing upstream to fold into; h does unless its channels are mixed
+    assert len(smooths) == (2 if mix_channels else 1)
+    assert sum(n.op_type == "Expand" for n in nodes) == 1
+    fp32 = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    int8 = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    x = rng.normal(size=(3, 7, 8)).astype(np.float32)
+    want, (got,) = fp32.run(None, {"x": x})[0], int8.run(None, {"x": x})
+    assert np.max(np.abs(got - want)) < 0.05 * np.max(np.abs(want))
+    for r in range(3):
+        assert bitwise_equal(int8.run(None, {"x": x[r:r + 1]})[0][0], got[r])
