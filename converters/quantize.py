@@ -274,22 +274,34 @@ class _Rewriter:
         """Group the activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
         inference), so that each group quantizes against one zero-point tensor.
 
-        Leaves the groups empty (a zero point per activation, as before) when inference fails or a dim
-        is unknown. A wrong grouping could not pass silently: QuantizeLinear refuses a zero point
-        shaped unlike its scale.
+        Only dims named by the graph's inputs count, each at most once per activation (so a batch merged
+        with a length is never trusted). Leaves the groups empty (a zero point per activation, as
+        before) when inference fails or a dim is anything else. A wrong grouping could not pass
+        silently either: QuantizeLinear refuses a zero point shaped unlike its scale.
         """
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
+        # the weights' values play no part in shapes: they enter as typed inputs, not copied
+        listed = {i.name for i in model.graph.input}  # old IR versions list initializers as inputs too
+        big = [t for t in model.graph.initializer if int(np.prod(t.dims)) > 64 and t.name not in listed]
+        small = [t for t in model.graph.initializer if int(np.prod(t.dims)) <= 64]
+        light = helper.make_model(
+            helper.make_graph(model.graph.node, "shapes", [*model.graph.input, *(
+                helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)],
+                model.graph.output, small), opset_imports=model.opset_import)
         try:
-            inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True)
+            inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
         except Exception:  # the tool raises bare Exception on any graph it cannot follow
             return
+        symbols = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
         infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
         for x in names:
             if x not in infos or not infos[x].type.tensor_type.HasField("shape"):
                 continue
             dims = tuple(d.dim_param or d.dim_value for d in infos[x].type.tensor_type.shape.dim)[:-1]
-            if dims and all(d not in ("", 0) for d in dims):
+            named = [d for d in dims if isinstance(d, str)]
+            if dims and all(d in symbols or (isinstance(d, int) and d > 0) for d in dims) \
+                    and len(set(named)) == len(named):
                 self.token_dims[x] = (len(dims), *dims)
 
     #: Ops a smoothing factor passes through unchanged on its way from a matmul's output channels to the
