@@ -289,10 +289,13 @@ class _Rewriter:
             helper.make_graph(model.graph.node, "shapes", [*model.graph.input, *(
                 helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)],
                 model.graph.output, small), opset_imports=model.opset_import)
-        try:
-            inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
-        except Exception:  # the tool raises bare Exception on any graph it cannot follow
-            return
+        # inside a scratch directory: on a graph it cannot follow, the tool saves it to the working
+        # directory (sym_shape_infer_temp.onnx) before it raises
+        with tempfile.TemporaryDirectory(prefix="er-shapes-") as tmp, _in_dir(Path(tmp)):
+            try:
+                inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
+            except Exception:  # the tool raises bare Exception on any graph it cannot follow
+                return
         symbols = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
         infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
         for x in names:
