@@ -54,22 +54,25 @@ class Isa:
     assumption: str
 
 
-#: MLAS's x64 dispatch order for U8S8 GEMMs (platform.cpp: each later one that the CPU has replaces the
-#: one before), with the peak MAC rate assumed for each. The multiply throughput per core is the
-#: assumption; the reader can rescale with the "MACs per cycle per thread" column.
+#: MLAS's x64 dispatch order for U8S8 GEMMs (onnxruntime/core/mlas/lib/platform.cpp: AVX2, then the
+#: AVX-VNNI kernel, then AVX-512 core (F + BW + DQ + VL), then AVX-512 VNNI, then AMX when the OS grants
+#: the tiles; each later one the CPU has replaces the one before), with the peak MAC rate assumed for
+#: each. The multiply throughput per core is the assumption; the reader can rescale with the MACs per
+#: cycle per thread that the bench prints.
 ISAS: tuple[Isa, ...] = (
     Isa("AVX2 (vpmaddubsw + vpmaddwd)", ("avx2",), 32,
         "32 u8 x s8 products per ymm vpmaddubsw, which needs a vpmaddwd to widen on the same two multiply "
         "ports: 32 MACs/cycle"),
     Isa("AVX-VNNI (vpdpbusd ymm)", ("avx2", "avx_vnni"), 64,
         "32 MACs per ymm vpdpbusd, 2 per cycle: 64 MACs/cycle"),
-    Isa("AVX-512BW (vpmaddubsw zmm)", ("avx512f", "avx512bw"), 64,
+    Isa("AVX-512 core (vpmaddubsw zmm)", ("avx512f", "avx512bw", "avx512dq", "avx512vl"), 64,
         "64 products per zmm vpmaddubsw plus a vpmaddwd, 2 multiply ports: 64 MACs/cycle"),
-    Isa("AVX-512 VNNI (vpdpbusd zmm)", ("avx512f", "avx512bw", "avx512_vnni"), 128,
+    Isa("AVX-512 VNNI (vpdpbusd zmm)", ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"), 128,
         "64 MACs per zmm vpdpbusd, 2 per cycle (Intel since Ice Lake server; AMD Zen 5's four 512-bit "
         "pipes, two of which multiply; Zen 4 splits zmm and reaches half): 128 MACs/cycle"),
     Isa("AMX (tdpbusd)", ("amx_int8", "amx_tile"), 1024,
-        "a 16x64 by 64x16 u8 x s8 tile product (16,384 MACs) every 16 cycles: 1,024 MACs/cycle"),
+        "a 16x64 by 64x16 u8 x s8 tile product (16,384 MACs) every 16 cycles: 1,024 MACs/cycle (MLAS falls "
+        "back to its AVX-512 VNNI kernel for small GEMMs)"),
 )
 
 
