@@ -148,7 +148,8 @@ class _Rewriter:
         #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
         self.smooth: dict[str, np.ndarray] = {}
         #: smoothed activations whose 1/s is folded upstream (no Mul of their own), and the factor each
-        #: upstream matmul's output channels take (its weight scale; its bias Add is rewritten in place)
+        #: upstream matmul's output channels take, by its output (its weight scale; its bias Add is
+        #: rewritten in place)
         self.folded: set[str] = set()
         self.output_factor: dict[str, np.ndarray] = {}
         #: activation -> the symbolic leading dims of its tokens, when known: activations with the same
@@ -311,11 +312,18 @@ class _Rewriter:
     #: activation (attention: V's bias, heads split, probabilities times V, heads merged)
     _CHANNEL_OPS = ("Reshape", "Transpose", "MatMul", "Add", "Identity")
 
+    def _constant(self, name: str, producers: dict[str, onnx.NodeProto]) -> np.ndarray | None:
+        """The value of ``name`` when it is an initializer, or an Identity of one (exports that share equal
+        tensors read them through Identity nodes)."""
+        if name not in self.inits and name in producers and producers[name].op_type == "Identity":
+            name = producers[name].input[0]
+        return numpy_helper.to_array(self.inits[name]) if name in self.inits else None
+
     def _fold_path(self, x: str, producers: dict[str, onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
-                   outputs: set[str]) -> tuple[onnx.NodeProto, list[onnx.NodeProto]] | None:
-        """The quantized matmul upstream of ``x`` and the bias Adds between, when nothing else reads a value
-        the factor changes (Shape reads only the shape) and each op can carry a per-channel factor
-        (checked by numbers afterwards)."""
+                   outputs: set[str]) -> tuple[onnx.NodeProto, list[tuple[onnx.NodeProto, int]]] | None:
+        """The quantized matmul upstream of ``x`` and the bias Adds between (node, constant input's index),
+        when nothing else reads a value the factor changes (Shape reads only the shape) and each op can
+        carry a per-channel factor (checked by numbers afterwards)."""
         if x in outputs or any(r.op_type != "Shape" and r.input[0] != x for r in readers.get(x, [])):
             return None  # x itself must reach only the matmuls that quantize it
         for r in readers.get(x, []):
@@ -325,7 +333,7 @@ class _Rewriter:
                 del self.kept[kept:]
                 if found is None:
                     return None
-        biases: list[onnx.NodeProto] = []
+        biases: list[tuple[onnx.NodeProto, int]] = []
         t = x
         while t in producers:
             node = producers[t]
@@ -343,11 +351,14 @@ class _Rewriter:
             if node.op_type not in self._CHANNEL_OPS:
                 return None
             if node.op_type == "Add":
-                consts = [i for i in node.input if i in self.inits]
-                if len(consts) != 1 or len(self.inits[consts[0]].dims) != 1:
+                consts = [i for i, name in enumerate(node.input) if self._constant(name, producers) is not None]
+                if len(consts) != 1 or len(node.input) != 2:
                     return None
-                biases.append(node)
-                t = next(i for i in node.input if i not in self.inits)
+                value = self._constant(node.input[consts[0]], producers)
+                if value is None or value.ndim != 1:
+                    return None
+                biases.append((node, consts[0]))
+                t = node.input[1 - consts[0]]
             elif node.op_type == "MatMul":
                 if node.input[0] in self.inits:
                     return None
@@ -371,30 +382,44 @@ class _Rewriter:
             for i in set(n.input):
                 readers.setdefault(i, []).append(n)
         outputs = {o.name for o in self.graph.output}
-        plans: dict[str, tuple[onnx.NodeProto, list[onnx.NodeProto]]] = {}
+        plans: dict[str, tuple[onnx.NodeProto, list[tuple[onnx.NodeProto, int]]]] = {}
         for x in self.smooth:
             found = self._fold_path(x, producers, readers, outputs)
-            if found is not None and found[0].name not in (p[0].name for p in plans.values()):
+            if found is not None and found[0].output[0] not in (p[0].output[0] for p in plans.values()):
                 plans[x] = found
         if not plans or not rows:
             return
         # check by numbers: the fp32 graph with every factor folded (and the readers' weights times s, as
-        # the int8 graph has them) gives x / s on the calibration rows
+        # the int8 graph has them) gives x / s on the calibration rows; every changed tensor is a new
+        # initializer, so tensors that other nodes share stay as they were
         probe = onnx.ModelProto()
         probe.CopyFrom(model)
-        inits = {t.name: t for t in probe.graph.initializer}
+        position = {id(n): i for i, n in enumerate(self.graph.node)}
+        probe_names = {t.name for t in probe.graph.initializer}
 
-        def scale(name: str, factor: np.ndarray) -> None:
-            inits[name].CopyFrom(_const(name, numpy_helper.to_array(inits[name]).astype(np.float32) * factor))
+        def replace(node: onnx.NodeProto, index: int, value: np.ndarray) -> None:
+            twin = probe.graph.node[position[id(node)]]
+            name = f"{twin.input[index]}_probe"
+            while name in probe_names:
+                name += "_"
+            probe_names.add(name)
+            probe.graph.initializer.append(_const(name, value.astype(np.float32)))
+            twin.input[index] = name
 
         for x, (mm, biases) in plans.items():
             s = self.smooth[x]
-            scale(mm.input[1], 1.0 / s[None, :])
-            for b in biases:
-                scale(next(i for i in b.input if i in inits), 1.0 / s)
-            for r in (n for n in probe.graph.node if x in n.input[:1] and n.op_type in ("MatMul", "Gemm")):
-                transposed = r.op_type == "Gemm" and any(t.name == "transB" and t.i for t in r.attribute)
-                scale(r.input[1], s[None, :] if transposed else s[:, None])
+            replace(mm, 1, numpy_helper.to_array(self.inits[mm.input[1]]) / s[None, :])
+            for b, i in biases:
+                replace(b, i, np.asarray(self._constant(b.input[i], producers)) / s)
+            for r in readers.get(x, []):
+                if r.op_type in ("MatMul", "Gemm"):
+                    w = numpy_helper.to_array(self.inits[r.input[1]])
+                    transposed = r.op_type == "Gemm" and any(t.name == "transB" and t.i for t in r.attribute)
+                    replace(r, 1, w * (s[None, :] if transposed else s[:, None]))
+        read = {i for n in probe.graph.node for i in n.input}
+        keep = [t for t in probe.graph.initializer if t.name in read]  # those replaced: unread
+        del probe.graph.initializer[:]
+        probe.graph.initializer.extend(keep)
         base = activation_values(model, list(plans), rows[:2])
         folded = activation_values(probe, list(plans), rows[:2])
         for x, (mm, biases) in plans.items():
@@ -404,22 +429,20 @@ class _Rewriter:
                 continue  # the path mixes channels: keep the Mul
             f = (1.0 / self.smooth[x]).astype(np.float32)
             self.folded.add(x)
-            self.output_factor[mm.name] = f
-            for b in biases:
-                i = next(j for j, name in enumerate(b.input) if name in self.inits)
+            self.output_factor[mm.output[0]] = f
+            for b, i in biases:
                 scaled = self._name(f"{b.input[i]}_unsmoothed")
-                bias = numpy_helper.to_array(self.inits[b.input[i]]).astype(np.float32) * f
-                self.new_inits.append(_const(scaled, bias))
+                self.new_inits.append(_const(scaled, np.asarray(self._constant(b.input[i], producers)) * f))
                 b.input[i] = scaled
 
     def fold_output_scale(self, node: onnx.NodeProto, ws: str) -> str:
         """``ws`` (a weight scale initializer), times the factor :meth:`plan_folds` gave ``node``'s
         output channels, as a new initializer; ``ws`` itself when it has none."""
-        if node.name not in self.output_factor:
+        if node.output[0] not in self.output_factor:
             return ws
         value = next(numpy_helper.to_array(t) for t in self.new_inits if t.name == ws)
         name = self._name(f"{ws}_folded")
-        self.new_inits.append(_const(name, (value * self.output_factor[node.name]).astype(np.float32)))
+        self.new_inits.append(_const(name, (value * self.output_factor[node.output[0]]).astype(np.float32)))
         return name
 
     def rewrite(self) -> int:

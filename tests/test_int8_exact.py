@@ -212,3 +212,18 @@ def test_smoothing_folds_upstream_only_where_the_numbers_allow(tmp_path: Path, m
     assert np.max(np.abs(got - want)) < 0.05 * np.max(np.abs(want))
     for r in range(3):
         assert bitwise_equal(int8.run(None, {"x": x[r:r + 1]})[0][0], got[r])
+
+
+def test_exported_encoder_quantizes_against_one_zero_point_and_folds_attention_smoothing(
+        fixture_package: Callable[..., Path]) -> None:
+    """On a real BERT export (the embedding fixture): every activation runs over the same tokens, so one
+    Shape/Expand builds the zero point for all; the attention output's smoothing went into V (one Mul
+    fewer per layer than activations smoothed)."""
+    path = fixture_package("embedding", quantize=True)
+    graph = onnx.load(str(Path(path) / read_package(path).card.raw["variants"]["int8"]["file"])).graph
+    names = [n.name for n in graph.node]
+    assert sum(n.endswith("/ZeroPoints") for n in names) == 1
+    layers = sum(n.endswith("/attention/output/dense/MatMul/MatMulIntegerToFloat") for n in names)
+    quantized = sum(n.endswith("/QuantizeLinear") for n in names)
+    assert layers > 0 and sum(n.endswith("/Smooth") for n in names) == quantized - layers
+    assert not any("attention/self/Reshape_3" in n and n.endswith("/Smooth") for n in names)
