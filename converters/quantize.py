@@ -184,6 +184,10 @@ class _Rewriter:
         #: activation -> its channels multiplied in fp32 (recipe.outliers), and their gathered tensor
         self.outliers: dict[str, np.ndarray] = {}
         self.gathered: dict[str, str] = {}
+        #: activation -> the symbolic leading dims of its tokens, when known: activations with the same
+        #: dims share one per-token zero-point tensor (one Shape and one Expand for the whole graph)
+        self.token_dims: dict[str, tuple[str | int, ...]] = {}
+        self.shared_zero_points: dict[tuple[str | int, ...], str] = {}
         self.count = 0
         self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
         self.used_names |= set(self.inits)
@@ -209,7 +213,8 @@ class _Rewriter:
 
         One blocked QuantizeLinear (opset 21: axis -1, one block of K, so a scale per token) does the
         divide, round (half to even), shift and saturating cast in place, on x's own shape: no
-        reshapes to rows and back, which at batch 1 cost more than the arithmetic.
+        reshapes to rows and back, which at batch 1 cost more than the arithmetic. Activations over the
+        same tokens share one zero-point tensor (:meth:`plan_zero_points`).
         """
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
@@ -229,12 +234,18 @@ class _Rewriter:
             helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=1),
             helper.make_node("Max", [amax, "er_q_eps"], [floor], name=f"{p}/Max"),
             helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"),
-            # a zero point per token (a blocked QuantizeLinear wants it shaped like the scale)
-            helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
-            helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints"),
-            helper.make_node("QuantizeLinear", [src, scale, zp], [q], name=f"{p}/QuantizeLinear", axis=-1,
-                             block_size=k),
         ]
+        dims = self.token_dims.get(x)
+        if dims is not None and dims in self.shared_zero_points:
+            zp = self.shared_zero_points[dims]  # same tokens as an earlier activation: same scale shape
+        else:
+            # a zero point per token (a blocked QuantizeLinear wants it shaped like the scale)
+            nodes += [helper.make_node("Shape", [scale], [shape], name=f"{p}/ScaleShape"),
+                      helper.make_node("Expand", ["er_q_zp_u8", shape], [zp], name=f"{p}/ZeroPoints")]
+            if dims is not None:
+                self.shared_zero_points[dims] = zp
+        nodes.append(helper.make_node("QuantizeLinear", [src, scale, zp], [q], name=f"{p}/QuantizeLinear",
+                                      axis=-1, block_size=k))
         self.quantized_inputs[x] = (q, scale)
         return q, scale
 
@@ -323,6 +334,43 @@ class _Rewriter:
         self.new_inits.append(_const(rows, self.weight_matrix(*found)[channels]))
         nodes.append(helper.make_node("MatMul", [self.gathered[x], rows], [f"{p}/fp32"], name=f"{p}/OutlierMatMul"))
         return f"{p}/fp32"
+
+    def plan_zero_points(self, model: onnx.ModelProto, names: Sequence[str]) -> None:
+        """Group the activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
+        inference), so that each group quantizes against one zero-point tensor.
+
+        Only dims named by the graph's inputs count, each at most once per activation (so a batch merged
+        with a length is never trusted). Leaves the groups empty (a zero point per activation, as
+        before) when inference fails or a dim is anything else. A wrong grouping could not pass
+        silently either: QuantizeLinear refuses a zero point shaped unlike its scale.
+        """
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        # the weights' values play no part in shapes: they enter as typed inputs, not copied
+        listed = {i.name for i in model.graph.input}  # old IR versions list initializers as inputs too
+        big = [t for t in model.graph.initializer if int(np.prod(t.dims)) > 64 and t.name not in listed]
+        small = [t for t in model.graph.initializer if int(np.prod(t.dims)) <= 64]
+        light = helper.make_model(
+            helper.make_graph(model.graph.node, "shapes", [*model.graph.input, *(
+                helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)],
+                model.graph.output, small), opset_imports=model.opset_import)
+        # inside a scratch directory: on a graph it cannot follow, the tool saves it to the working
+        # directory (sym_shape_infer_temp.onnx) before it raises
+        with tempfile.TemporaryDirectory(prefix="er-shapes-") as tmp, _in_dir(Path(tmp)):
+            try:
+                inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
+            except Exception:  # the tool raises bare Exception on any graph it cannot follow
+                return
+        symbols = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+        infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+        for x in names:
+            if x not in infos or not infos[x].type.tensor_type.HasField("shape"):
+                continue
+            dims = tuple(d.dim_param or d.dim_value for d in infos[x].type.tensor_type.shape.dim)[:-1]
+            named = [d for d in dims if isinstance(d, str)]
+            if dims and all(d in symbols or (isinstance(d, int) and d > 0) for d in dims) \
+                    and len(set(named)) == len(named):
+                self.token_dims[x] = (len(dims), *dims)
 
     def rewrite(self) -> int:
         """Replace every constant-weight MatMul/Gemm in place; returns how many were replaced."""
@@ -417,18 +465,22 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     saturate). The recipe may also smooth (x / s_j meets W's row j * s_j), keep each activation's
     largest channels out of the codes and multiply them in fp32 (``outliers``), and give weights two
     integer terms (``split``); ``calibration`` rows give the channel ranges the first two need.
-    Activations are quantized once per producer (Q, K and V share theirs). Attention MatMuls,
-    LayerNorm, softmax, GELU and embeddings stay fp32. Raises ValueError when the graph has no
+    Activations are quantized once per producer (Q, K and V share theirs), and all over the same
+    tokens share one zero-point tensor. Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
+    fp32. Raises ValueError when the graph has no
     constant-weight MatMul (nothing to quantize).
     """
     recipe.check()
     model = onnx.load(str(src))
     rewriter = _Rewriter(model, recipe)
+    # before any planning renames a tensor: the shape inference reads the graph as exported
+    quantized = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
+    rewriter.kept.clear()  # weight_of records kept matmuls; rewrite() records them again
+    rewriter.plan_zero_points(model, quantized)
     if recipe.smooth_alpha > 0 or recipe.outliers:
         if not calibration:
             raise ValueError("int8 recipe: smoothing and outlier channels need calibration rows")
-        xs = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
-        rewriter.plan_smoothing(activation_ranges(model, xs, calibration))
+        rewriter.plan_smoothing(activation_ranges(model, quantized, calibration))
     if rewriter.rewrite() == 0:
         raise ValueError(f"{src}: no MatMul or Gemm with a constant weight to quantize")
     rewriter.drop_unused_initializers()

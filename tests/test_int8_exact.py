@@ -226,3 +226,13 @@ def test_state_once_int8_branches_equal_each_question_alone(tmp_path: Path) -> N
     for j, q in enumerate(questions):
         (alone,) = forward([causal_row(state + q)])
         assert bitwise_equal(np.asarray(branched[j]), np.asarray(alone))
+
+
+def test_exported_encoder_quantizes_against_one_zero_point(fixture_package: Callable[..., Path]) -> None:
+    """On a real BERT export (the embedding fixture) every activation runs over the same tokens, so one
+    Shape/Expand builds the zero point for all of them."""
+    path = fixture_package("embedding", quantize=True)
+    graph = onnx.load(str(Path(path) / read_package(path).card.raw["variants"]["int8"]["file"])).graph
+    names = [n.name for n in graph.node]
+    assert sum(n.endswith("/ZeroPoints") for n in names) == 1
+    assert sum(n.endswith("/QuantizeLinear") for n in names) > 1
