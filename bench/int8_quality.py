@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -57,6 +58,9 @@ CANDIDATES: dict[str, Int8Recipe] = {
     "w127-a127 (the old recipe; saturates on AVX2)": Saturating(weight_max=127, activation_max=127),
     "w64-a127 (unsmoothed: DEFAULT_RECIPE, what decision-codes backbones get)": DEFAULT_RECIPE,
     "w127-a63-s0.6": Int8Recipe(weight_max=127, activation_max=63, smooth_alpha=0.6),
+    "w64-a127-s0.6 (the encoders' recipe before outlier channels)": Int8Recipe(weight_max=64, smooth_alpha=0.6),
+    "w64-a127-s0.6-o16": Int8Recipe(weight_max=64, smooth_alpha=0.6, outliers=16),
+    "w64-a127-o4 (outlier channels, no smoothing)": Int8Recipe(weight_max=64, outliers=4),
     "w64-a127-s0.5": Int8Recipe(weight_max=64, smooth_alpha=0.5),
     "w64-a127-s0.7": Int8Recipe(weight_max=64, smooth_alpha=0.7),
     "w64-a127-s0.6-ffn-out-fp32": Int8Recipe(weight_max=64, smooth_alpha=0.6, fp32=(KINDS["output"],)),
@@ -197,10 +201,8 @@ def time_forwards(graphs: dict[str, Path], feeds: dict[str, np.ndarray], threads
 
 def sweep(base: Int8Recipe) -> dict[str, Int8Recipe]:
     """``base`` with each matmul kind, then each layer, kept in fp32 (sensitivity)."""
-    out = {f"{name} fp32": Int8Recipe(base.weight_max, base.activation_max, (pattern,), base.smooth_alpha)
-           for name, pattern in KINDS.items()}
-    out.update({f"layer {i} fp32": Int8Recipe(base.weight_max, base.activation_max, (rf"/layer\.{i}/",),
-                                              base.smooth_alpha) for i in range(6)})
+    out = {f"{name} fp32": dataclasses.replace(base, fp32=(pattern,)) for name, pattern in KINDS.items()}
+    out.update({f"layer {i} fp32": dataclasses.replace(base, fp32=(rf"/layer\.{i}/",)) for i in range(6)})
     return out
 
 
