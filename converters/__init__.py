@@ -6,4 +6,6 @@ This package may import torch, transformers and optimum; the server never import
 #: 0.2.0: the "int8" variant is per-token (exact); the dynamic one is "int8-dynamic".
 #: 0.3.0: exact int8 weights are +-64 (no 16-bit pair sum can saturate on AVX2), encoders' activations
 #: are smoothed, and embedders' agreement is measured on real sentences (issue 29).
-CONVERTER_VERSION = "0.3.0"
+#: 0.4.0: encoders' exact int8 multiplies each activation's 4 largest channels in fp32, and a quantized
+#: variant records the CPU its agreement was measured on.
+CONVERTER_VERSION = "0.4.0"
