@@ -107,6 +107,15 @@ class Int8Recipe:
         for pattern in (*self.fp32, *self.split):
             re.compile(pattern)
 
+    @classmethod
+    def from_card(cls, described: dict[str, Any]) -> Int8Recipe:
+        """The recipe a card's ``recipe`` block (:meth:`describe`'s output) records."""
+        return cls(weight_max=int(described["weight_max"]), activation_max=int(described["activation_max"]),
+                   fp32=tuple(described.get("fp32_matmuls", ())),
+                   smooth_alpha=float(described.get("smooth_alpha", 0.0)),
+                   split=tuple(described.get("split_matmuls", ())),
+                   outliers=int(described.get("fp32_outlier_channels", 0)))
+
     def describe(self) -> dict[str, Any]:
         """The card's record of the recipe (what a reader needs to judge exactness and cost)."""
         return {"activations": f"uint8 per token, codes {self.activation_zero_point} +- {self.activation_max}",

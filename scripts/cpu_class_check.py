@@ -75,8 +75,7 @@ def _integer_checks(package_dir: Path) -> dict[str, Any]:
     for variant, entry in package.card.raw["variants"].items():
         if entry.get("quantization") != "per-token":
             continue
-        recipe = Int8Recipe(**{k: v for k, v in entry["recipe"].items()
-                               if k in ("weight_max", "activation_max", "smooth_alpha")})
+        recipe = Int8Recipe.from_card(entry["recipe"])
         try:
             found[variant] = check_integer_products(package.graph(variant), package.file("tokenizer.json"), recipe)
         except ValueError as exc:

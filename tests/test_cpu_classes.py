@@ -28,8 +28,7 @@ SCRIPT = ROOT / "scripts" / "cpu_class_check.py"
 
 
 def _recipe(package_dir: Path) -> Int8Recipe:
-    raw = read_package(package_dir).card.raw["variants"]["int8"]["recipe"]
-    return Int8Recipe(**{k: v for k, v in raw.items() if k in ("weight_max", "activation_max", "smooth_alpha")})
+    return Int8Recipe.from_card(read_package(package_dir).card.raw["variants"]["int8"]["recipe"])
 
 
 def test_a_weight_past_the_recipe_bound_is_caught(fixture_package: Callable[..., Path], tmp_path: Path) -> None:

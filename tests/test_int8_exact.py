@@ -16,6 +16,7 @@ import onnx
 import pytest
 
 from converters.quantize import (
+    CALIBRATED_RECIPE,
     DEFAULT_RECIPE,
     INT16_MAX,
     Int8Recipe,
@@ -176,9 +177,12 @@ def test_integer_products_are_exact_and_cannot_saturate(fixture_package: Callabl
     """Every integer GEMM of an exact int8 graph computes the exact product of its own operands on this
     CPU, and its operand ranges make that so on every CPU class (the 16-bit pair-sum bound)."""
     package = read_package(fixture_package("embedding", quantize=True))
-    recipe = Int8Recipe(**{k: v for k, v in package.card.raw["variants"]["int8"]["recipe"].items()
-                           if k in ("weight_max", "activation_max", "smooth_alpha")})
+    recipe = Int8Recipe.from_card(package.card.raw["variants"]["int8"]["recipe"])
+    assert recipe == CALIBRATED_RECIPE  # the card records every field of the recipe it was built with
     assert check_integer_products(package.graph("int8"), package.file("tokenizer.json"), recipe)["gemms"] > 0
+    for other in (Int8Recipe(weight_max=32, activation_max=63, fp32=("a",), smooth_alpha=0.3, split=("b",),
+                             outliers=2), DEFAULT_RECIPE):
+        assert Int8Recipe.from_card(other.describe()) == other
 
 
 @pytest.mark.minilm
@@ -200,8 +204,6 @@ def test_default_minilm_serves_exact_int8_within_its_floor(minilm_package: Path)
 @pytest.mark.minilm
 def test_default_minilm_integer_products_are_exact_and_cannot_saturate(minilm_package: Path) -> None:
     """The same proof on the real MiniLM: its 36 integer GEMMs on real sentences, exact and bounded."""
-    from converters.quantize import CALIBRATED_RECIPE
-
     package = read_package(minilm_package)
     assert package.card.raw["variants"]["int8"]["recipe"] == CALIBRATED_RECIPE.describe()
     report = check_integer_products(package.graph("int8"), package.file("tokenizer.json"), CALIBRATED_RECIPE)
