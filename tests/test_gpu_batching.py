@@ -34,8 +34,8 @@ from edge_runtime.engine import (
 from edge_runtime.engine.batching import power_of_two_widths
 from edge_runtime.engine.probe import Trial, bitwise_equal
 from edge_runtime.loading import Batching, ServedModel, batching, load_model
+from tests.support.encoder_graphs import HIDDEN, Row, encoder_graph, random_rows, reference
 from tests.support.server_harness import Server, write_models_file
-from tests.test_engine import HIDDEN, Row, encoder_graph, random_rows, reference
 
 # ---- the planner -------------------------------------------------------------------------------
 
