@@ -39,7 +39,7 @@ import onnxruntime as ort
 from bench.int8_quality import calibration_rows, read_sts
 from bench.report import conditions, cpu_model
 from converters.quantize import CALIBRATED_RECIPE, quantize_int8_exact
-from edge_runtime.engine.session import GRAPH_OPTIMIZATION_LEVEL, INTER_OP_THREADS
+from edge_runtime.engine.session import session_options
 
 INTEGER_MATMUL = "MatMulIntegerToFloat"
 
@@ -173,12 +173,7 @@ def dev_batch(package: Path, stsb_dev: Path, tokens: int, batch: int) -> dict[st
 
 def session(graph: Path, threads: int, profile_prefix: str | None = None) -> ort.InferenceSession:
     """A CPU session with the server's pinned settings (edge_runtime.engine.session), profiling optional."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = INTER_OP_THREADS
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = GRAPH_OPTIMIZATION_LEVEL
-    options.enable_mem_pattern = False
+    options = session_options(threads)
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix

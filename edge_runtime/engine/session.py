@@ -211,6 +211,23 @@ def _spec(arg: Any) -> TensorSpec:
     return TensorSpec(arg.name, arg.type, shape)
 
 
+def session_options(threads: int, spinning: bool = True) -> ort.SessionOptions:
+    """The settings every session runs with: ``threads`` intra-op threads, one inter-op thread,
+    sequential execution, the pinned optimisation level, no memory patterns; ``spinning`` False makes
+    the intra-op threads sleep as soon as a forward ends."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = INTER_OP_THREADS
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = GRAPH_OPTIMIZATION_LEVEL
+    # Memory patterns keep a plan per input shape; with request-sized batches that is ~30 MB per
+    # new shape and no speed gain (MiniLM, 2 threads: same latency, peak RSS 256 -> 234 MB).
+    options.enable_mem_pattern = False
+    if not spinning:
+        options.add_session_config_entry(ALLOW_SPINNING_KEY, "0")
+    return options
+
+
 def create_session(path: Path | str, device: str = "cpu", threads: int | None = None,
                    spinning: bool = True, tf32: bool = False) -> GraphSession:
     """Load the graph at `path` on `device` ("cpu", "cuda" or "auto") with `threads` intra-op threads.
@@ -243,16 +260,7 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
     cuda = (CUDA_PROVIDER, {"use_tf32": "1" if tf32 else "0"})
     providers: list[Any] = [cuda, CPU_PROVIDER] if want_cuda else [CPU_PROVIDER]
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = INTER_OP_THREADS
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = GRAPH_OPTIMIZATION_LEVEL
-    # Memory patterns keep a plan per input shape; with request-sized batches that is ~30 MB per
-    # new shape and no speed gain (MiniLM, 2 threads: same latency, peak RSS 256 -> 234 MB).
-    options.enable_mem_pattern = False
-    if not spinning:
-        options.add_session_config_entry(ALLOW_SPINNING_KEY, "0")
+    options = session_options(threads, spinning)
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
