@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from edge_runtime.config import ModelConfig  # noqa: E402
 from edge_runtime.engine.batching import BatchLimits, plan_batch  # noqa: E402
+from edge_runtime.engine.probe import max_abs_diff  # noqa: E402
 from edge_runtime.loading import ServedModel, load_model  # noqa: E402
 
 #: every kind `python -m converters fixture` writes a served package for
@@ -60,19 +61,6 @@ def _arrays(output: Any) -> list[np.ndarray]:
     if hasattr(output, "__dict__"):
         return _arrays(vars(output))
     return []
-
-
-def max_difference(a: Sequence[Any], b: Sequence[Any]) -> float:
-    """The largest absolute difference between two runs' outputs (inf when their shapes differ)."""
-    worst = 0.0
-    for x, y in zip(a, b, strict=True):
-        xs, ys = _arrays(x), _arrays(y)
-        if len(xs) != len(ys) or any(u.shape != v.shape for u, v in zip(xs, ys)):
-            return float("inf")
-        for u, v in zip(xs, ys):
-            if u.size:
-                worst = max(worst, float(np.max(np.abs(u.astype(np.float64) - v.astype(np.float64)))))
-    return worst
 
 
 def _load(package: Path, device: str) -> ServedModel:
@@ -134,10 +122,10 @@ def check(package: Path, device: str) -> list[str]:
     rows_cpu, rows_other = _rows(cpu, 8), _rows(other, 8)
     alone_cpu = [cpu.family.forward([r])[0] for r in rows_cpu]
     alone_other = [other.family.forward([r])[0] for r in rows_other]
-    lines.append(f"  {device} vs cpu, rows alone: max|d| {max_difference(alone_other, alone_cpu):.3g}")
+    lines.append(f"  {device} vs cpu, rows alone: max|d| {max_abs_diff(alone_other, alone_cpu):.3g}")
     assert other.executor is not None
     served_alone = [other.executor.forward([r])[0] for r in rows_other]  # a bucket's shape, where bucketed
-    lines.append(f"  {device} batched vs alone: max|d| {max_difference(_batched(other, rows_other), served_alone):.3g}")
+    lines.append(f"  {device} batched vs alone: max|d| {max_abs_diff(_batched(other, rows_other), served_alone):.3g}")
     rows = _rows(other, 32)
     batched_s = _timed(lambda: _batched(other, rows))
     single_s = _timed(lambda: [other.family.forward([r]) for r in rows])  # type: ignore[union-attr]

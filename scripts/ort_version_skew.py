@@ -113,9 +113,9 @@ def _run_worker(python: str, packages: Sequence[Path], result_file: Path, rows_f
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], bool]:
     """The report lines of two workers' results, and whether every variant agreed in status and probe."""
-    from gpu_check import _arrays, max_difference
+    from gpu_check import _arrays
 
-    from edge_runtime.engine.probe import bitwise_equal
+    from edge_runtime.engine.probe import bitwise_equal, max_abs_diff
 
     va, vb = a["onnxruntime"], b["onnxruntime"]
     lines = [f"onnxruntime {va} (A) against {vb} (B), CPU provider"]
@@ -132,7 +132,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], bool]:
             if isinstance(facts["self_check_max_abs_diff"], (int, float)):
                 worst_check[version] = max(worst_check[version], float(facts["self_check_max_abs_diff"]))
         if x["outputs"] and y["outputs"]:
-            diff = max_difference(x["outputs"], y["outputs"])
+            diff = max_abs_diff(x["outputs"], y["outputs"])
             identical = all(bitwise_equal(p, q) for p, q in zip(x["outputs"], y["outputs"]))
             # a comparison of no numbers would prove nothing: count what was compared
             values = sum(a.size for out in x["outputs"] for a in _arrays(out))
