@@ -37,8 +37,9 @@ import numpy as np
 import onnxruntime as ort
 
 from bench.int8_quality import calibration_rows, read_sts
-from bench.report import conditions, cpu_model
+from bench.report import conditions
 from converters.quantize import CALIBRATED_RECIPE, quantize_int8_exact
+from edge_runtime.engine.cpu import all_flags, cpu_model
 from edge_runtime.engine.session import session_options
 
 INTEGER_MATMUL = "MatMulIntegerToFloat"
@@ -74,15 +75,6 @@ ISAS: tuple[Isa, ...] = (
         "a 16x64 by 64x16 u8 x s8 tile product (16,384 MACs) every 16 cycles: 1,024 MACs/cycle (MLAS falls "
         "back to its AVX-512 VNNI kernel for small GEMMs)"),
 )
-
-
-def cpu_flags_all(cpuinfo: str) -> set[str]:
-    """Every flag of the first CPU in /proc/cpuinfo text."""
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip().lower() == "flags":
-            return set(value.split())
-    return set()
 
 
 def picked_isa(flags: set[str]) -> Isa | None:
@@ -308,7 +300,7 @@ def _top(share: dict[str, float], n: int = 9) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Profile (and optionally time) every graph at every batch and thread count; print as it goes."""
     cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    flags = cpu_flags_all(cpuinfo)
+    flags = all_flags(cpuinfo)
     isa = picked_isa(flags)
     mhz, clock_source = clock_mhz(cpuinfo)
     int8_flags = [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx_vnni_int8",

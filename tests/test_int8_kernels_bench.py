@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.int8_kernels import INTEGER_MATMUL, _macs, cpu_flags_all, glue_part, picked_isa
+from bench.int8_kernels import INTEGER_MATMUL, _macs, glue_part, picked_isa
+from edge_runtime.engine.cpu import all_flags
 
 AVX512 = {"avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl"}
 
@@ -26,7 +27,7 @@ def test_the_isa_follows_mlas_dispatch_order(flags: set[str], isa: str | None) -
 
 def test_flags_are_read_from_the_first_cpu() -> None:
     text = "processor\t: 0\nflags\t\t: fpu avx2 avx512_vnni\n\nprocessor\t: 1\nflags\t\t: fpu\n"
-    assert cpu_flags_all(text) == {"fpu", "avx2", "avx512_vnni"}
+    assert all_flags(text) == {"fpu", "avx2", "avx512_vnni"}
 
 
 def test_macs_come_from_the_activation_and_output_shapes() -> None:

@@ -35,14 +35,19 @@ def cpu_model(cpuinfo: str) -> str | None:
     return fallback
 
 
-def cpu_flags(cpuinfo: str, wanted: Sequence[str] = KERNEL_FLAGS) -> list[str]:
-    """Which of ``wanted`` the first CPU lists ('flags' on x86, 'Features' on ARM), in ``wanted``'s order."""
+def all_flags(cpuinfo: str) -> set[str]:
+    """Every flag the first CPU lists ('flags' on x86, 'Features' on ARM)."""
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip().lower() in ("flags", "features"):
-            have = set(value.split())
-            return [w for w in wanted if w in have]
-    return []
+            return set(value.split())
+    return set()
+
+
+def cpu_flags(cpuinfo: str, wanted: Sequence[str] = KERNEL_FLAGS) -> list[str]:
+    """Which of ``wanted`` the first CPU lists, in ``wanted``'s order."""
+    have = all_flags(cpuinfo)
+    return [w for w in wanted if w in have]
 
 
 @functools.cache
