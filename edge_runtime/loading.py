@@ -22,7 +22,7 @@ from edge_runtime.engine import (
     probe,
 )
 from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
-from edge_runtime.engine.probe import finite_or_none
+from edge_runtime.engine.probe import PROBE_LENGTHS, finite_or_none
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family, read_package
 from edge_runtime.packages import Package, PackageError
@@ -31,7 +31,6 @@ from edge_runtime.timing import Timing
 
 log = logging.getLogger("edge_runtime")
 
-PROBE_LENGTHS = (3, 9, 9, 17, 40, 130)
 #: Devices whose probe also tries fixed-shape buckets where padded batches are not exact. ONNX
 #: Runtime's CPU kernels do not choose by batch shape (the probe proves padded there), so on the
 #: CPU the bucket trials would only add load time; CUDA's matmuls choose their kernels by shape.
