@@ -181,7 +181,6 @@ class _Rewriter:
         self.recipe = recipe
         self.keep = [re.compile(p) for p in recipe.fp32]
         self.split = [re.compile(p) for p in recipe.split]
-        self.kept: list[str] = []
         self.graph = model.graph
         self.inits = {t.name: t for t in self.graph.initializer}
         self.new_inits: list[TensorProto] = []
@@ -300,8 +299,7 @@ class _Rewriter:
         if self.inits[node.input[1]].data_type != TensorProto.FLOAT:
             return None
         if any(p.search(node.name) for p in self.keep):
-            self.kept.append(node.name)  # the recipe keeps this one in fp32
-            return None
+            return None  # the recipe keeps this one in fp32
         if node.op_type == "MatMul":
             return node.input[1], False, 1.0
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -321,7 +319,6 @@ class _Rewriter:
             rows = np.abs(self.weight_matrix(*found)).max(axis=1)
             x = node.input[0]
             wmax[x] = rows if x not in wmax else np.maximum(wmax[x], rows)
-        self.kept.clear()  # weight_of records kept matmuls; rewrite() records them again
         for x, w in wmax.items():
             a = ranges[x].astype(np.float64)
             s = np.where((a > 0) & (w > 0), a ** alpha / np.maximum(w, 1e-12) ** (1 - alpha), 1.0)
@@ -484,7 +481,6 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     rewriter = _Rewriter(model, recipe)
     # before any planning renames a tensor: the shape inference reads the graph as exported
     quantized = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
-    rewriter.kept.clear()  # weight_of records kept matmuls; rewrite() records them again
     rewriter.plan_zero_points(model, quantized)
     if recipe.smooth_alpha > 0 or recipe.outliers:
         if not calibration:
