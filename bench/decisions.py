@@ -177,18 +177,38 @@ class LeanClient:
     first measure. Connections are kept alive unless the server answers HTTP/1.0 or closes.
     """
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int = 0, uds: Path | None = None) -> None:
+        """A client of 127.0.0.1:``port``, or of the Unix socket ``uds`` (the Router's managed runtimes)."""
         self.port = port
+        self.uds = uds
         self.sock: socket.socket | None = None
 
+    def _connect(self) -> socket.socket:
+        if self.uds is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(HTTP_TIMEOUT_S)
+            sock.connect(str(self.uds))
+            return sock
+        sock = socket.create_connection((HOST, self.port), timeout=HTTP_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        request = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                   % (path.encode(), HOST.encode(), len(body))) + body
+        return self.request(b"POST", path, body)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        return self.request(b"GET", path, None)
+
+    def request(self, method: bytes, path: str, body: bytes | None) -> tuple[int, bytes]:
+        """One request on the kept-alive connection (opened, or opened again once, as needed)."""
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, path.encode(), HOST.encode())
+        if body is not None:
+            head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        request = head + b"\r\n" + (body or b"")
         for attempt in (0, 1):
             reused = self.sock is not None
             if self.sock is None:
-                self.sock = socket.create_connection((HOST, self.port), timeout=HTTP_TIMEOUT_S)
-                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.sock = self._connect()
             try:
                 self.sock.sendall(request)
                 return self._response()

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_runtime.config import ServeConfig, UpdateRules, load_models_file
+from edge_runtime.config import ServeConfig, UpdateRules
 from edge_runtime.engine.errors import ForwardError
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
+from edge_runtime.models_file import load_models_file
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import build_manifest
 from edge_runtime.runtime import Runtime
@@ -65,9 +66,10 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def entry(package: Path, **extra: Any) -> dict[str, Any]:
     """An entry of emb; seeds 0 and 1 are different embedders, so swaps between them are allowed to
-    change the output space unless a test says otherwise."""
+    change the output space unless a test says otherwise. No result cache: these tests judge versions
+    by what their forwards do, and they repeat one request."""
     return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1,
-            "update": {"allow_space_change": True}, **extra}
+            "update": {"allow_space_change": True}, "result_cache_entries": 0, **extra}
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def create_admin_app(config: ServeConfig, updates: Updates, keys: ApiKeys) -> Sa
     # Sanic's TouchUp rewrites its HTTP classes once per process, for the serving app; a second
     # pass for this app fails (the methods are already rewritten), so it is skipped here.
     app.config.TOUCHUP = False
-    root = config.admin_package_root or config.models_file.parent
+    root = config.admin_package_root or (config.models_file.parent if config.models_file else Path.cwd())
 
     @app.on_request
     async def authorize(request: Request) -> HTTPResponse | None:

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
@@ -92,7 +93,10 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     @app.after_server_start
     async def start_loading(app: Sanic) -> None:
         loop = asyncio.get_running_loop()
-        app.ctx.loading = loop.run_in_executor(None, load_then_watch)
+        # A daemon thread, not the loop's executor: a stop must not wait for a load (a conversion, a
+        # retry's back-off) at interpreter exit; the runtime's stopping event ends it at its next step.
+        app.ctx.loading = threading.Thread(target=load_then_watch, name="edge-runtime-loader", daemon=True)
+        app.ctx.loading.start()
         try:
             loop.add_signal_handler(signal.SIGHUP, on_sighup)
         except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not on a POSIX main thread
@@ -112,6 +116,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
         # /health answers 503 draining from now on; accepted requests are still answered. Shortly
         # before Sanic's graceful timeout, work still queued is answered 503 rather than cut off.
         runtime.draining = True
+        runtime.stopping.set()
         metrics.set_ready(False)
         loop = asyncio.get_running_loop()
         margin = min(1.0, config.drain_seconds / 2)

@@ -18,12 +18,15 @@ class Plan:
 
     ``finish`` receives one output per row, in row order, and returns the body without ``meta``.
     A plan without rows (every item failed validation) is finished with an empty list.
+    ``keys`` are the rows' result-cache keys (engine/result_cache.py), set by the service when the
+    model keeps a cache; None: every row runs.
     """
 
     rows: list[Any]
     finish: Callable[[list[Any]], dict[str, Any]]
     input_tokens: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    keys: list[bytes | None] | None = None
 
 
 class ModelFamily(Protocol):

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_runtime.config import ConfigError, ModelConfig, load_models_file
+from edge_runtime.config import ConfigError, ModelConfig
 from edge_runtime.errors import ApiError
 from edge_runtime.loading import ServedModel, load_model
+from edge_runtime.models_file import read_models
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
@@ -226,7 +227,7 @@ class Updates:
 
     def plan(self, retry_failed: bool) -> list[Change]:
         """What re-reading models.yaml would change (ConfigError when the file is not valid)."""
-        wanted = load_models_file(self.runtime.config.models_file)
+        wanted = read_models(self.runtime.config)
         with self._lock:
             return plan(dict(self.applied), wanted, dict(self.failed), retry_failed)
 
@@ -649,6 +650,7 @@ class Updates:
         with self._lock:
             model.family = None
             model.session = None
+            model.result_cache = None  # its outputs answer for this version only
         give_back()  # before the state says released, so whoever reads "retired" sees the memory back
         with self._lock:
             model.version_state = end_state
