@@ -13,9 +13,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from converters.errors import ConversionError
 from converters.encoder.export import ExportOptions, export_model
 from converters.encoder.fixture import build_fixture, build_fixture_result, build_source
+from converters.errors import ConversionError
 from converters.samples import SAMPLE_TEXTS
 from edge_runtime.families.registry import read_package
 
