@@ -461,7 +461,7 @@ def long_request(server: ServerProcess, admin: Admin, m: Served, cfg: Config) ->
     admin.promote(m.name, second["version_id"])
     rss["after the switch (old draining)"] = server.memory()["VmRSS"]
     admin.wait_released(m.name, first["serial"])
-    # the state says retired a moment before the heap is trimmed (updates/manager.py _release)
+    # the state says retired a moment before the heap is trimmed (updates/lifecycle.py Versions.release)
     rss["as the old version is listed retired"] = server.memory()["VmRSS"]
     time.sleep(RSS_SETTLE_S)
     rss[f"{RSS_SETTLE_S:g} s after the release"] = server.memory()["VmRSS"]
