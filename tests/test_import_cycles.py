@@ -1,5 +1,6 @@
 """No import circle anywhere in edge_runtime/, converters/ and bench/, counting the imports made inside
-functions (which close a circle at run time as surely as module-level ones, only later)."""
+functions (which close a circle at run time as surely as module-level ones, only later); and bench's
+harness imports none of the comparisons that run on it."""
 
 from __future__ import annotations
 
@@ -24,3 +25,10 @@ def test_a_circle_closed_inside_a_function_is_found() -> None:
              "pkg.c": imports_of("pkg.c", "import pkg.a\n", known)}
     assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_bench_harness_imports_no_comparison() -> None:
+    graph = import_graph(module_files(ROOT, ["bench"]))
+    leaks = {m: sorted(t for t in targets if not t.startswith("bench.harness"))
+             for m, targets in graph.items() if m.startswith("bench.harness.")}
+    assert {m: t for m, t in leaks.items() if t} == {}

@@ -36,6 +36,7 @@ from converters.decision2.verify import (
     GOLDEN_STATE,
     LOGIT_TOLERANCE,
     MERGE_TOLERANCE,
+    Decision2Parity,
     graph_feeds,
     unmerged_hidden,
     verify_parity,
@@ -229,25 +230,29 @@ def export_decision2(src: str | Path, out: Path, opts: Decision2Options) -> Expo
             # ASCII-escaped, as this converter has always written it (the digest of a package stays the same)
             "decision_config.json": json_bytes(package_config(source, backbone.pad_id), ensure_ascii=True),
         }
-        outputs_diff = {"candidate_logits": rounded(parity.logits)}
-        if backbone.merge_diff is not None:
-            outputs_diff["lora_merge_hidden"] = rounded(backbone.merge_diff)
-        name = sanitize_name(opts.name or source.pointer.get("model_name") or Path(src).name)
-        card = {
-            **card_start(name, KIND, KIND, identity_card(
-                opts, Path(src), source_name=opts.source_name or source.pointer.get("model_name") or Path(src).name,
-                architecture=source.config["architecture"], stamp=source.identity,
-                description=f"Decision 2.0 ({source.profile}) converted from {Path(src).name}")),
-            "head": {"output": "last_hidden_state", "readout": "candidate", "weights": "head.npz",
-                     "head_dim": int(source.config["head_dim"])},
-            "limits": {"max_input_tokens": int(source.manifest["max_input_tokens"])},
-            "graph": {"inputs": inputs, "outputs": outputs, "opset": OPSET},
-            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
-            "verification": {"reference": torch_reference("Qwen3Model + candidate head in torch"),
-                             "max_abs_diff": outputs_diff["candidate_logits"], "tolerance": LOGIT_TOLERANCE,
-                             "cases": parity.questions, "outputs": outputs_diff},
-            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.identity,
-                      "options": {"kind": KIND, "check_questions": opts.check_questions}},
-            "question_types": ["choice", "noul", "score"],
-        }
-        return build.write(card, files, goldens)
+        return build.write(_card(opts, Path(src), source, backbone, (inputs, outputs), parity), files, goldens)
+
+
+def _card(opts: Decision2Options, src: Path, source: Decision2Source, backbone: Decision2Backbone,
+          graph_names: tuple[list[str], list[str]], parity: Decision2Parity) -> dict[str, Any]:
+    outputs_diff = {"candidate_logits": rounded(parity.logits)}
+    if backbone.merge_diff is not None:
+        outputs_diff["lora_merge_hidden"] = rounded(backbone.merge_diff)
+    name = sanitize_name(opts.name or source.pointer.get("model_name") or src.name)
+    return {
+        **card_start(name, KIND, KIND, identity_card(
+            opts, src, source_name=opts.source_name or source.pointer.get("model_name") or src.name,
+            architecture=source.config["architecture"], stamp=source.identity,
+            description=f"Decision 2.0 ({source.profile}) converted from {src.name}")),
+        "head": {"output": "last_hidden_state", "readout": "candidate", "weights": "head.npz",
+                 "head_dim": int(source.config["head_dim"])},
+        "limits": {"max_input_tokens": int(source.manifest["max_input_tokens"])},
+        "graph": {"inputs": graph_names[0], "outputs": graph_names[1], "opset": OPSET},
+        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "verification": {"reference": torch_reference("Qwen3Model + candidate head in torch"),
+                         "max_abs_diff": outputs_diff["candidate_logits"], "tolerance": LOGIT_TOLERANCE,
+                         "cases": parity.questions, "outputs": outputs_diff},
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.identity,
+                  "options": {"kind": KIND, "check_questions": opts.check_questions}},
+        "question_types": ["choice", "noul", "score"],
+    }
