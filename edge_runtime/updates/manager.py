@@ -40,6 +40,7 @@ from edge_runtime.updates.watch import TICK_S, Watch
 
 log = logging.getLogger("edge_runtime.updates")
 
+
 class Updates:
     """Every version of every served name, and the operations that move between them."""
 
@@ -104,10 +105,6 @@ class Updates:
 
     def operation(self, op_id: str) -> Operation | None:
         return self.operations.get(op_id)
-
-    def tick(self) -> None:
-        """One round of the monitor (updates/watch.py), now."""
-        self.watch.tick()
 
     def _poll(self) -> None:
         if self.operations.idle():  # a reload already queued will see the same file
