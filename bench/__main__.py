@@ -34,8 +34,8 @@ from bench import (
     scaling,
     vela2,
 )
-from bench.lab import PACKAGE_NAME, Lab, Settings
-from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
+from bench.harness.lab import PACKAGE_NAME, Lab, Settings
+from bench.harness.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
 CONVERT_TIMEOUT_S = 900
 

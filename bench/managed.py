@@ -3,7 +3,7 @@
 Two servers started with the Router's managed command line over one models file in the Router's
 shape (``minilm-embedding`` under profile exact, so its exact int8, and ``sparrow-nano``): one on a
 Unix socket (``--uds``), as the Router runs it, one on TCP (127.0.0.1) beside it. Timed one after
-the other with the lean client (bench/decisions.py ``LeanClient``), in interleaved rounds, on both
+the other with the lean client (bench/harness/clients.py ``LeanClient``), in interleaved rounds, on both
 transports: a repeated embedding (one short text, the same each time: its row is answered from the
 result cache), a new embedding each time (a miss: the forward runs), a repeated 3-question decision
 and a new one each time. Reported: p50 and p99 of each, the repeat against the miss, and the socket
@@ -24,11 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.decisions import PACKAGE as SPARROW
-from bench.decisions import LeanClient
-from bench.lab import PACKAGE_NAME, Lab
-from bench.report import ROOT, Table, fmt_ratio
-from bench.server import free_port, terminate
-from bench.stats import percentile
+from bench.harness.clients import LeanClient
+from bench.harness.lab import PACKAGE_NAME, Lab
+from bench.harness.report import ROOT, Table, fmt_ratio
+from bench.harness.server import free_port, terminate
+from bench.harness.stats import percentile
 
 PER_ROUND = 100  # timed requests per row, transport and round
 WARMUP = 8  # untimed, before each timed row: the idle vCPU comes back to speed

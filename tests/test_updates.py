@@ -40,7 +40,7 @@ def write_manifest(root: Path) -> None:
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two verified embedding versions (seeds 0 and 1) and three bad ones, all under one root."""
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     root = tmp_path_factory.mktemp("update-packages")
     a = build_fixture("embedding", root / "emb-a", seed=0)
@@ -453,7 +453,7 @@ class Scripted:
 
 
 def test_agreement_figures_on_constructed_cases(tmp_path: Path) -> None:
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
     from edge_runtime.families.registry import read_package
     from edge_runtime.packages.golden import GoldenCase
     from edge_runtime.updates.agreement import Side, compare
@@ -489,7 +489,7 @@ def test_agreement_figures_on_constructed_cases(tmp_path: Path) -> None:
 
 
 def test_an_agreement_gate_that_fails_keeps_the_old_version(tmp_path: Path) -> None:
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     a = build_fixture("sequence-classification", tmp_path / "cls-a", seed=0)
     b = build_fixture("sequence-classification", tmp_path / "cls-b", seed=1)
