@@ -19,7 +19,8 @@ class Plan:
     ``finish`` receives one output per row, in row order, and returns the body without ``meta``.
     A plan without rows (every item failed validation) is finished with an empty list.
     ``keys`` are the rows' result-cache keys (engine/result_cache.py), set by the service when the
-    model keeps a cache; None: every row runs.
+    model keeps a cache; None: every row runs. ``complete`` turns False when a deadline cut the
+    request short: its answer then says so, and is not kept.
     """
 
     rows: list[Any]
@@ -27,6 +28,7 @@ class Plan:
     input_tokens: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
     keys: list[bytes | None] | None = None
+    complete: bool = True
 
 
 class ModelFamily(Protocol):
