@@ -73,7 +73,8 @@ def test_attempts_run_out_and_lasting_failures_are_never_retried(
         runtime.close()
 
 
-def test_a_stop_ends_the_wait_for_a_retry(fixture_package: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stop_ends_the_wait_for_a_retry(fixture_package: Callable[..., Path],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     _flaky(monkeypatch, failures=100)
     runtime = Runtime(ServeConfig(models_file=None, load_attempts=5, load_retry_seconds=60.0, models=(
         ModelConfig(name="emb", package=fixture_package("embedding"), device="cpu", threads=1),)))
