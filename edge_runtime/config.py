@@ -43,7 +43,6 @@ DEFAULT_LOAD_RETRY_SECONDS = 5.0
 MAX_LOAD_RETRY_SECONDS = 300.0
 UPDATE_POLICIES = ("beside", "replace")
 SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
-DEVICES = ("cpu", "cuda", "auto")  # and cuda:N (models_file.check_device)
 BATCHING = ("exact", "padded")
 # variant "auto": the package's exact int8 on the CPU when it has one, else fp32 (loading.py).
 AUTO_VARIANT = "auto"
