@@ -366,7 +366,9 @@ def live(minilm_package: Path, fixture_package: Callable[..., Path],
                "spinning": False, "max_queue": 64},
               {"name": "cls", "package": str(fixture_package("sequence-classification")), "device": "cpu",
                "threads": 1, "spinning": False}]
-    server = Server(write_models_file(tmp_path_factory.mktemp("scaling") / "models.yaml", models))
+    # No result cache: the load repeats one body, which a cache would answer without queueing.
+    server = Server(write_models_file(tmp_path_factory.mktemp("scaling") / "models.yaml", models),
+                    "--result-cache-entries", "0")
     try:
         server.wait()
         yield server
