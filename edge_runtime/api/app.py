@@ -42,7 +42,7 @@ from edge_runtime.runtime import Runtime
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
 from edge_runtime.updates import Updates, UpdateSettings
-from edge_runtime.updates.memory import budget
+from edge_runtime.updates.memory import budget, memory_limit
 from edge_runtime.work import INLINE_BODY_BYTES, keep_inline
 
 _app_ids = itertools.count()
@@ -57,6 +57,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     runtime = runtime or Runtime(config, metrics)
     runtime.metrics = metrics
     metrics.watch_prep_queue(runtime.work)
+    metrics.watch_runtime(runtime)  # edge_runtime_live, edge_runtime_model_failed
     app = Sanic(f"edge_runtime_{next(_app_ids)}")
     app.config.MOTD = False
     app.config.ACCESS_LOG = False
@@ -72,6 +73,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     # Model updates (edge_runtime/updates): started once the first versions are loaded.
     updates = app.ctx.updates = Updates(runtime, update_settings(config), metrics)
     metrics.memory_budget.set_function(lambda: float(budget(config.memory_reserve_bytes).bytes))
+    metrics.memory_limit.set_function(lambda: float(memory_limit().bytes))
     # The admin API's own keys (never the serving ones, nor the environment's): off without a file.
     admin_keys = app.ctx.admin_keys = (ApiKeys(config.admin_key_file, env={})
                                        if config.admin_key_file is not None else None)
