@@ -43,13 +43,15 @@ BASE = K8S / "base"
 KSERVE = DEPLOY / "kserve"
 CRDS = Path(__file__).resolve().parent / "data" / "crds"
 TRACE = Path(__file__).resolve().parent / "data" / "scaling" / "pending-trace.json"
-OVERLAYS = [BASE, K8S, K8S / "keda", K8S / "keda-prometheus", K8S / "prometheus-adapter", KSERVE]
+OVERLAYS = [BASE, K8S, K8S / "keda", K8S / "keda-prometheus", K8S / "prometheus-adapter", KSERVE,
+            DEPLOY / "prometheus"]
 # The oldest Kubernetes KEDA 2.20 supports and the newest kubernetes-validate knows.
 KUBERNETES_VERSIONS = ("1.32", "1.37")
 CRD_FILES = {
     ("keda.sh", "ScaledObject"): "keda.sh_scaledobjects.yaml",
     ("serving.kserve.io", "ServingRuntime"): "serving.kserve.io_servingruntimes.yaml",
     ("serving.kserve.io", "InferenceService"): "serving.kserve.io_inferenceservices.yaml",
+    ("monitoring.coreos.com", "PrometheusRule"): "monitoring.coreos.com_prometheusrules.yaml",
 }
 # Trigger metadata names KEDA reads (its scalers' `keda:"name=..."` tags at v2.20.2); a trigger's
 # metadata is a map of strings in the CRD, so a misspelt key would pass the schema unnoticed.
@@ -151,9 +153,10 @@ def test_every_yaml_under_the_kubernetes_folders_is_validated_somewhere() -> Non
     """Listed manifests validate as written; patches once rendered into their overlay (below)."""
     patches = {f for d in OVERLAYS for f in kustomization_files(d)[1]}
     kustomizations = {d / "kustomization.yaml" for d in OVERLAYS}
-    # Not a Kubernetes object: a Helm values file (its rule is checked against /metrics below).
-    other = {K8S / "prometheus-adapter" / "adapter-values.yaml"}
-    present = set(K8S.rglob("*.yaml")) | set(KSERVE.rglob("*.yaml"))
+    # Not Kubernetes objects: a Helm values file (its rule is checked against /metrics below) and a
+    # Prometheus rules file (tests/test_prometheus_rules.py).
+    other = {K8S / "prometheus-adapter" / "adapter-values.yaml", DEPLOY / "prometheus" / "edge-runtime.rules.yaml"}
+    present = set(K8S.rglob("*.yaml")) | set(KSERVE.rglob("*.yaml")) | set((DEPLOY / "prometheus").rglob("*.yaml"))
     assert present == set(LISTED) | patches | kustomizations | other
 
 
