@@ -2,7 +2,7 @@
 returns series with the labels its reader uses, and the drill's alerts fire and clear.
 
 The site: process 0 serves the real MiniLM (slow enough on one thread for a burst to queue) with a
-short queue; process 1 serves a tiny classifier and a model whose package fails its self-check, so it
+64-job queue; process 1 serves a tiny classifier and a model whose package fails its self-check, so it
 stays unready. Prometheus (the `prometheus` binary, Debian's package) scrapes both every second on
 127.0.0.1 with the namespace and pod labels Kubernetes' pod discovery would add, and evaluates a copy
 of deploy/prometheus/edge-runtime.rules.yaml whose `for` durations and range windows are shortened
@@ -35,7 +35,7 @@ import yaml
 
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import build_manifest
-from tests.support.server_harness import Server, free_port, write_models_file
+from tests.support.server_harness import Server, end, free_port, write_models_file
 from tests.test_grafana_dashboard import DASHBOARDS, LABEL_VALUES, VARIABLE, panels
 from tests.test_scaling import queries as scaler_queries
 from tests.test_scaling import selectors
@@ -142,13 +142,7 @@ class Prometheus:
 
     def stop(self) -> None:
         self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        end(self.proc)
         self._log.close()
 
 
@@ -177,6 +171,8 @@ def corrupt(source: Path, out: Path) -> Path:
 
 @dataclass
 class Site:
+    """The two servers, their models files and packages, Prometheus, and what the drill saw."""
+
     servers: tuple[Server, Server]
     models: tuple[Path, Path]  # each server's models.yaml
     packages: dict[str, Path]
@@ -212,8 +208,7 @@ def site(minilm_package: Path, fixture_package: Callable[..., Path],
     cls_b = build_fixture("sequence-classification", root / "cls-b", seed=1)
     packages = {"cls-a": cls_a, "cls-b": cls_b, "cls-corrupt": corrupt(cls_a, root / "cls-corrupt"),
                 "emb-bad": failing_self_check(fixture_package("embedding"), root / "emb-bad")}
-    models = (write_models_file(root / "models-0.yaml", [entry("emb", minilm_package, variant="fp32",
-                                                               max_queue=64)]),
+    models = (write_models_file(root / "models-0.yaml", [entry("emb", minilm_package, max_queue=64)]),
               write_models_file(root / "models-1.yaml", [entry("cls", cls_a), entry("emb-bad", packages["emb-bad"])]))
     flags = ("--update-watch-seconds", "0")
     servers = (Server(models[0], *flags), Server(models[1], *flags))
@@ -223,8 +218,8 @@ def site(minilm_package: Path, fixture_package: Callable[..., Path],
         servers[1].wait(("degraded",))
         home = root / "prometheus"
         home.mkdir()
-        prometheus = Prometheus(home, [(s.url.removeprefix("http://"), pod) for s, pod in zip(servers, PODS,
-                                                                                               strict=True)])
+        targets = [(server.url.removeprefix("http://"), pod) for server, pod in zip(servers, PODS, strict=True)]
+        prometheus = Prometheus(home, targets)
         prometheus.wait()
         site = Site(servers, models, packages, prometheus)
         yield site

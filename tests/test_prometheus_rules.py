@@ -55,7 +55,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 # -- promtool ------------------------------------------------------------------------------------------
 
 @needs_promtool
-def test_promtool_checks_the_rules_and_the_prometheus_rule_holds_the_same() -> None:
+def test_promtool_checks_the_rules() -> None:
     done = promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(rules())} rules found" in done.stdout
