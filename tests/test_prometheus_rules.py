@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from edge_runtime.metrics import ROLLBACK_REASONS, SWAP_RESULTS, Metrics
 from edge_runtime.updates import memory
+from tests.support.manifests import manifest_targets, validate
 from tests.support.scripts import load_script
-from tests.test_scaling import manifest_targets, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "edge-runtime.rules.yaml"
