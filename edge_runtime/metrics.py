@@ -105,8 +105,8 @@ class Metrics:
                                    registry=r)
         self.memory_limit = Gauge(f"{PREFIX}_memory_limit_bytes", "Memory the process may use in all: the "
                                   "cgroup v2 memory.max under a limit, else MemTotal.", registry=r)
-        # Read from the runtime at scrape time (watch_runtime): /health/live's answer, and the served
-        # names whose version failed to load, by why.
+        # Read from the runtime at each scrape once watch_runtime is called, as edge_runtime_ready is
+        # then and edge_runtime_model_failed always (_FailedModels).
         self.live = Gauge(f"{PREFIX}_live", "1 while /health/live answers alive, 0 while a forward has run "
                           "past --forward-timeout-seconds or a model's worker thread is gone.", registry=r)
         self.agreement = Gauge(f"{PREFIX}_model_agreement", "The last agreement report per model (a new version "

@@ -57,7 +57,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     runtime = runtime or Runtime(config, metrics)
     runtime.metrics = metrics
     metrics.watch_prep_queue(runtime.work)
-    metrics.watch_runtime(runtime)  # edge_runtime_live, edge_runtime_model_failed
+    metrics.watch_runtime(runtime)  # edge_runtime_ready, _live and _model_failed read at each scrape
     app = Sanic(f"edge_runtime_{next(_app_ids)}")
     app.config.MOTD = False
     app.config.ACCESS_LOG = False
