@@ -41,10 +41,10 @@ from edge_runtime.families.decision3.vision import (
     expand_ids,
     image_row,
 )
-from edge_runtime.families.decision_vision.processor import Patches, ProcessorSettings
-from edge_runtime.families.decision_vision.vision_lm import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.questions import Question, parse_question
+from edge_runtime.vision_lm.grid import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
+from edge_runtime.vision_lm.processor import Patches, ProcessorSettings
 
 PROCESSOR_TYPES = ("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast")
 GOLDEN_STATE = "Describe the attached image."

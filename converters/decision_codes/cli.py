@@ -13,7 +13,7 @@ from converters.errors import ConversionError
 from converters.export import (
     ExportResult,
 )
-from edge_runtime.families.decision_codes.family import (
+from edge_runtime.families.codes_prompt import (
     ATTENTION_MODES,
 )
 

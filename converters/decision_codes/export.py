@@ -51,16 +51,16 @@ from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.code_options import SYSTEM
-from edge_runtime.families.decision_codes.family import (
+from edge_runtime.families.codes_prompt import (
     ATTENTION_MODES,
     CONFIG_FORMAT,
     PROMPT,
-    QUESTION_TYPES,
     READOUT,
     READOUT_BIAS,
     CodesPrompt,
     check_config,
 )
+from edge_runtime.families.decision_codes.family import QUESTION_TYPES
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest, file_sha256
 

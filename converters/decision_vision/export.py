@@ -10,7 +10,7 @@ graphs with the TorchScript tracer at opset 18:
   ``position_ids`` (M-RoPE, [3, B, q]), ``past_key_values.{i}.key|value`` (and
   ``deepstack_embeds``) in, ``last_hidden_state`` and ``present.{i}.*`` out;
 
-with everything grid-shaped computed by the server in numpy (edge_runtime.families.decision_vision.vision_lm). The
+with everything grid-shaped computed by the server in numpy (edge_runtime.vision_lm.grid). The
 token table goes beside them as ``embeddings.npy`` (float32, memory-mapped by the server); the
 readout is the LM-head rows of the code tokens in head.npz, as decision-codes extracts it.
 
@@ -56,10 +56,11 @@ from converters.package_writer import card_start
 from converters.progress import Step, log
 from converters.source import resolve_source
 from edge_runtime.families.code_options import SYSTEM
-from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, READOUT, check_config
+from edge_runtime.families.codes_prompt import CONFIG_FORMAT, PROMPT, READOUT, check_config
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
-from edge_runtime.families.decision_vision.family import BOX_READOUT, VISION_GOLDEN
+from edge_runtime.families.decision_vision.box_reader import BOX_READOUT
 from edge_runtime.packages.golden import npz_bytes
+from edge_runtime.vision_lm.golden import VISION_GOLDEN
 
 KIND = "decision-vision"
 OPSET = 18
@@ -190,7 +191,7 @@ def export_vision_core(visual: Any, vcfg: Any, path: Path) -> dict[str, Any]:
     deepstack) to ``path`` (TorchScript, opset 18); returns its shapes as the card records them."""
     import torch
 
-    from edge_runtime.families.decision_vision.vision_lm import position_taps, rowcol
+    from edge_runtime.vision_lm.grid import position_taps, rowcol
 
     deepstack = len(vcfg.deepstack_visual_indexes)
     n = 16  # a 4x4 patch grid; nothing in the graph depends on it
@@ -283,7 +284,7 @@ def _processor_settings(src: Path, opts: DecisionVisionOptions, vcfg: Any) -> tu
     """The slow Qwen2VLImageProcessor of the source and its settings as the card records them."""
     from transformers import Qwen2VLImageProcessor
 
-    from edge_runtime.families.decision_vision.processor import ProcessorSettings
+    from edge_runtime.vision_lm.processor import ProcessorSettings
 
     path = src / "preprocessor_config.json"
     if not path.is_file():
@@ -414,7 +415,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
             "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
         }
         with Step("checking the server's path against Transformers (images, video, state-once)") as s:
-            from edge_runtime.families.decision_vision.family import VisionPlanner
+            from edge_runtime.families.decision_vision.planner import VisionPlanner
 
             planner = VisionPlanner.from_parts(tok, config, limits, np.load(work / "onnx" / "embeddings.npy",
                                                                           mmap_mode="r"), readout, box_readout)
@@ -485,7 +486,7 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
 def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
     """The vision core's golden case (a 6x10 grid), which the family checks when it warms up."""
     from edge_runtime.engine.session import create_session
-    from edge_runtime.families.decision_vision.vision_lm import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
+    from edge_runtime.vision_lm.grid import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
 
     session = create_session(vision_graph, "cpu", 1)
     patches = planner.processor.image(verify_image(96, 160, 21), planner.image_max_pixels)
@@ -499,7 +500,7 @@ def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
 def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """Golden cases of the text core (the session the runtime self-checks): two seeded inputs."""
     from edge_runtime.engine.session import create_session
-    from edge_runtime.families.decision_vision.vision_lm import causal_bias
+    from edge_runtime.families.decision_vision.forward import causal_bias
 
     session = create_session(text_graph, "cpu", 1)
     recorded = []

@@ -17,11 +17,11 @@ over ``max_input_tokens`` fails its question with ``max_length_exceeded``.
 Images (packages with a vision core, card modality ``image``): the request's ``images`` (data URLs) and the
 assets its state uses (each use one more image after ``images``, named ``[image k]`` in the state) go through
 the shared media intake (edge_runtime.media: the card's image_max_bytes and image_source_max_pixels, the same
-reasons as decision-vision), are resized and patched by decision-vision's processor within image_max_pixels,
-and are shared by every question of the entry: each prompt holds one placeholder per image in front of the user
-text (§3.6), counted as the image's tokens against ``max_input_tokens``. An asset used in a question is refused
-(question_images_unsupported: images sit in the state only). The vision core runs in the forward
-(vision.py, ImageForward). Image rows batch as text rows do (noncausal: whole rows, right-padded; causal: the
+reasons as decision-vision), are resized and patched by the Qwen-VL processor (edge_runtime.vision_lm) within
+image_max_pixels, and are shared by every question of the entry: each prompt holds one placeholder per image in
+front of the user text (§3.6), counted as the image's tokens against ``max_input_tokens``. An asset used in a
+question is refused (question_images_unsupported: images sit in the state only). The vision core runs in the
+forward (vision.py, ImageForward). Image rows batch as text rows do (noncausal: whole rows, right-padded; causal: the
 images sit in the shared prefix, which runs once).
 
 Videos (card modality ``video``): the request's ``videos`` go through the shared video intake (the card's
@@ -54,7 +54,6 @@ from edge_runtime.families.decision3.prompt import (
     refusal,
 )
 from edge_runtime.families.decision3.vision import (
-    VISION_GRAPH,
     ImageBranchRow,
     ImageForward,
     ImageRow,
@@ -71,7 +70,6 @@ from edge_runtime.families.decision_plan import (
     plan_entries,
     question_images_refusal,
 )
-from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.media.assets import Assets, check_all_used, parse_assets, state_with_assets
 from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
@@ -80,18 +78,17 @@ from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer
 from edge_runtime.questions import refusal as type_refusal
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
+from edge_runtime.vision_lm.golden import VISION_GOLDEN, VISION_GRAPH, vision_golden
+from edge_runtime.vision_lm.processor import ImageProcessor, Patches
 
 CONFIG_FORMAT = "decision3-config/1"
 QUESTION_TYPES = ("choice", "noul", "score")
 READOUT = "readout"  # head.npz: float32 [255, hidden]
 EMBEDDINGS = "embeddings.npy"
-VISION_GOLDEN = "vision_check.npz"  # the vision core's recorded case, as decision-vision records it
 
 
 def graphs(package: Package) -> list[Graph]:
     """The vision core beside the text core, where the package has one (self-checked on its golden case)."""
-    from edge_runtime.families.decision_vision.family import vision_golden
-
     if VISION_GRAPH not in package.files:
         return []
     return [Graph("vision", VISION_GRAPH, vision_golden if VISION_GOLDEN in package.files else None)]
