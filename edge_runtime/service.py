@@ -101,6 +101,8 @@ async def serve(
     if runtime.metrics is not None and plan.input_tokens:
         runtime.metrics.input_tokens.labels(model.name).inc(plan.input_tokens)
     out: dict[str, Any] = {"model": model.name, **answer}
+    if plan.usage is not None:
+        out["usage"] = plan.usage
     if request.options.return_meta:
         out["meta"] = model.meta(timing, plan.extras)
     return out

@@ -42,7 +42,6 @@ import numpy as np
 
 from edge_runtime.engine.causal import CausalRow, branch_row, causal_row
 from edge_runtime.engine.recurrent import CAUSAL, NONCAUSAL, RecurrentForward
-from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Graph, open_graphs
 from edge_runtime.families.decision3 import video as vid
 from edge_runtime.families.decision3.prompt import (
@@ -60,18 +59,9 @@ from edge_runtime.families.decision3.vision import (
     VisionCore,
     processor_settings,
 )
-from edge_runtime.families.decision_plan import (
-    DecisionFamily,
-    DecisionPlan,
-    Entry,
-    Slot,
-    answered_types,
-    assemble,
-    plan_entries,
-    question_images_refusal,
-)
+from edge_runtime.families.decision_plan import DecisionFamily, DecisionPlan, Entry, Slot, answered_types, plan_entries
+from edge_runtime.families.state_assets import StateAssets
 from edge_runtime.heads.decisions import code_probabilities
-from edge_runtime.media.assets import Assets, check_all_used, parse_assets, state_with_assets
 from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
 from edge_runtime.media.video import VideoLimits, check_video_tokens
 from edge_runtime.packages import Package
@@ -218,37 +208,28 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Decode the images, render and tokenize every answerable question; decide the others' answers now."""
         cap = self.budget(request)
-        assets = None
-        if request.assets and "image" in self.modalities:
-            assets = parse_assets(request.assets, self.image_limits.max_bytes)
-        used: list[str] = []
-
-        def plan_entry(name: str | None, entry: DecisionState, rows: list[Any]) -> tuple[Entry | None, ApiError | None]:
-            try:  # images are decoded while planning: a refused one refuses its entry
-                return self._plan_entry(name, entry, cap, rows, assets, used)
-            except ApiError as e:
-                return None, e
-
-        return plan_entries(request, self.name, self.modalities, plan_entry,
-                            last_check=None if assets is None else lambda: check_all_used(assets, used))
+        assets = StateAssets(request, self.image_limits.max_bytes if "image" in self.modalities else None)
+        return plan_entries(request, self.name, self.modalities,
+                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows, assets),
+                            last_check=assets.check_all_used)
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[Any],
-                    assets: Assets | None = None, used: list[str] | None = None) -> tuple[Entry, ApiError | None]:
+                    assets: StateAssets) -> Entry:
         planned = Entry(name, [], temperature=self.temperature)
-        state, state_uses = state_with_assets(entry.state, len(entry.images), assets, used)
+        state, state_uses = assets.state(entry)
         answerable: list[Slot] = []
         for q in entry.questions:
             refused: InvalidQuestion | None = None
             if isinstance(q, Question):
                 refused = (type_refusal(q, self.name, self.question_types) or refusal(q, len(self.prompt.codes))
-                           or (question_images_refusal(self.name, q, assets, used) if assets is not None else None))
+                           or assets.question_refusal(self.name, q))
             slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
                 answerable.append(slot)
         if not answerable:
-            return planned, None
-        images = self._images(entry, [assets.images[r] for r in state_uses] if assets is not None else [])
+            return planned
+        images = self._images(entry, assets.images(state_uses))
         clips = self._videos(entry)
         m = self.processor.s.merge_size if images or clips else 1
         tokens = [(p.grid_h // m) * (p.grid_w // m) for p in images]
@@ -265,7 +246,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
             else:
                 slot.answer = got
         if not run:
-            return planned, None
+            return planned
         ids = [s.ids or [] for s in run]
         extra = sum(tokens) - len(tokens)  # each placeholder is its image's tokens (videos come expanded)
         shared = common_prefix(ids) if self.state_once and len(run) > 1 else 0
@@ -285,7 +266,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
                 slot.row = len(rows)
                 rows.append(ImageRow(tuple(r), tuple(images), pairs) if images or clips else causal_row(r))
             planned.tokens = sum(len(r) + extra for r in ids)
-        return planned, None
+        return planned
 
     def _images(self, entry: DecisionState, asset_images: Sequence[bytes]) -> list[Patches]:
         """The entry's images (then the assets its state uses, one image per use), decoded through the media
@@ -335,11 +316,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch."""
-        return assemble(plan, outputs, self.name, self._read)
-
-    def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
+    def read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
         hidden = output if slot.branch is None else output[slot.branch]
         return answer(q, self.probabilities(hidden, len(q.options)))
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
-from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.errors import ApiError
 from edge_runtime.families.code_options import describe, keyed_text
 from edge_runtime.families.codes_prompt import READOUT, READOUT_BIAS, CodesPrompt
 from edge_runtime.families.decision_plan import (
@@ -43,7 +43,6 @@ from edge_runtime.families.decision_plan import (
     Entry,
     Slot,
     answered_types,
-    assemble,
     plan_entries,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
@@ -156,7 +155,7 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
                        f"this model reads per question{hint}")
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int,
-                    rows: list[CausalRow | BranchRow]) -> tuple[Entry, ApiError | None]:
+                    rows: list[CausalRow | BranchRow]) -> Entry:
         planned = Entry(name, [])
         answerable: list[Slot] = []
         for q in entry.questions:
@@ -168,7 +167,7 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
         planned.temperature = select_temperature(
             self.config, sum(1 for q in entry.valid if q.type in COUNTED_TYPES))
         if not answerable:
-            return planned, None
+            return planned
         # header-v1 holds for text-only requests without Box or track questions (the contract)
         header = self.prompt.header and not any(q.type in ("box", "track") for q in entry.valid)
         listed = [s.question for s in answerable] if header else None
@@ -189,12 +188,12 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
             else:
                 run.extend(reads)
         if not run:
-            return planned, None
+            return planned
         assert state_ids is not None
         if self.state_once:
             total = len(state_ids) + sum(len(s.ids or ()) for s in run)
             if total > self.max_request_tokens:
-                return planned, ApiError(
+                raise ApiError(
                     "invalid_request",
                     f"the state once and every question take {total} tokens, more than the model's "
                     f"max_request_tokens {self.max_request_tokens}",
@@ -208,19 +207,11 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
                 slot.row = len(rows)
                 rows.append(causal_row([*state_ids, *slot.ids]))  # type: ignore[misc]
                 planned.tokens += len(state_ids) + len(slot.ids or ())
-        return planned, None
+        return planned
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
-
-        ``outputs`` holds one hidden state per CausalRow (``[hidden]``) or ``[branches, hidden]``
-        per BranchRow, in row order, or one ItemError for the whole job (a deadline).
-        """
-        return assemble(plan, outputs, self.name, self._read)
-
-    def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
+    def read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
         """A question's answer from its row's hidden state (its branch's, state-once); a Set label's Noul too."""
         hidden = output if slot.branch is None else output[slot.branch]
         return answer(q, self.probabilities(hidden, len(q.options), entry.temperature))

@@ -32,19 +32,10 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.errors import ApiError
 from edge_runtime.families.base import Graph, open_graphs
 from edge_runtime.families.codes_prompt import READOUT
-from edge_runtime.families.decision_plan import (
-    DecisionFamily,
-    DecisionPlan,
-    Entry,
-    Slot,
-    answered_types,
-    assemble,
-    plan_entries,
-    question_images_refusal,
-)
+from edge_runtime.families.decision_plan import DecisionFamily, DecisionPlan, Entry, Slot, answered_types, plan_entries
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
 from edge_runtime.families.decision_vision.box_reader import BOX_READOUT
 from edge_runtime.families.decision_vision.forward import (
@@ -55,8 +46,9 @@ from edge_runtime.families.decision_vision.forward import (
     vision_row,
 )
 from edge_runtime.families.decision_vision.planner import StateTooLong, VisionPlanner
+from edge_runtime.families.state_assets import StateAssets
 from edge_runtime.heads.decisions import select_temperature
-from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in, state_with_assets
+from edge_runtime.media.assets import replace_in
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
 from edge_runtime.questions.track import track_answer
@@ -140,38 +132,28 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Decode media, render and tokenize every answerable question; decide the others now."""
         cap = self.budget(request)
-        assets = None
-        if request.assets and "image" in self.modalities:
-            assets = parse_assets(request.assets, self.planner.image_limits.max_bytes)
-        used: list[str] = []
-
-        def plan_entry(name: str | None, entry: DecisionState, rows: list[Any]) -> tuple[Entry | None, ApiError | None]:
-            try:  # media are decoded while planning: a refused one refuses its entry
-                return self._plan_entry(name, entry, cap, rows, assets, used), None
-            except ApiError as e:
-                return None, e
-
-        return plan_entries(request, self.name, self.modalities, plan_entry,
-                            last_check=None if assets is None else lambda: check_all_used(assets, used))
+        assets = StateAssets(request, self.planner.image_limits.max_bytes if "image" in self.modalities else None)
+        return plan_entries(request, self.name, self.modalities,
+                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows, assets),
+                            last_check=assets.check_all_used)
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow],
-                    assets: Assets | None = None, used: list[str] | None = None) -> Entry:
+                    assets: StateAssets) -> Entry:
         planned = Entry(name, [])
         answerable: list[Slot] = []
-        state, state_uses = state_with_assets(entry.state, len(entry.images), assets, used)
+        state, state_uses = assets.state(entry)
         targeted: set[str] = set()
         for q in entry.questions:
             refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
-            if (refused is None and assets is not None and isinstance(q, Question) and q.type == "box"
-                    and q.at is None):
-                aimed = self._box_asset_target(q, assets, state_uses, len(entry.images), used)
+            if refused is None and isinstance(q, Question) and q.type == "box" and q.at is None:
+                aimed = self._box_asset_target(q, assets, state_uses, len(entry.images))
                 if isinstance(aimed, InvalidQuestion):
                     refused = aimed
                 elif aimed is not None:
                     q = aimed
                     targeted.add(q.id)
-            if refused is None and assets is not None and isinstance(q, Question) and q.id not in targeted:
-                refused = question_images_refusal(self.name, q, assets, used)
+            if refused is None and isinstance(q, Question) and q.id not in targeted:
+                refused = assets.question_refusal(self.name, q)
             slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
@@ -185,7 +167,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
         answerable = [s for s in answerable if isinstance(s.question, Question)]
         if not answerable:
             return planned
-        images, videos = self.planner.read_media(entry, [assets.images[r] for r in state_uses] if assets else [])
+        images, videos = self.planner.read_media(entry, assets.images(state_uses))
         try:
             state_ids, blocks = self.planner.state_with_media(state, images, videos, cap)
         except StateTooLong:
@@ -249,7 +231,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
             assert box is not None
             slot.row = row
             # where its trees and its visible branches start, and how many moments (at k / rate)
-            slot.ids = [len(trees), len(branches), len(times)]
+            slot.reading = (len(trees), len(branches), len(times))
             trees.extend(box.branch(ids, temperature) for ids in tree_ids)
             branches.extend(noul_ids)
             total += sum(box.tokens(ids) for ids in tree_ids) + sum(len(ids) for ids in noul_ids)
@@ -303,15 +285,16 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                                    f"this question has {len(q.options)}")
         return refused
 
-    def _box_asset_target(self, q: Question, assets: Assets, state_uses: list[str], images: int,
-                          used: list[str] | None) -> Question | InvalidQuestion | None:
+    def _box_asset_target(self, q: Question, assets: StateAssets, state_uses: list[str],
+                          images: int) -> Question | InvalidQuestion | None:
         """A box whose instructions reference an image reads that image (the contract), which must be
         in the state (image_placements: state): the reference becomes the state's ``[image k]``."""
-        refs = assets.used_in(q.instructions)
+        if assets.assets is None:
+            return None
+        refs = assets.assets.used_in(q.instructions)
         if not refs:
             return None
-        if used is not None:
-            used.extend(refs)
+        assets.used.extend(refs)
         if len(set(refs)) > 1:
             return InvalidQuestion(q.id, q.type, "box_target_ambiguous",
                                    f"the instructions reference {len(set(refs))} images; a box reads one")
@@ -320,7 +303,8 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                                    f"model {self.name!r} reads images in the state only; put the image the box "
                                    "question locates in the state")
         k = images + state_uses.index(refs[0]) + 1
-        return dataclasses.replace(q, instructions=replace_in(q.instructions, assets, lambda _: f"[image {k}]")[0])
+        return dataclasses.replace(q, instructions=replace_in(q.instructions, assets.assets,
+                                                              lambda _: f"[image {k}]")[0])
 
     def _too_long(self, q: Question, cap: int) -> dict[str, Any]:
         return failed_answer(q.type, "max_length_exceeded", "question_tokens",
@@ -329,11 +313,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
 
     # -- answers ----------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch."""
-        return assemble(plan, outputs, self.name, self._read)
-
-    def _read(self, q: Question, slot: Slot, entry: Entry, output: VisionOutput) -> dict[str, Any]:
+    def read(self, q: Question, slot: Slot, entry: Entry, output: VisionOutput) -> dict[str, Any]:
         if q.type == "track":
             return self._read_track(q, slot, output)
         assert slot.branch is not None
@@ -348,8 +328,8 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
     def _read_track(self, q: Question, slot: Slot, output: VisionOutput) -> dict[str, Any]:
         """Every moment's box (its tree) and visible (its Noul branch: P(true))."""
         box = self.planner.box
-        assert box is not None and slot.ids is not None
-        first_tree, first_branch, moments = slot.ids
+        assert box is not None and slot.reading is not None
+        first_tree, first_branch, moments = slot.reading
         times = [k / (q.rate or 1) for k in range(moments)]
         temperature = float(self.config.get("temperature", 1.0))
         points = []
