@@ -34,10 +34,11 @@ from tokenizers import Tokenizer
 from edge_runtime.families.code_options import (
     DEFAULT_INSTRUCTIONS,
     EMPTY_STATE,
-    NOUL_DEFAULTS,
     REPLY,
+    check_codes,
     describe,
     keyed_text,
+    option_texts,
 )
 from edge_runtime.questions import Question
 from edge_runtime.text.bounds import encode_plain
@@ -54,23 +55,11 @@ DEFAULT_SET_INSTRUCTIONS = "Which labels apply?"
 _CACHE_CHARS = 4096
 
 
-def option_texts(q: Question) -> list[str]:
-    """The question's options as listed under the codes, in request order."""
-    if q.type == "noul":
-        return [describe(o.description if o.description is not None else NOUL_DEFAULTS[o.key]) for o in q.options]
-    if q.type == "score":
-        return [describe(o.description) for o in q.options]
-    return [keyed_text(o) for o in q.options]
-
-
 def check_config(config: dict[str, Any]) -> None:
     """Raise ValueError when decision_config.json is not one this family reads."""
     if config.get("format") != CONFIG_FORMAT or config.get("prompt") != PROMPT:
         raise ValueError(f"decision_config.json must have format {CONFIG_FORMAT!r} and prompt {PROMPT!r}")
-    codes, ids = config.get("codes"), config.get("token_ids")
-    if (not isinstance(codes, list) or not isinstance(ids, list) or len(codes) != len(ids) or len(codes) < 2
-            or len(set(codes)) != len(codes) or not all(isinstance(c, str) and c for c in codes)):
-        raise ValueError("decision_config codes must be 2 or more distinct strings, one token id each")
+    check_codes(config)
     if config.get("attention_mode") not in ATTENTION_MODES:
         raise ValueError(f"attention_mode must be one of {list(ATTENTION_MODES)}")
     if config.get("prompt_layout") not in PROMPT_LAYOUTS:
@@ -187,4 +176,4 @@ class CodesPrompt:
 
 
 __all__ = ["ATTENTION_MODES", "CONFIG_FORMAT", "PROMPT", "PROMPT_LAYOUTS", "READOUT", "READOUT_BIAS", "CodesPrompt",
-           "check_config", "option_texts"]
+           "check_config"]

@@ -158,6 +158,13 @@ def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
     return None
 
 
+def input_limit(card: Card, setting: int | None) -> int:
+    """The tokens one row may read: the card's ``limits.max_input_tokens``, at most the models.yaml
+    entry's own ``max_input_tokens`` (``setting``)."""
+    limit = int(card.limits["max_input_tokens"])
+    return limit if setting is None else min(limit, int(setting))
+
+
 def answered_types(card: Card, family_types: Sequence[str]) -> tuple[str, ...]:
     """The question types a model answers: its card's ``question_types`` (all, when it lists none)
     that its family can answer."""
@@ -304,4 +311,4 @@ class DecisionFamily(Generic[ForwardT]):
 
 
 __all__ = ["SURFACE", "Add", "DecisionFamily", "DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types",
-           "assemble", "media_refusal", "plan_entries", "refused_entry", "usage_of"]
+           "assemble", "input_limit", "media_refusal", "plan_entries", "refused_entry", "usage_of"]

@@ -27,6 +27,7 @@ from edge_runtime.families.decision_plan import (
     Entry,
     Slot,
     answered_types,
+    input_limit,
     plan_entries,
 )
 from edge_runtime.packages import Package
@@ -85,9 +86,7 @@ class Decision2Family(DecisionFamily[Decision2Forward]):
         card = package.card
         self.name = name or card.name
         self.assets = Decision2Assets.from_package(package)
-        self.max_input_tokens = int(card.limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         if session is not None:

@@ -43,6 +43,7 @@ import numpy as np
 from edge_runtime.engine.causal import CausalRow, branch_row, causal_row
 from edge_runtime.engine.recurrent import CAUSAL, NONCAUSAL, RecurrentForward
 from edge_runtime.families.base import Graph, open_graphs
+from edge_runtime.families.code_options import check_codes
 from edge_runtime.families.decision3 import video as vid
 from edge_runtime.families.decision3.prompt import (
     IMAGE_TOKEN,
@@ -59,10 +60,18 @@ from edge_runtime.families.decision3.vision import (
     VisionCore,
     processor_settings,
 )
-from edge_runtime.families.decision_plan import DecisionFamily, DecisionPlan, Entry, Slot, answered_types, plan_entries
+from edge_runtime.families.decision_plan import (
+    DecisionFamily,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    input_limit,
+    plan_entries,
+)
 from edge_runtime.families.state_assets import StateAssets
 from edge_runtime.heads.decisions import code_probabilities
-from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
+from edge_runtime.media.image import ImageLimits
 from edge_runtime.media.video import VideoLimits, check_video_tokens
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer
@@ -88,10 +97,7 @@ def check_config(config: dict[str, Any]) -> None:
     """Raise ValueError when decision_config.json is not one this family reads."""
     if config.get("format") != CONFIG_FORMAT or config.get("prompt") != "d3":
         raise ValueError(f"decision_config.json must have format {CONFIG_FORMAT!r} and prompt 'd3'")
-    codes, ids = config.get("codes"), config.get("token_ids")
-    if (not isinstance(codes, list) or not isinstance(ids, list) or len(codes) != len(ids) or len(codes) < 2
-            or len(set(codes)) != len(codes) or not all(isinstance(c, str) and c for c in codes)):
-        raise ValueError("decision_config codes must be 2 or more distinct strings, one token id each")
+    check_codes(config)
     if config.get("attention_mode") not in (CAUSAL, NONCAUSAL):
         raise ValueError(f"attention_mode must be {CAUSAL} or {NONCAUSAL}")
     t = config.get("temperature")
@@ -125,9 +131,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
         self.state_once = self.attention_mode == CAUSAL
         self.batchable = not self.state_once  # a state-once row already batches its own questions
         self.temperature = float(config["temperature"])
-        self.max_input_tokens = int(card.limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         self._vocab = self.prompt.tokenizer.get_vocab_size()
@@ -273,7 +277,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
         intake and patched as the model reads them; MediaError (a 400 with its reason) refuses the entry."""
         if not entry.images and not asset_images:
             return []
-        return decode_images(entry.images, asset_images, self.image_limits, self._patches)
+        return self.processor.read_images(entry.images, asset_images, self.image_limits, self.image_max_pixels)
 
     def _videos(self, entry: DecisionState) -> list[list[vid.VideoPair]]:
         """The entry's videos, decoded through the shared intake and read as the d3 runtime reads them; a request
@@ -310,9 +314,6 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
             else:
                 out.append(int(t))
         return out
-
-    def _patches(self, image: Any) -> Patches:
-        return self.processor.image(upright_rgb(image), self.image_max_pixels)
 
     # -- answers ------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from edge_runtime.families.decision_plan import (
     Entry,
     Slot,
     answered_types,
+    input_limit,
     plan_entries,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
@@ -94,9 +95,7 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
         self.state_once = config["attention_mode"] == "prefix_causal"
         self.batchable = not self.state_once  # a state-once row already batches its own questions
         limits = card.limits
-        self.max_input_tokens = int(limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         validated = limits.get("validated_input_tokens")
         self.validated_input_tokens = None if validated is None else min(int(validated), self.max_input_tokens)
         request_cap = limits.get("max_request_tokens")

@@ -35,7 +35,15 @@ from tokenizers import Tokenizer
 from edge_runtime.errors import ApiError
 from edge_runtime.families.base import Graph, open_graphs
 from edge_runtime.families.codes_prompt import READOUT
-from edge_runtime.families.decision_plan import DecisionFamily, DecisionPlan, Entry, Slot, answered_types, plan_entries
+from edge_runtime.families.decision_plan import (
+    DecisionFamily,
+    DecisionPlan,
+    Entry,
+    Slot,
+    answered_types,
+    input_limit,
+    plan_entries,
+)
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
 from edge_runtime.families.decision_vision.box_reader import BOX_READOUT
 from edge_runtime.families.decision_vision.forward import (
@@ -87,9 +95,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                                      dict(card.limits), embeddings, weights[READOUT], weights.get(BOX_READOUT))
         self.config = config
         limits = card.limits
-        self.max_input_tokens = int(limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         self.max_request_tokens = int(limits.get("max_request_tokens", self.max_input_tokens))
         types = CODE_TYPES
         if self.planner.box is not None:

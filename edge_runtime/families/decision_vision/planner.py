@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from tokenizers import Tokenizer
 
 from edge_runtime.families.codes_prompt import CodesPrompt
 from edge_runtime.families.decision_vision.box_reader import BoxReader
 from edge_runtime.heads.decisions import code_probabilities
-from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
+from edge_runtime.media.image import ImageLimits
 from edge_runtime.media.video import VideoLimits, check_video_tokens, decode_video
 from edge_runtime.requests.decisions import DecisionState
 from edge_runtime.vision_lm.grid import Block
@@ -115,7 +114,7 @@ class VisionPlanner:
                    asset_images: Sequence[bytes] = ()) -> tuple[list[Patches], list[VideoClip]]:
         """The entry's images (then the assets its state uses, one image per use) and videos,
         decoded, checked and processed; ApiError with the reason."""
-        images = decode_images(entry.images, asset_images, self.image_limits, self._patches)
+        images = self.processor.read_images(entry.images, asset_images, self.image_limits, self.image_max_pixels)
         videos = []
         used = 0
         # the fewest tokens a pair's timestamp takes: a clip refused on this bound is refused undecoded
@@ -136,10 +135,6 @@ class VisionPlanner:
             check_video_tokens(self.video_max_tokens, used)
             videos.append(clip)
         return images, videos
-
-    def _patches(self, image: Image.Image) -> Patches:
-        """A decoded image as the model reads it: upright, RGB, resized to image_max_pixels."""
-        return self.processor.image(upright_rgb(image), self.image_max_pixels)
 
 
 __all__ = ["StateTooLong", "VisionPlanner"]
