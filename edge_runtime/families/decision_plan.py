@@ -32,12 +32,13 @@ from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoV
 class Slot:
     """One question of one entry: a row (and branch) to read, or an answer decided in place.
 
-    ``row`` indexes the outputs the family reads (one per engine row; vela2: one per row of questions,
-    its windows combined). ``branch`` is the question's branch of a state-once row, ``ids`` its
+    ``row`` indexes the engine rows' outputs (vela2: its row's first window, where the windows'
+    combined output is read). ``branch`` is the question's branch of a state-once row, ``ids`` its
     question tokens while it is planned, ``reading`` what the family reads the answer with beside the
-    output (decision2: the row's prompt; a track: where its trees and branches start); families that
-    need none leave them None. ``labels`` are a Set's label slots, one Noul question each: a Set with
-    labels has no row of its own, and is answered from theirs.
+    output (decision2: the row's prompt; a track: where its trees and branches start; vela2: the
+    engine question and its row); families that need none leave them None. ``labels`` are a Set's
+    label slots, one Noul question each: a Set with labels has no row of its own, and is answered from
+    theirs.
     """
 
     question: Question | InvalidQuestion
@@ -66,7 +67,7 @@ class Entry:
     @property
     def usage(self) -> dict[str, Any]:
         """The tokens this state's questions read; ``tokens_lower_bound`` when it was read only in part."""
-        return usage_of(self.tokens, self.tokens_lower_bound)
+        return _usage(self.tokens, self.tokens_lower_bound)
 
 
 @dataclass
@@ -85,10 +86,10 @@ class DecisionPlan:
     @property
     def usage(self) -> dict[str, Any]:
         """The request's usage, the service's to add: every entry's tokens."""
-        return usage_of(self.input_tokens, any(e.tokens_lower_bound for e in self.entries))
+        return _usage(self.input_tokens, any(e.tokens_lower_bound for e in self.entries))
 
 
-def usage_of(tokens: int, lower_bound: bool) -> dict[str, Any]:
+def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
     """``{input_tokens, output_tokens: 0}``, with ``tokens_lower_bound`` when a state was read in part."""
     out: dict[str, Any] = {"input_tokens": tokens, "output_tokens": 0}
     if lower_bound:
@@ -311,4 +312,4 @@ class DecisionFamily(Generic[ForwardT]):
 
 
 __all__ = ["SURFACE", "Add", "DecisionFamily", "DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types",
-           "assemble", "input_limit", "media_refusal", "plan_entries", "refused_entry", "usage_of"]
+           "assemble", "input_limit", "media_refusal", "plan_entries", "refused_entry"]

@@ -29,7 +29,7 @@ class BoxReader:
     """Box questions as Qwen3-VL writes boxes: ``{"bbox_2d": [x1, y1, x2, y2]}`` on the 0..1000 grid.
 
     The question part is ``Question:\n<instructions>\n\n<BOX_REPLY>``, the chat markup, then the
-    forced ``{"bbox_2d": [``; each edge is one forward of the digit tree (heads.box_grid) whose
+    forced ``{"bbox_2d": [``; each edge is one forward of the digit tree (box_grid.py) whose
     terminator is the separator's first token (the end's for the last edge). The picked edge's
     digits and the separator are committed before the next edge; right >= left, bottom >= top.
     """
