@@ -1,5 +1,5 @@
 """`python -m bench all | embeddings | overhead | longinput | decisions | sparrow | vela2 | decision-vision |
-decision3 | decision-codes | memory | scaling [--threads 2] [--rounds 7] [--record]`, `python -m bench swap
+decision3 | decision-codes | memory | managed | scaling [--threads 2] [--rounds 7] [--record]`, `python -m bench swap
 [--seconds S] [--rate R] [--soak N] [--record]` (bench/swap.py: its own options), and `python -m bench gpu
 [--device cuda|cpu] [--record]` (bench/gpu.py: MiniLM's batching modes against PyTorch on one device).
 
@@ -7,7 +7,8 @@ decision3 | decision-codes | memory | scaling [--threads 2] [--rounds 7] [--reco
 shape against PyTorch), `decision-vision` (image and video requests at Qwen3-VL-2B's shape
 against Transformers) and `decision3` (a Decision 3.0 package at d3-edge's shape against Transformers 5);
 `vela2`, `decision-vision` and `decision3` alone need none of the default packages. `scaling`
-(intra-op spinning's cost, and the autoscaling target with its pending-jobs trace) runs only by name."""
+(intra-op spinning's cost, and the autoscaling target with its pending-jobs trace) runs only by name.
+`managed` times repeated and new calls over the Router's socket and over TCP (the result cache)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ from bench import (
     decisions,
     embeddings,
     longinput,
+    managed,
     memory,
     overhead,
     scaling,
     vela2,
 )
-from bench.lab import PACKAGE_NAME, Lab, Settings
-from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
+from bench.harness.lab import PACKAGE_NAME, Lab, Settings
+from bench.harness.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, record, render_run
 
 CONVERT_TIMEOUT_S = 900
 
@@ -55,6 +57,7 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "decision3": decision3.run,
     "decision-codes": decision_codes.run,
     "memory": memory.run,
+    "managed": managed.run,
     "scaling": scaling.run,
 }
 #: Comparisons another one already runs (so `all` leaves them out).
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ([n for n in COMPARISONS if n not in INCLUDED | BY_NAME_ONLY] if args.comparison == "all"
              else [args.comparison])
     needs_minilm = bool(set(names) - STANDALONE)
-    needs_sparrow = {"decisions", "memory", "longinput"} & set(names)
+    needs_sparrow = {"decisions", "memory", "longinput", "managed"} & set(names)
     defaults = ([settings.package] if needs_minilm else []) + \
         ([settings.packages / decisions.PACKAGE] if needs_sparrow else [])
     if not all((p / "card.json").is_file() for p in defaults) and not convert_defaults(args.packages):

@@ -41,15 +41,14 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from bench.decision_codes import HttpDecider, fit_words
-from bench.decision_vision import OneByOne
-from bench.decisions import max_abs_diff, response_probabilities
-from bench.lab import Lab
-from bench.report import Table, fmt_ms, fmt_ratio
-from bench.runners import Command, WorkerProcess, bench_main, build_in_subprocess, interleaved_rounds
-from bench.server import ServerProcess, parse_proc_status
-from bench.stats import Summary, ratio, summarize
-from bench.texts import sentences
+from bench.harness.answers import max_abs_diff, response_probabilities
+from bench.harness.clients import HttpDecider, OneByOne
+from bench.harness.lab import Lab
+from bench.harness.report import Table, fmt_ms, fmt_ratio
+from bench.harness.runners import Command, WorkerProcess, bench_main, build_in_subprocess, interleaved_rounds
+from bench.harness.server import ServerProcess, parse_proc_status
+from bench.harness.stats import Summary, ratio, summarize
+from bench.harness.texts import fit_words, sentences
 
 LIN, FULL = "linear_attention", "full_attention"
 #: d3-edge's layers (see the module docstring): 16 of d3-lite's 24, irregular, 13 GDN and 3 full attention.

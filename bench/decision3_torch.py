@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.runners import Answer, serve_worker, stay_offline
+from bench.harness.runners import Answer, serve_worker, stay_offline
 
 
 def load(source: Path, package: Path, threads: int) -> Answer:

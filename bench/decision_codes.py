@@ -36,49 +36,48 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench import decision_codes_prefix
-from bench.decisions import JsonClient, max_abs_diff, response_probabilities
-from bench.lab import Lab
-from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import (
+from bench.decision_codes_build import (
+    CACHE_DIR,
+    INT8,
+    INT8_FILE,
+    MEMORY_MARGIN_BYTES,
+    PACKAGES,
+    QWEN3_0_6B,
+    RUN_MEMORY_PER_WEIGHT_BYTE,
+    SOURCE,
+    Shape,
+    build_arguments,
+    build_main,
+    ensure_build,
+    mem_available,
+    token_rows,
+)
+from bench.harness.answers import max_abs_diff, response_probabilities
+from bench.harness.clients import HttpDecider
+from bench.harness.lab import Lab
+from bench.harness.report import Table, fmt_ms, fmt_ratio
+from bench.harness.runners import (
     Command,
     WorkerProcess,
     bench_main,
     interleaved_rounds,
-    offline_env,
     serve_worker,
     torch_command,
 )
-from bench.server import ServerProcess
-from bench.stats import Summary, ratio, summarize, timed
-from bench.texts import sentences
+from bench.harness.server import ServerProcess
+from bench.harness.stats import Summary, ratio, summarize
+from bench.harness.texts import fit_words, sentences
 
-CACHE_DIR = ROOT / ".cache" / "bench-decision-codes"
-SEED = 0
-#: How the build directory is laid out.
-SOURCE = "source"
-PACKAGES = {"causal": "causal", "prefix_causal": "state-once"}
-#: The state-once package is also quantized: the issue's targets are for the exact int8 backbone.
-INT8 = "int8"
-INT8_FILE = "model.int8.onnx"
-BUILD_FILE = "build.json"
-BUILD_TIMEOUT_S = 1200
-#: Peak memory of the build per backbone byte (fp32 weights): the torch model, its ONNX export and the
-#: verification's ORT session are alive together (measured 9.8 GB peak RSS at 28 layers, 1.77 GB).
-BUILD_MEMORY_PER_WEIGHT_BYTE = 6.0
-#: The run's processes hold about a copy of the weights each: two servers, the engine worker, torch.
-RUN_MEMORY_PER_WEIGHT_BYTE = 5.0
-MEMORY_MARGIN_BYTES = 2 * 1024**3
 SERVER_READY_TIMEOUT_S = 600.0
 
 STATE_TOKENS = 200      # tokens of the state's text (and of the engine-level prefix)
@@ -92,203 +91,6 @@ SETTLE_S = 0.5
 TARGET_ONE_VS_TORCH = 2.0
 TARGET_EIGHT_VS_CAUSAL = 4.0
 TARGET_EIGHT_VS_TORCH = 8.0
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The backbone's shape (Qwen3Config fields)."""
-
-    hidden_size: int = 1024
-    num_hidden_layers: int = 28
-    num_attention_heads: int = 16
-    num_key_value_heads: int = 8
-    head_dim: int = 128
-    intermediate_size: int = 3072
-
-    def backbone_parameters(self) -> int:
-        """Parameters of the decoder layers (attention, MLP, norms), the embedding excluded."""
-        h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
-        attention = h * q + 2 * h * kv + q * h + 2 * self.head_dim  # q, k, v, o and the q/k norms
-        mlp = 3 * h * self.intermediate_size
-        return self.num_hidden_layers * (attention + mlp + 2 * h)
-
-
-QWEN3_0_6B = Shape()
-#: Layers to build: all of Qwen3-0.6B's unless memory does not allow (see ensure_build).
-LAYERS = QWEN3_0_6B.num_hidden_layers
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo's fields in bytes (the file gives kB)."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        fields = value.split()
-        if sep and fields and fields[0].isdigit():
-            out[key.strip()] = int(fields[0]) * (1024 if len(fields) > 1 and fields[1] == "kB" else 1)
-    return out
-
-
-def layers_that_fit(available: int, shape: Shape, per_weight_byte: float, margin: int = MEMORY_MARGIN_BYTES) -> int:
-    """The most decoder layers (at most the shape's) whose fp32 weights, times ``per_weight_byte``,
-    fit in ``available`` bytes after ``margin``; 0 when not even one does."""
-    per_layer = 4 * shape.backbone_parameters() / shape.num_hidden_layers
-    budget = available - margin
-    if budget <= 0:
-        return 0
-    return int(min(shape.num_hidden_layers, budget // (per_layer * per_weight_byte)))
-
-
-def fit_words(count: Callable[[str], int], words: Sequence[str], target: int) -> str:
-    """The prefix of ``words`` (joined by spaces) whose ``count`` is closest to ``target``.
-
-    ``count`` must not decrease as words are added (a token count does not); binary search finds the
-    longest prefix within the target, then the next one is taken when it is closer.
-    """
-    if not words:
-        raise ValueError("no words to fit")
-    lo, hi = 1, len(words)
-    if count(" ".join(words)) < target:
-        raise ValueError(f"all {len(words)} words count {count(' '.join(words))}, fewer than {target}")
-    while lo < hi:  # the longest prefix with count <= target (or 1 word)
-        mid = (lo + hi + 1) // 2
-        if count(" ".join(words[:mid])) <= target:
-            lo = mid
-        else:
-            hi = mid - 1
-    best = lo
-    if lo < len(words) and abs(count(" ".join(words[: lo + 1])) - target) < abs(count(" ".join(words[:lo])) - target):
-        best = lo + 1
-    return " ".join(words[:best])
-
-
-def token_rows(vocab: int, prefix: int, branch: int, branches: int,
-               seed: int = SEED) -> tuple[list[int], list[list[int]]]:
-    """Random ids (the same for a seed): a prefix and ``branches`` continuations of ``branch`` tokens.
-
-    Ids below 8 are left out so that no row starts with the fixture's special tokens (it would not
-    change the cost, only what the ids read as).
-    """
-    rng = np.random.default_rng(seed)
-    draw = lambda n: rng.integers(8, vocab, size=n).tolist()  # noqa: E731
-    return draw(prefix), [draw(branch) for _ in range(branches)]
-
-
-# ---- the build (a subprocess: it imports torch) --------------------------------------------------
-
-
-def build_source(d: Path, shape: Shape, seed: int = SEED) -> Path:
-    """A random-weight Qwen3ForCausalLM directory of ``shape`` with the converters' fixture tokenizer.
-
-    Everything but the shape is the converters' decision-codes fixture: its tokenizer, chat
-    template, positions and ids; the initialisation is Qwen's own (std 0.02), which keeps 28 layers
-    of random weights numerically tame.
-    """
-    import torch
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-
-    from converters.decision_codes.fixture import FIXTURE_CHAT_TEMPLATE, FIXTURE_MAX_POSITIONS, train_fixture_tokenizer
-
-    tok = train_fixture_tokenizer()
-    config = Qwen3Config(
-        vocab_size=tok.get_vocab_size(), tie_word_embeddings=True, max_position_embeddings=FIXTURE_MAX_POSITIONS,
-        rope_theta=1_000_000.0, rms_norm_eps=1e-6, initializer_range=0.02,
-        pad_token_id=tok.token_to_id("<|endoftext|>"), eos_token_id=tok.token_to_id("<|im_end|>"),
-        bos_token_id=None, **asdict(shape))
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config).eval()
-    d.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        model_input_names=["input_ids", "attention_mask"], model_max_length=FIXTURE_MAX_POSITIONS,
-        chat_template=FIXTURE_CHAT_TEMPLATE).save_pretrained(d)
-    return d
-
-
-def build(out: Path, shape: Shape, seed: int = SEED) -> dict[str, Any]:
-    """The source and both packages under ``out``, and build.json saying what was built and how long it took."""
-    from converters.decision_codes.export import DecisionCodesOptions, export_decision_codes
-    from converters.decision_codes.fixture import FIXTURE_LIMITS, FIXTURE_RELEASE_DATE
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / BUILD_FILE).unlink(missing_ok=True)  # a half-built cache is never taken for a built one
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    src = build_source(out / SOURCE, shape, seed)
-    timings["source"] = time.perf_counter() - started
-    for mode, name in PACKAGES.items():
-        t0 = time.perf_counter()
-        opts = DecisionCodesOptions(
-            attention_mode=mode, name=f"qwen3-0.6b-shape-{name}",
-            description=f"Random-weight Qwen3 of Qwen3-0.6B's shape ({shape.num_hidden_layers} layers, {mode}); "
-                        "a benchmark subject, not a model",
-            version="0.0.1", release_date=FIXTURE_RELEASE_DATE, license="Apache-2.0",
-            source_name=f"edge-runtime bench qwen3-0.6b-shape (seed {seed})",
-            validated_input_tokens=FIXTURE_LIMITS["validated_input_tokens"],
-            max_request_tokens=FIXTURE_LIMITS["max_request_tokens"] if mode == "prefix_causal" else None,
-            quantize=INT8 if mode == "prefix_causal" else None)
-        export_decision_codes(src, out / name, opts)
-        timings[name] = time.perf_counter() - t0
-    record = {"shape": asdict(shape), "seed": seed, "timings_s": {k: round(v, 1) for k, v in timings.items()},
-              "graph_bytes": {name: (out / name / "model.onnx").stat().st_size for name in PACKAGES.values()}}
-    int8_graph = out / PACKAGES["prefix_causal"] / INT8_FILE
-    record["graph_bytes"][f"state-once {INT8}"] = int8_graph.stat().st_size + _data_bytes(int8_graph)
-    (out / BUILD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return record
-
-
-def _build_main(args: argparse.Namespace) -> int:
-    shape = Shape(**{**asdict(QWEN3_0_6B), "num_hidden_layers": args.layers})
-    record = build(args.out, shape, args.seed)
-    print(json.dumps(record))
-    return 0
-
-
-def _data_bytes(graph: Path) -> int:
-    """Bytes of a graph's external data file, when it has one."""
-    data = graph.with_name(graph.name + ".data")
-    return data.stat().st_size if data.is_file() else 0
-
-
-def read_build(cache: Path) -> dict[str, Any] | None:
-    """build.json of a complete build in ``cache`` (both packages and the int8 graph written), else None."""
-    path = cache / BUILD_FILE
-    if not path.is_file() or not all((cache / n / "card.json").is_file() for n in PACKAGES.values()):
-        return None
-    if not (cache / PACKAGES["prefix_causal"] / INT8_FILE).is_file():
-        return None  # built before the int8 backbone was part of the comparison
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def mem_available() -> int:
-    """MemAvailable in bytes."""
-    return parse_meminfo(Path("/proc/meminfo").read_text())["MemAvailable"]
-
-
-def ensure_build(cache: Path, log_dir: Path) -> dict[str, Any]:
-    """A build of LAYERS of Qwen3-0.6B's layers (fewer if memory does not allow), reused when already there.
-
-    A cached build is kept when it has at least the layers that fit now (so a briefly busy machine
-    does not throw away a full build); otherwise it is built in a subprocess, which imports torch.
-    """
-    fit = min(LAYERS, layers_that_fit(mem_available(), QWEN3_0_6B, BUILD_MEMORY_PER_WEIGHT_BYTE))
-    existing = read_build(cache)
-    if existing is not None and existing["shape"]["num_hidden_layers"] >= max(fit, 1):
-        return existing
-    if fit < 1:
-        raise RuntimeError(f"not enough free memory to build even one layer "
-                           f"({mem_available() / 1024**3:.1f} GiB available)")
-    command = [sys.executable, "-m", "bench.decision_codes", "build", "--out", str(cache), "--layers", str(fit)]
-    print(f"building the decision-codes packages ({fit} layers) into {cache}: {' '.join(command[1:])}", flush=True)
-    env = offline_env()
-    with open(log_dir / "decision-codes-build.log", "wb") as log:
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
-    built = read_build(cache)
-    if done.returncode != 0 or built is None:
-        tail = (log_dir / "decision-codes-build.log").read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"the decision-codes build failed ({done.returncode}):\n{tail}")
-    return built
 
 
 # ---- inputs --------------------------------------------------------------------------------------
@@ -349,31 +151,6 @@ def make_inputs(package: Path) -> Inputs:
 
 
 # ---- contestants ---------------------------------------------------------------------------------
-
-
-class HttpDecider:
-    """One of our servers over HTTP: each timed call sends the body and decodes the answers."""
-
-    def __init__(self, label: str, server: ServerProcess) -> None:
-        self.label = label
-        self.server = server
-        self.client: JsonClient | None = None
-
-    def answers(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.client is None:
-            self.client = JsonClient(self.server.port)
-        status, _headers, data = self.client.post("/v1/decisions", json.dumps(body).encode())
-        if status != 200:
-            raise RuntimeError(f"{self.label}: HTTP {status}: {data[:500]!r}")
-        return json.loads(data)
-
-    def time(self, body: dict[str, Any], n: int) -> list[float]:
-        return timed(lambda: self.answers(body), n)
-
-    def stop(self) -> None:
-        """Close the connection (the server is stopped by whoever started it)."""
-        if self.client is not None:
-            self.client.close()
 
 
 class Worker(WorkerProcess):
@@ -704,12 +481,6 @@ def agreement_table(answers: dict[str, dict[str, dict[str, Any]]]) -> Table:
                   "here says little; the converter's card records the agreement on its sample questions."])
 
 
-def _build_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--out", type=Path, required=True)
-    b.add_argument("--layers", type=int, default=QWEN3_0_6B.num_hidden_layers)
-    b.add_argument("--seed", type=int, default=SEED)
-
-
 def _engine_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--threads", type=int, required=True)
     e.add_argument("--package", type=Path, required=True, help="the state-once package (its graph runs both rows)")
@@ -721,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     token ids) and ``prefix`` (the prefix cache shared vs tiled, bench/decision_codes_prefix.py), on
     the bench skeleton every family's bench shares."""
     return bench_main(argv, "python -m bench.decision_codes", {
-        "build": Command("build the source and both packages (imports torch)", _build_arguments, _build_main),
+        "build": Command("build the source and both packages (imports torch)", build_arguments, build_main),
         "torch": torch_command(load_torch_decider, "Transformers"),
         "engine": Command("our engine on token ids (imports onnxruntime)", _engine_arguments,
                           lambda args: serve_worker(lambda: load_engine(args.package, args.threads, args.graph))),

@@ -28,7 +28,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench.report import ROOT
+from bench.decision_codes_build import CACHE_DIR, PACKAGES, token_rows
+from bench.harness.report import ROOT
 
 MODES = ("shared", "tiled")
 QUESTIONS = (1, 8, 32)
@@ -60,7 +61,6 @@ def _forward(package: Path, graph: str, threads: int, mode: str) -> Any:
 
 
 def _rows(package: Path, prefix: int, branch: int, questions: int) -> Any:
-    from bench.decision_codes import token_rows
     from edge_runtime.engine.causal import branch_row
 
     vocab = json.loads((package / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
@@ -167,8 +167,6 @@ def child_main(args: argparse.Namespace) -> int:
 
 def arguments(p: argparse.ArgumentParser, child: bool = False) -> None:
     """The command line of ``prefix`` (and, with ``child``, of ``prefix-child``)."""
-    from bench.decision_codes import CACHE_DIR, PACKAGES
-
     p.add_argument("--package", type=Path, default=CACHE_DIR / PACKAGES["prefix_causal"],
                    help="a state-once decision-codes package (default: bench decision-codes' build)")
     p.add_argument("--graph", default="model.onnx", help="the package's graph file (model.onnx, model.int8.onnx)")

@@ -47,13 +47,13 @@ from typing import Any
 
 import numpy as np
 
-from bench.decision_codes import HttpDecider
-from bench.decisions import max_abs_diff, response_probabilities
-from bench.lab import Lab
-from bench.report import Table, fmt_ms, fmt_ratio
-from bench.runners import Answer, WorkerProcess, build_in_subprocess, contestant_main, interleaved_rounds
-from bench.server import ServerProcess
-from bench.stats import Summary, ratio, summarize, timed
+from bench.harness.answers import max_abs_diff, response_probabilities
+from bench.harness.clients import HttpDecider, OneByOne
+from bench.harness.lab import Lab
+from bench.harness.report import Table, fmt_ms, fmt_ratio
+from bench.harness.runners import Answer, WorkerProcess, build_in_subprocess, contestant_main, interleaved_rounds
+from bench.harness.server import ServerProcess
+from bench.harness.stats import Summary, ratio, summarize
 
 #: Qwen3-VL-2B-Instruct's text config (its config.json), as overrides of the fixture's.
 SHAPE_TEXT: dict[str, Any] = {
@@ -184,27 +184,6 @@ def bench_requests(model: str = MODEL) -> dict[str, dict[str, Any]]:
 
 
 # ---- contestants ---------------------------------------------------------------------------------
-
-
-class OneByOne:
-    """Our server without state-once: each question of a body sent as its own request, in turn."""
-
-    label = "edge-runtime, one question per request (HTTP, no state-once)"
-
-    def __init__(self, server: HttpDecider) -> None:
-        self.server = server
-
-    def answers(self, body: dict[str, Any]) -> dict[str, Any]:
-        answers: dict[str, Any] = {}
-        tokens = 0
-        for qid, question in body["questions"].items():
-            got = self.server.answers({**body, "questions": {qid: question}})
-            answers.update(got["answers"])
-            tokens += int(got["usage"]["input_tokens"])
-        return {"answers": answers, "usage": {"input_tokens": tokens}}
-
-    def time(self, body: dict[str, Any], n: int) -> list[float]:
-        return timed(lambda: self.answers(body), n)
 
 
 class TorchVision(WorkerProcess):

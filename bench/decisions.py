@@ -18,8 +18,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.lab import Lab
-from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.server import HOST, ServerProcess, free_port, terminate
-from bench.stats import Summary, median, ratio, summarize
-from bench.texts import sentences
+from bench.harness.answers import max_abs_diff, response_probabilities
+from bench.harness.clients import JsonClient, LeanClient
+from bench.harness.lab import Lab
+from bench.harness.report import ROOT, Table, fmt_ms, fmt_ratio
+from bench.harness.server import HOST, ServerProcess, free_port, terminate
+from bench.harness.stats import Summary, median, ratio, summarize
+from bench.harness.texts import decision_requests
 
 PACKAGE = "sparrow-nano"
 REQUESTS = 48              # distinct requests, cycled through
@@ -53,83 +53,6 @@ READY_TIMEOUT_S = 60.0
 HTTP_TIMEOUT_S = 60.0
 OURS, THEIRS = "ours", "package"
 
-# Questions a router asks about a support message: a Choice, a Noul and a Score each, from these.
-_CHOICES: list[tuple[str, dict[str, str | None]]] = [
-    ("Which team should handle this message?",
-     {"billing": "payments, invoices and refunds", "shipping": "parcels and delivery",
-      "technical": "apps, logins and errors", "sales": "new orders and pricing"}),
-    ("What does the customer want?",
-     {"refund": "money back", "information": "an answer to a question",
-      "change": "an update to an account or an order", "cancel": "to stop a service", "other": None}),
-    ("Which product area is this about?", {"account": "sign-in and settings", "orders": None, "reports": None}),
-]
-_NOULS: list[tuple[str, dict[str, str] | None]] = [
-    ("Is the customer upset?", {"true": "the customer sounds angry or frustrated"}),
-    ("Does the message ask for a call back?", None),
-    ("Is this about money?", {"false": "nothing about payments", "true": "payments, charges or refunds"}),
-]
-_SCORES: list[tuple[str, list[str]]] = [
-    ("How urgent is this message?", ["not urgent", "this week", "today", "within the hour", "right now"]),
-    ("How hard will this be to resolve?", ["trivial", "easy", "moderate", "hard"]),
-]
-
-
-def decision_requests(count: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``count`` distinct requests (state and questions), the same for a seed, in both servers' format.
-
-    Each state is one to three support-desk sentences; each request asks a Choice (``criteria`` as
-    ``{key: description}``), a Noul and a Score (``criteria`` as a list of levels).
-    """
-    rng = random.Random(seed)
-    pool = sentences(max(3 * count, 8), seed=seed + 100)
-    out = []
-    for i in range(count):
-        state = " ".join(pool[(3 * i + k) % len(pool)] for k in range(rng.randint(1, 3)))
-        c_text, c_crit = rng.choice(_CHOICES)
-        n_text, n_crit = rng.choice(_NOULS)
-        s_text, s_crit = rng.choice(_SCORES)
-        noul: dict[str, Any] = {"type": "noul", "instructions": n_text}
-        if n_crit is not None:
-            noul["criteria"] = dict(n_crit)
-        out.append({"state": state, "questions": {
-            "route": {"type": "choice", "instructions": c_text, "criteria": dict(c_crit)},
-            "flag": noul,
-            "level": {"type": "score", "instructions": s_text, "criteria": list(s_crit)},
-        }})
-    return out
-
-
-def answer_probabilities(answer: Mapping[str, Any]) -> dict[str, float]:
-    """The probabilities an answer gives: Choice and Score by option key, Noul as ``{"true": p}``."""
-    kind = answer.get("type")
-    if kind == "noul" and "noul" in answer:
-        return {"true": float(answer["noul"])}
-    if kind in ("choice", "score") and isinstance(answer.get("probabilities"), Mapping):
-        return {str(k): float(v) for k, v in answer["probabilities"].items()}
-    raise ValueError(f"the answer carries no probabilities: {dict(answer)}")
-
-
-def max_abs_diff(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]]) -> float:
-    """The largest |p_a - p_b| over every question and option; raises when the two differ in shape."""
-    if set(a) != set(b):
-        raise ValueError(f"different questions: {sorted(a)} vs {sorted(b)}")
-    worst = 0.0
-    for qid, pa in a.items():
-        pb = b[qid]
-        if set(pa) != set(pb):
-            raise ValueError(f"question {qid}: different options {sorted(pa)} vs {sorted(pb)}")
-        worst = max(worst, *(abs(pa[k] - pb[k]) for k in pa))
-    return worst
-
-
-def response_probabilities(body: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Every question's probabilities from a decisions response (``answers``)."""
-    answers = body.get("answers")
-    if not isinstance(answers, Mapping):
-        raise ValueError(f"no answers in the response: {str(body)[:300]}")
-    return {qid: answer_probabilities(ans) for qid, ans in answers.items()}
-
-
 def reference_probabilities(decider: Any, request: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """The package's own numpy ``Decider.probs`` for a request, unrounded, keyed as the answers are."""
     out = {}
@@ -143,95 +66,6 @@ def reference_probabilities(decider: Any, request: Mapping[str, Any]) -> dict[st
 
 
 # ---- HTTP ----------------------------------------------------------------------------------------
-
-
-class JsonClient:
-    """A JSON POST client on one connection (kept alive if the server allows; reopened if not)."""
-
-    def __init__(self, port: int) -> None:
-        self.conn = http.client.HTTPConnection(HOST, port, timeout=HTTP_TIMEOUT_S)
-
-    def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        for attempt in (0, 1):
-            try:
-                self.conn.request("POST", path, body=body, headers={"content-type": "application/json"})
-                resp = self.conn.getresponse()
-                return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.conn.close()  # a kept-alive connection the server closed meanwhile: retry once
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class LeanClient:
-    """A minimal HTTP/1.1 JSON POST client: the request written as bytes, the response framed by its
-    Content-Length (or read to the connection's close), no other header parsed.
-
-    http.client parses every response header with the email package, which costs 0.1-0.3 ms a
-    request on this VM: as much as the server's own work. The Router's Go client costs a few tens of
-    microseconds, so this client measures what the server costs a caller; http.client stays the
-    first measure. Connections are kept alive unless the server answers HTTP/1.0 or closes.
-    """
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.sock: socket.socket | None = None
-
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        request = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                   % (path.encode(), HOST.encode(), len(body))) + body
-        for attempt in (0, 1):
-            reused = self.sock is not None
-            if self.sock is None:
-                self.sock = socket.create_connection((HOST, self.port), timeout=HTTP_TIMEOUT_S)
-                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                self.sock.sendall(request)
-                return self._response()
-            except (ConnectionError, EOFError):
-                self.close()  # a kept-alive connection the server closed meanwhile: retry once
-                if attempt or not reused:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _response(self) -> tuple[int, bytes]:
-        assert self.sock is not None
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += self._recv()
-        head, _, rest = data.partition(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        version, status = lines[0].split(b" ", 2)[:2]
-        fields = dict(line.split(b":", 1) for line in lines[1:])
-        fields = {k.strip().lower(): v.strip().lower() for k, v in fields.items()}
-        closing = version == b"HTTP/1.0" or fields.get(b"connection") == b"close"
-        if b"content-length" in fields:
-            length = int(fields[b"content-length"])
-            while len(rest) < length:
-                rest += self._recv()
-        else:  # no length: the body ends with the connection
-            while chunk := self.sock.recv(65536):
-                rest += chunk
-            closing = True
-        if closing:
-            self.close()
-        return int(status), rest
-
-    def _recv(self) -> bytes:
-        assert self.sock is not None
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise EOFError("the server closed the connection mid-response")
-        return chunk
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
 
 
 @dataclass
@@ -367,7 +201,7 @@ class Result:
 
 def _server_times(target: Target, bodies: list[bytes]) -> list[float]:
     """The time each server reports for its own work: our Server-Timing total, their latency_ms."""
-    from bench.server_timing import parse_server_timing
+    from bench.harness.server_timing import parse_server_timing
 
     client = JsonClient(target.port)
     out = []

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench import media
-from bench.lab import Lab
-from bench.report import Table, fmt_ms, fmt_ratio
-from bench.runners import Contestant, HttpContestant, cosines
-from bench.stats import Summary, ratio, summarize
-from bench.texts import sentences
+from bench.harness.lab import Lab
+from bench.harness.report import Table, fmt_ms, fmt_ratio
+from bench.harness.runners import Contestant, HttpContestant, cosines
+from bench.harness.stats import Summary, ratio, summarize
+from bench.harness.texts import sentences
 
 BATCH = 32
 CALLS_BATCH1 = 30   # timed calls per round at batch 1

@@ -26,12 +26,22 @@ from typing import Any
 
 import numpy as np
 
-from bench.lab import PACKAGE_NAME, minilm_source
-from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, fmt_ms, fmt_ratio, record, render_run
-from bench.runners import Contestant, HttpContestant, WorkerContestant, cosines, stay_offline
-from bench.server import ServerProcess
-from bench.stats import Summary, ratio, summarize
-from bench.texts import sentences
+from bench.harness.lab import PACKAGE_NAME, minilm_source
+from bench.harness.report import (
+    BENCHMARKS_DOC,
+    ROOT,
+    ForeignLoad,
+    Table,
+    conditions,
+    fmt_ms,
+    fmt_ratio,
+    record,
+    render_run,
+)
+from bench.harness.runners import Contestant, HttpContestant, WorkerContestant, cosines, stay_offline
+from bench.harness.server import ServerProcess
+from bench.harness.stats import Summary, ratio, summarize
+from bench.harness.texts import sentences
 
 BATCH = 32
 MODES = ("exact", "padded")

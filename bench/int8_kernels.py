@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from bench.harness.report import conditions
 from bench.int8_quality import calibration_rows, read_sts
-from bench.report import conditions
 from converters.quantize import CALIBRATED_RECIPE, quantize_int8_exact
 from edge_runtime.engine.cpu import all_flags, cpu_model
 from edge_runtime.engine.session import session_options

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.report import conditions
+from bench.harness.report import conditions
 from converters.quantize import CALIBRATED_RECIPE, DEFAULT_RECIPE, Int8Recipe, quantize_int8_exact
 from converters.readout import pool
 from edge_runtime.engine import create_session
@@ -150,7 +150,8 @@ def calibration_rows(package: Path) -> list[dict[str, np.ndarray]]:
     `python -m converters default` builds."""
     from tokenizers import Tokenizer
 
-    from converters.verify import encode_rows, sample_items
+    from converters.encoder.verify import sample_items
+    from converters.verify import encode_rows
 
     card = json.loads((package / "card.json").read_text())
     tok = Tokenizer.from_file(str(package / "tokenizer.json"))
@@ -255,8 +256,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def served(args: argparse.Namespace) -> dict[str, Any]:
     """The package's fp32 and int8 as the server serves them (HTTP, base64 vectors, batches of 32 in
     dev order): Spearman of each, and int8's agreement with fp32."""
-    from bench.runners import HttpContestant
-    from bench.server import ServerProcess
+    from bench.harness.runners import HttpContestant
+    from bench.harness.server import ServerProcess
 
     pairs = read_sts(args.stsb_dev)
     texts = sorted({s for p in pairs for s in p[:2]})

@@ -4,7 +4,7 @@
   truncate. Each mode gets a fresh server, so its peak RSS (VmHWM) starts from the same warmed
   baseline: the growth shows whether a long input costs memory proportional to its size or to the
   token budget.
-- Shapes (issue 8 item 2): every text shape of bench.texts.SHAPES at 2 MiB and 8 MiB on every text
+- Shapes (issue 8 item 2): every text shape of bench.harness.texts.SHAPES at 2 MiB and 8 MiB on every text
   surface (/v1/decisions and /v1/systemone on sparrow-nano, /v1/embeddings on MiniLM, /v1/classify
   and /v1/rerank on the tiny fixture encoders), each under its budget, side by side with what
   reading the whole text costs: the same tokenizer encoding all of it in this process.
@@ -24,11 +24,11 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from bench.lab import Lab
-from bench.report import ROOT, Table, fmt_ms
-from bench.server import Response, ServerProcess
-from bench.stats import median
-from bench.texts import SHAPES, long_text, sentences, shaped_text
+from bench.harness.lab import Lab
+from bench.harness.report import ROOT, Table, fmt_ms
+from bench.harness.server import Response, ServerProcess
+from bench.harness.stats import median
+from bench.harness.texts import SHAPES, long_text, sentences, shaped_text
 
 TEXT_BYTES = 5 * 1024 * 1024
 MAX_TOKENS = 256  # MiniLM's limit (content plus specials); the package refuses more

@@ -34,10 +34,10 @@ from typing import Any
 
 import zstandard
 
-from bench.report import Table, conditions, fmt_ms, record, render_run
-from bench.server import HOST, ServerProcess
-from bench.stats import median
-from bench.texts import long_text
+from bench.harness.report import Table, conditions, fmt_ms, record, render_run
+from bench.harness.server import HOST, ServerProcess
+from bench.harness.stats import median
+from bench.harness.texts import long_text
 
 MIB = 1 << 20
 PROBE_GAP_S = 0.01

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.lab import Lab
-from bench.report import ROOT, Table, fmt_ms, fmt_ratio
-from bench.runners import WorkerProcess, cosines, decode_embeddings, offline_env
-from bench.server import ServerProcess
-from bench.stats import Summary, ratio, summarize, timed
+from bench.harness.lab import Lab
+from bench.harness.report import ROOT, Table, fmt_ms, fmt_ratio
+from bench.harness.runners import WorkerProcess, cosines, decode_embeddings, offline_env
+from bench.harness.server import ServerProcess
+from bench.harness.stats import Summary, ratio, summarize, timed
 
 SIGLIP = "bench-siglip-base-vision"
 WHISPER = "whisper-tiny-en"

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.stats import timed
+from bench.harness.stats import timed
 
 
 def _loaders(siglip: Path, whisper_ct2: Path, threads: int) -> dict[str, Callable[[list[bytes]], np.ndarray]]:

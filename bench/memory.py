@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from bench.lab import Lab
-from bench.report import ROOT, Table
-from bench.server import ServerProcess
-from bench.texts import sentences
+from bench.harness.lab import Lab
+from bench.harness.report import ROOT, Table
+from bench.harness.server import ServerProcess
+from bench.harness.texts import sentences
 
 REQUESTS = 20_000
 WARMUP = 1_000

@@ -6,10 +6,10 @@ transport = client wall time - total (the socket, HTTP parsing on both sides, th
 
 from __future__ import annotations
 
-from bench.lab import Lab
-from bench.report import Table
-from bench.stats import percentile
-from bench.texts import sentences
+from bench.harness.lab import Lab
+from bench.harness.report import Table
+from bench.harness.stats import percentile
+from bench.harness.texts import sentences
 
 REQUESTS_PER_ROUND = 50
 WARMUP = 10

@@ -33,18 +33,18 @@ import contextlib
 import json
 import math
 import os
-import random
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.lab import PACKAGE_NAME, Lab
-from bench.report import ROOT, Table, conditions, fmt_ratio
-from bench.server import HOST, ServerProcess
-from bench.stats import median, percentile, ratio
-from bench.texts import sentences
+from bench.harness.lab import PACKAGE_NAME, Lab
+from bench.harness.load import Connection, closed_loop_capacity, open_loop
+from bench.harness.report import ROOT, Table, conditions, fmt_ratio
+from bench.harness.server import ServerProcess
+from bench.harness.stats import median, percentile, ratio
+from bench.harness.texts import sentences
 
 GOAL_P99_S = 0.100       # a routing signal's embedding, p99 (docs/deployment.md, "How the target was chosen")
 CONNECTIONS = 32         # pooled keep-alive connections to one replica
@@ -65,43 +65,9 @@ SPIN_RATE = 20.0         # requests per second of the light load whose CPU is me
 SPIN_LOAD_S = 3.0
 TEXTS = 256
 TRACE = ROOT / "tests" / "data" / "scaling" / "pending-trace.json"
-HTTP_TIMEOUT_S = 60.0
 
 _GAUGE = re.compile(rb"^(edge_runtime_pending_jobs|edge_runtime_pending_jobs_mean|edge_runtime_saturation) (\S+)$",
                     re.MULTILINE)
-
-
-# -- a minimal asyncio HTTP/1.1 client -----------------------------------------------------------
-
-class Connection:
-    """One keep-alive connection: a request written as bytes, the response framed by Content-Length."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    @classmethod
-    async def open(cls, port: int) -> Connection:
-        reader, writer = await asyncio.open_connection(HOST, port)
-        return cls(reader, writer)
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
-        self.writer.write(head + body)
-        raw = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), HTTP_TIMEOUT_S)
-        lines = raw.split(b"\r\n")
-        status = int(lines[0].split(b" ", 2)[1])
-        length = 0
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        data = await asyncio.wait_for(self.reader.readexactly(length), HTTP_TIMEOUT_S) if length else b""
-        return status, data
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def embedding_bodies(n: int = TEXTS, seed: int = 5) -> list[bytes]:
@@ -176,79 +142,27 @@ async def _sample_metrics(port: int, step: Step, stop: asyncio.Event) -> None:
         conn.close()
 
 
-async def open_loop(port: int, rate: float, duration_s: float, bodies: list[bytes], seed: int,
-                    connections: int = CONNECTIONS) -> Step:
-    """Poisson arrivals at `rate` for `duration_s` over `connections` pooled connections."""
-    loop = asyncio.get_running_loop()
-    pool: asyncio.Queue[Connection] = asyncio.Queue()
-    for _ in range(connections):
-        pool.put_nowait(await Connection.open(port))
+async def measured_step(port: int, rate: float, duration_s: float, bodies: list[bytes], seed: int,
+                        connections: int = CONNECTIONS) -> Step:
+    """Poisson arrivals at ``rate`` for ``duration_s`` over ``connections`` pooled connections (the harness's
+    open loop), with /metrics sampled meanwhile."""
     step = Step(rate=rate)
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample_metrics(port, step, stop))
-    rng = random.Random(seed)
-
-    async def one(scheduled: float, body: bytes) -> None:
-        conn = await pool.get()
-        try:
-            status, _ = await conn.request("POST", "/v1/embeddings", body)
-        finally:
-            pool.put_nowait(conn)
-        if status == 200:
+    run = await open_loop(port, lambda i: ("/v1/embeddings", bodies[i % len(bodies)]), rate,
+                          connections=connections, duration_s=duration_s, seed=seed)
+    stop.set()
+    await sampler
+    step.sent, step.wall_s = run.sent, run.wall_s
+    for reply in run.replies:
+        if reply.status == 200:
             step.ok += 1
-            step.latencies.append(loop.time() - scheduled)
-        elif status == 429:
+            step.latencies.append(reply.latency_s)
+        elif reply.status == 429:
             step.overloaded += 1
         else:
             step.other_errors += 1
-
-    started = loop.time()
-    t = started
-    tasks = []
-    i = 0
-    while True:
-        t += rng.expovariate(rate)
-        if t - started > duration_s:
-            break
-        delay = t - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(t, bodies[i % len(bodies)])))
-        i += 1
-    step.sent = len(tasks)
-    await asyncio.gather(*tasks)
-    step.wall_s = loop.time() - started
-    stop.set()
-    await sampler
-    while not pool.empty():
-        pool.get_nowait().close()
     return step
-
-
-async def closed_loop_capacity(port: int, duration_s: float, bodies: list[bytes],
-                               connections: int = CONNECTIONS) -> float:
-    """Requests per second answered with `connections` clients each sending as soon as answered."""
-    loop = asyncio.get_running_loop()
-    done = 0
-    end = loop.time() + duration_s
-
-    async def client(k: int) -> None:
-        nonlocal done
-        conn = await Connection.open(port)
-        i = k
-        try:
-            while loop.time() < end:
-                status, body = await conn.request("POST", "/v1/embeddings", bodies[i % len(bodies)])
-                if status != 200:
-                    raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
-                done += 1
-                i += connections
-        finally:
-            conn.close()
-
-    started = loop.time()
-    await asyncio.gather(*(client(k) for k in range(connections)))
-    return done / (loop.time() - started)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -296,7 +210,7 @@ def measure_spinning(lab: Lab) -> tuple[dict[bool, SpinResult], Table]:
                     raise RuntimeError(f"HTTP {resp.status}: {resp.body[:200]!r}")
                 results[spinning].latencies.append(resp.read_s)
             cpu0 = _cpu_seconds(server.proc.pid)
-            step = asyncio.run(open_loop(server.port, SPIN_RATE, SPIN_LOAD_S, bodies, seed=100 + r, connections=4))
+            step = asyncio.run(measured_step(server.port, SPIN_RATE, SPIN_LOAD_S, bodies, seed=100 + r, connections=4))
             cpu = _cpu_seconds(server.proc.pid) - cpu0
             if step.ok != step.sent:
                 raise RuntimeError(f"light load: {step.sent - step.ok} of {step.sent} requests failed")
@@ -354,7 +268,7 @@ def interleave(port: int, rates: dict[int, float], passes: int, step_s: float, b
     for n in range(passes):
         for key in keys[n % len(keys):] + keys[: n % len(keys)]:
             time.sleep(SETTLE_S)
-            part = asyncio.run(open_loop(port, rates[key], step_s, bodies, seed=seed + 1000 * n + key))
+            part = asyncio.run(measured_step(port, rates[key], step_s, bodies, seed=seed + 1000 * n + key))
             _extend(merged[key], part)
     return merged
 
@@ -372,8 +286,8 @@ def measure_scaling(lab: Lab, goal_s: float = GOAL_P99_S) -> ScalingRun:
     server = _server(lab, False)
     server.wait_ready()
     bodies = embedding_bodies()
-    asyncio.run(closed_loop_capacity(server.port, 1.0, bodies))  # warm-up
-    capacity = asyncio.run(closed_loop_capacity(server.port, CAPACITY_S, bodies))
+    asyncio.run(closed_loop_capacity(server.port, "/v1/embeddings", 1.0, bodies, CONNECTIONS))  # warm-up
+    capacity = asyncio.run(closed_loop_capacity(server.port, "/v1/embeddings", CAPACITY_S, bodies, CONNECTIONS))
     grid = {i: capacity * f for i, f in enumerate(SWEEP)}
     first = interleave(server.port, grid, PRE_PASSES, PRE_STEP_S, bodies, seed=0)
     placed = _target_step([first[i] for i in grid], goal_s)

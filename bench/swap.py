@@ -2,21 +2,16 @@
 
 One real server (`python -m edge_runtime serve` on 127.0.0.1, the admin listener on, its key in a
 temporary file, `--update-watch-seconds 0` so that an old version is released as soon as it has
-drained) serves the default models, and each default model has a second verified version built by
-the converters (`python -m bench.swap build`, a subprocess: converters import torch):
-
-- minilm-embedding: A is the default package served as int8; B is an fp32-only package of the same
-  weights (the converter with ``quantize=None``): another digest, the fp32 numbers.
-- sparrow-nano: A is the default package; B is the unmodified sparrow converter run on a re-packed
-  copy of the wheel's ``sparrow-nano-general-v1.1.sparrow`` (the same three members, the zip
-  timestamps set to REPACK_DATE): its card's release date and revision (the source's sha256) differ,
-  so its digest does; the weights, and therefore the answers, are the same.
+drained) serves the default models, and each default model has a second verified version written by
+the converters (converters/versions.py, run by `python -m bench.swap build` in a subprocess: converters
+import torch): minilm-embedding's A is the default package served as int8, its B the fp32-only package
+of the same weights; sparrow-nano's B is the same weights under another digest.
 
 Swaps go through the admin API (``POST /admin/v1/models/{name}/versions``, then the operation is
 followed to its end). Two runs on the same server: a steady open-loop mixed load (embeddings and
-decisions alternately, at a fixed rate, from a pool of client threads) without a swap, then the
-same load while each model is swapped A -> B -> A (``--rounds 2``: in ABBA order). Then, with no
-other load, the server's RSS (/proc) across a MiniLM swap (before the new version loads, with both
+decisions alternately, at a fixed rate, over pooled keep-alive connections: bench/harness/load.py)
+without a swap, then the same load while each model is swapped A -> B -> A (``--rounds 2``: in ABBA
+order). Then, with no other load, the server's RSS (/proc) across a MiniLM swap (before the new version loads, with both
 loaded, after the switch, after the old one's release) and a long request accepted on the old version
 just before a switch; and with ``--soak N``, N swaps of each model under a light load. The exit
 status says whether every request was answered by a version active when it was accepted (0) or not
@@ -33,7 +28,7 @@ at its send time and every one activated before its receipt; an answer whose ``m
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import asyncio
 import http.client
 import json
 import os
@@ -42,26 +37,34 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.report import BENCHMARKS_DOC, ROOT, ForeignLoad, Table, conditions, fmt_ms, fmt_ratio, record, render_run
-from bench.server import HOST, ServerProcess, free_port
-from bench.stats import percentile, ratio
+from bench.harness.load import OpenLoopRun, Reply, open_loop
+from bench.harness.report import (
+    BENCHMARKS_DOC,
+    ROOT,
+    ForeignLoad,
+    Table,
+    conditions,
+    fmt_ms,
+    fmt_ratio,
+    record,
+    render_run,
+)
+from bench.harness.server import HOST, ServerProcess, free_port
+from bench.harness.stats import percentile, ratio
 
 ADMIN_KEY = "swap-bench-admin-key-0123456789abcdef"
-REPACK_DATE = (2026, 12, 5, 0, 0, 0)
 VERSIONS_DIR = "swap-versions"  # under --packages: the B versions (the admin API's package root is --packages)
 P99_GOAL = 2.0
 SOAK_RSS_GOAL = 0.10
 OP_TIMEOUT_S = 300.0
 DRAIN_TIMEOUT_S = 60.0
 RSS_SETTLE_S = 0.5  # between a version's release and an RSS reading
-CLIENT_THREADS = 16
+CLIENT_CONNECTIONS = 16
 
 
 # -- what is served ---------------------------------------------------------------------------------
@@ -96,83 +99,24 @@ def digest8(package: Path) -> str:
 
 def default_models(packages: Path) -> list[Served]:
     """The default models (models.yaml's settings) with their B versions under ``packages``."""
-    versions = packages / VERSIONS_DIR
+    from converters.versions import version_paths
+
+    b = version_paths(packages / VERSIONS_DIR)
     return [
         Served("minilm-embedding", "embeddings", Version(packages / "minilm-embedding", "int8"),
-               Version(versions / "minilm-embedding-fp32", "fp32"), {"max_queue": 256}),
+               Version(b["minilm-embedding"], "fp32"), {"max_queue": 256}),
         Served("sparrow-nano", "decisions", Version(packages / "sparrow-nano", "fp32"),
-               Version(versions / "sparrow-repacked" / "sparrow-nano", "fp32"), {"threads": 1}),
+               Version(b["sparrow-nano"], "fp32"), {"threads": 1}),
     ]
 
 
-# -- building the B versions (a subprocess: converters import torch) ---------------------------------
-
-def repack_sparrow_source(out: Path) -> Path:
-    """A copy of the wheel's sparrow-nano source with the same members, its zip timestamps REPACK_DATE."""
-    from converters.sparrow.source import SOURCE_MODEL, source_file
-
-    src = source_file()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zout:
-        for info in zin.infolist():
-            zout.writestr(zipfile.ZipInfo(info.filename, REPACK_DATE), zin.read(info.filename))
-    assert out.name == f"{SOURCE_MODEL}.sparrow"
-    return out
-
-
-def build_sparrow_repacked(out_dir: Path) -> Path:
-    """The sparrow converter, unmodified, run on the re-packed source: ``out_dir/sparrow-nano``."""
-    import converters.sparrow.export as export
-    from converters.sparrow.source import SOURCE_MODEL
-
-    with tempfile.TemporaryDirectory(prefix="sparrow-repack-") as tmp:
-        source = repack_sparrow_source(Path(tmp) / f"{SOURCE_MODEL}.sparrow")
-        original = export.source_file
-        export.source_file = lambda: source  # the converter reads its source from here
-        try:
-            return export.build_sparrow_package(out_dir)
-        finally:
-            export.source_file = original
-
-
-def build_minilm_fp32(out: Path) -> Path:
-    """The default MiniLM converted again without the int8 variant (fp32 only)."""
-    from converters.default import minilm_options, minilm_source
-    from converters.export import export_model
-
-    source = minilm_source()
-    opts = dataclasses.replace(minilm_options(source), quantize=None, int8_min_cosine=None)
-    export_model(source, out, opts)
-    return out
-
-
-def _verifies(package: Path) -> bool:
-    from edge_runtime.families.registry import read_package
-    from edge_runtime.packages import PackageError
-
-    try:
-        read_package(package)
-        return True
-    except (PackageError, OSError):
-        return False
-
-
-def build_versions(packages: Path) -> None:
-    """Build the B versions of the default models under ``packages/VERSIONS_DIR`` unless they verify."""
-    versions = packages / VERSIONS_DIR
-    minilm = versions / "minilm-embedding-fp32"
-    if not _verifies(minilm):
-        build_minilm_fp32(minilm)
-    sparrow = versions / "sparrow-repacked"
-    if not _verifies(sparrow / "sparrow-nano"):
-        build_sparrow_repacked(sparrow)
-
+# -- the B versions (converters/versions.py, in a subprocess: converters import torch) ----------------
 
 def ensure_versions(packages: Path) -> None:
     """Build the default packages and their B versions when missing, in subprocesses (torch)."""
     import subprocess
 
-    from bench.runners import offline_env
+    from bench.harness.runners import offline_env
 
     if not all((p / "card.json").is_file() for p in (packages / "minilm-embedding", packages / "sparrow-nano")):
         subprocess.run([sys.executable, "-m", "converters", "default", "--out", str(packages)], cwd=ROOT,
@@ -294,7 +238,7 @@ class Sample:
     """One request of the load."""
 
     model: str
-    scheduled: float  # perf_counter
+    scheduled: float  # the load's loop time
     sent_at: float  # wall clock, just before the request was written
     received_at: float  # wall clock, after the last body byte
     latency_s: float  # from its scheduled time (open loop: a late send counts) to the last byte
@@ -305,8 +249,7 @@ class Sample:
 
 def request_bodies(models: Sequence[Served], count: int = 48) -> dict[str, list[bytes]]:
     """Per name, ``count`` distinct request bodies with return_meta."""
-    from bench.decisions import decision_requests
-    from bench.texts import sentences
+    from bench.harness.texts import decision_requests, sentences
 
     out: dict[str, list[bytes]] = {}
     texts = sentences(3 * count, seed=7)
@@ -320,82 +263,55 @@ def request_bodies(models: Sequence[Served], count: int = 48) -> dict[str, list[
     return out
 
 
-class OpenLoop:
-    """Requests at a fixed rate, whatever the answers' pace (open loop), alternating between the names."""
+def sample(reply: Reply, name: str) -> Sample:
+    """A reply of the load as the accounting reads it: answered with a version, or failed and why (an
+    embedding item or a decision question answered with an error is a failure too)."""
+    version, error = None, reply.error
+    if reply.status == 200:
+        answer = json.loads(reply.body)
+        version = answer.get("meta", {}).get("version_id")
+        item_errors = [item["error"] for item in answer.get("data", []) if item.get("error")]
+        item_errors += [a["error"] for a in (answer.get("answers") or {}).values()
+                        if isinstance(a, dict) and a.get("error")]
+        if version is None or item_errors:
+            error = "no meta.version_id" if version is None else f"item errors: {item_errors[:2]}"
+            version = None
+    elif reply.status:
+        error = reply.body[:300].decode(errors="replace")
+    return Sample(name, reply.scheduled, reply.sent_at, reply.received_at, reply.latency_s, reply.status, version,
+                  error)
 
-    def __init__(self, port: int, models: Sequence[Served], rate: float, threads: int = CLIENT_THREADS) -> None:
-        self.port = port
+
+class MixedLoad:
+    """The harness's open loop at a fixed rate, alternating between the names, in a thread of its own
+    while this one swaps versions."""
+
+    def __init__(self, port: int, models: Sequence[Served], rate: float, connections: int = CLIENT_CONNECTIONS
+                 ) -> None:
         self.paths = {m.name: f"/v1/{m.surface}" for m in models}
         self.bodies = request_bodies(models)
         self.names = [m.name for m in models]
-        self.rate = rate
-        self.threads = threads
-        self._local = threading.local()
         self._stop = threading.Event()
-        self.samples: list[Sample] = []
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._run = OpenLoopRun()
 
-    def _conn(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = http.client.HTTPConnection(HOST, self.port, timeout=120)
-        return conn
+        def load() -> None:
+            self._run = asyncio.run(open_loop(port, self._request, rate, connections=connections, stop=self._stop))
 
-    def _one(self, i: int, scheduled: float) -> None:
+        self._thread = threading.Thread(target=load, name="swap-load", daemon=True)
+
+    def _request(self, i: int) -> tuple[str, bytes]:
         name = self.names[i % len(self.names)]
         bodies = self.bodies[name]
-        body = bodies[(i // len(self.names)) % len(bodies)]
-        sent = time.time()
-        status, version, error = 0, None, None
-        try:
-            conn = self._conn()
-            conn.request("POST", self.paths[name], body=body, headers={"content-type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-            status = resp.status
-            if status == 200:
-                answer = json.loads(data)
-                version = answer.get("meta", {}).get("version_id")
-                # an embedding item or a decision question answered with an error is a failure too
-                item_errors = [item["error"] for item in answer.get("data", []) if item.get("error")]
-                item_errors += [a["error"] for a in (answer.get("answers") or {}).values()
-                                if isinstance(a, dict) and a.get("error")]
-                if version is None or item_errors:
-                    error = "no meta.version_id" if version is None else f"item errors: {item_errors[:2]}"
-                    version = None
-            else:
-                error = data[:300].decode(errors="replace")
-        except (OSError, http.client.HTTPException) as exc:
-            self._local.conn = None
-            error = f"{type(exc).__name__}: {exc}"
-        done = time.perf_counter()
-        sample = Sample(name, scheduled, sent, time.time(), done - scheduled, status, version, error)
-        with self._lock:
-            self.samples.append(sample)
-
-    def _dispatch(self) -> None:
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="swap-load") as pool:
-            start = time.perf_counter()
-            i = 0
-            while not self._stop.is_set():
-                at = start + i / self.rate
-                delay = at - time.perf_counter()
-                if delay > 0 and self._stop.wait(delay):
-                    break
-                pool.submit(self._one, i, at)
-                i += 1
+        return self.paths[name], bodies[(i // len(self.names)) % len(bodies)]
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._dispatch, name="swap-dispatch", daemon=True)
         self._thread.start()
 
     def stop(self) -> list[Sample]:
         """Stop sending; every request sent is waited for. The samples, in completion order."""
         self._stop.set()
-        assert self._thread is not None
         self._thread.join()
-        return list(self.samples)
+        return [sample(r, self.names[r.index % len(self.names)]) for r in self._run.replies]
 
 
 # -- accounting --------------------------------------------------------------------------------------
@@ -473,7 +389,7 @@ class Config:
     long_inputs: int = 32  # texts in the long request
     rounds: int = 1  # pairs of runs; odd rounds swap their order (no swap first, then swaps; then reversed)
     warmup_s: float = 3.0
-    threads: int = CLIENT_THREADS
+    threads: int = CLIENT_CONNECTIONS  # the load's pooled client connections
 
 
 @dataclass
@@ -516,7 +432,7 @@ def initial_timeline(admin: Admin, models: Sequence[Served]) -> Timeline:
 def run_load(server: ServerProcess, models: Sequence[Served], cfg: Config, rate: float,
              during: Callable[[], None] | None = None, seconds: float | None = None) -> list[Sample]:
     """The load for ``seconds`` (at least until ``during`` returns, which starts after lead_s)."""
-    load = OpenLoop(server.port, models, rate, cfg.threads)
+    load = MixedLoad(server.port, models, rate, cfg.threads)
     started = time.perf_counter()
     load.start()
     if during is not None:
@@ -535,7 +451,7 @@ def long_request(server: ServerProcess, admin: Admin, m: Served, cfg: Config) ->
     it is loaded (standby), after the switch (the old one draining) and after the old one's release.
     Then a long request accepted before a switch back: it must be answered by the version it was
     accepted on, which is released only afterwards."""
-    from bench.texts import sentences
+    from bench.harness.texts import sentences
 
     first = admin.active(m.name)
     rss = {"before the new version loads": server.memory()["VmRSS"]}
@@ -545,7 +461,7 @@ def long_request(server: ServerProcess, admin: Admin, m: Served, cfg: Config) ->
     admin.promote(m.name, second["version_id"])
     rss["after the switch (old draining)"] = server.memory()["VmRSS"]
     admin.wait_released(m.name, first["serial"])
-    # the state says retired a moment before the heap is trimmed (updates/manager.py _release)
+    # the state says retired a moment before the heap is trimmed (updates/lifecycle.py Versions.release)
     rss["as the old version is listed retired"] = server.memory()["VmRSS"]
     time.sleep(RSS_SETTLE_S)
     rss[f"{RSS_SETTLE_S:g} s after the release"] = server.memory()["VmRSS"]
@@ -770,9 +686,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     --packages DIR` builds the B versions (imports torch)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["build"]:
+        from converters.versions import build_versions
+
         b = argparse.ArgumentParser(prog="python -m bench.swap build")
         b.add_argument("--packages", type=Path, required=True)
-        build_versions(b.parse_args(argv[1:]).packages)
+        build_versions(b.parse_args(argv[1:]).packages / VERSIONS_DIR)
         return 0
     args = _parser().parse_args(argv)
     if args.seconds <= 0 or args.rate <= 0 or args.soak < 0 or args.soak_rate <= 0 or args.rounds < 1:
@@ -790,7 +708,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conds["server"] = ("--update-watch-seconds 0 (an old version is released once drained), "
                        "--update-drain-seconds 30, policy beside; admin listener on 127.0.0.1")
     conds["load"] = (f"open loop, {cfg.rate:g} req/s alternating embeddings (1-3 sentences) and decisions "
-                     f"(a choice, a noul and a score), {cfg.threads} client threads, keep-alive; runs of "
+                     f"(a choice, a noul and a score), {cfg.threads} pooled keep-alive client connections; runs of "
                      f"{cfg.seconds:g} s, {cfg.rounds} round(s) (ABBA order), swaps start {cfg.lead_s:g} s in")
     conds.pop("rounds", None)
     conds["versions served"] = "; ".join(f"{m.name}: A {m.a.package.name} ({m.a.variant}), B {m.b.package.name} "

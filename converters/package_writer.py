@@ -1,4 +1,5 @@
-"""Write a model package directory: files, golden cases, card.json and MANIFEST.json.
+"""Write a model package directory: files, golden cases, card.json and MANIFEST.json, and the frame
+every export runs in (PackageBuild: its named, timed steps and the write at the end).
 
 The package is assembled in a temporary sibling directory, verified with the server's own reader,
 and only then moved into place, so a reader never sees a half-written package.
@@ -10,13 +11,19 @@ import copy
 import json
 import os
 import shutil
+import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from converters.errors import ConversionError
+from converters.progress import Step, log
 from edge_runtime.families.registry import CARD_RULES, read_package, validate_card
 from edge_runtime.packages.card import CARD_FILE, CARD_FORMAT
 from edge_runtime.packages.golden import golden_bytes
@@ -26,10 +33,20 @@ GoldenCases = list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
 _RESERVED = {CARD_FILE, MANIFEST_FILE}
 
 
+@dataclass
+class ExportResult:
+    """A written package and what the export measured."""
+
+    path: Path
+    digest: str
+    card: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
 def card_start(name: str, family: str, kind: str, identity: Mapping[str, Any], modalities: Sequence[str] = ("text",),
                labels: Sequence[str] = ()) -> dict[str, Any]:
     """The members every card opens with: format, name, family, kind, the kind's surfaces, the identity
-    (description, version, release date, revision, source: converters.export.identity_card), the
+    (description, version, release date, revision, source: converters.identity.identity_card), the
     modalities and the labels. Each converter adds its head, limits, graph, variants, verification."""
     return {"format": CARD_FORMAT, "name": name, "family": family, "kind": kind,
             "surfaces": list(CARD_RULES.kind_surfaces[kind]), **identity, "modalities": list(modalities),
@@ -51,9 +68,19 @@ def check_replaceable(out: Path) -> None:
                          "refusing to replace it")
 
 
-def card_json_bytes(card: Mapping) -> bytes:
-    """card.json as written: sorted keys, indented, UTF-8, trailing newline."""
-    return (json.dumps(card, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+def check_out(out: Path) -> None:
+    """ConversionError unless ``out`` may be written (check_replaceable): checked before any work, so that
+    a wrong ``--out`` fails at once."""
+    try:
+        check_replaceable(Path(out))
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
+
+
+def json_bytes(obj: Mapping, ensure_ascii: bool = False) -> bytes:
+    """A JSON file of the package (card.json, decision_config.json) as written: sorted keys, indented,
+    UTF-8, trailing newline."""
+    return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=ensure_ascii) + "\n").encode("utf-8")
 
 
 def _check_rel(rel: str) -> str:
@@ -110,7 +137,7 @@ def write_package(
                 shutil.copyfile(src, dst)
         for name, v in variants.items():
             (tmp / v["golden"]).write_bytes(golden_bytes(goldens[name]))
-        (tmp / CARD_FILE).write_bytes(card_json_bytes(card))
+        (tmp / CARD_FILE).write_bytes(json_bytes(card))
         manifest = build_manifest(tmp)
         (tmp / MANIFEST_FILE).write_bytes(
             (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode("utf-8"))
@@ -138,3 +165,51 @@ def replace_dir(new: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         old.unlink()
+
+
+class PackageBuild:
+    """One export as a short pipeline of named steps: ``with PackageBuild(out, prefix) as build:``, then
+    ``with build.step(key, what):`` for reading the source, exporting the graphs and verifying them (each
+    logged, and timed under ``key`` in the result's timings), ``build.work`` for their files, and
+    ``build.write(card, files, goldens)`` at the end. ``out`` is checked before any work; the work
+    directory is removed when the build ends, written or not."""
+
+    def __init__(self, out: Path, prefix: str) -> None:
+        self.out = Path(out)
+        self.prefix = prefix
+        self.timings: dict[str, float] = {}
+        check_out(self.out)
+        self._work: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> PackageBuild:
+        self._work = tempfile.TemporaryDirectory(prefix=self.prefix)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._work is not None:
+            self._work.cleanup()
+            self._work = None
+
+    @property
+    def work(self) -> Path:
+        """The build's temporary directory (graphs, checks)."""
+        if self._work is None:
+            raise RuntimeError("PackageBuild.work is only there inside its with block")
+        return Path(self._work.name)
+
+    @contextmanager
+    def step(self, key: str, what: str) -> Iterator[None]:
+        """Log ``what`` and, when it succeeds, record its seconds as ``timings[key]``."""
+        with Step(what) as s:
+            yield
+        self.timings[key] = s.seconds
+
+    def write(self, card: dict[str, Any], files: Mapping[str, Path | bytes],
+              goldens: Mapping[str, GoldenCases]) -> ExportResult:
+        """Write the package (write_package) and return it as written, with the steps' timings."""
+        with self.step("write", f"writing package {self.out}"):
+            digest = write_package(self.out, card, files, goldens)
+        log(f"package {card['name']} written to {self.out} (digest {digest[:16]}...)")
+        return ExportResult(path=self.out, digest=digest, card=read_package(self.out).card.raw,
+                            timings=dict(self.timings))

@@ -97,6 +97,23 @@ SAMPLE_PAIRS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The upstream-format fixtures' tokenizer text (Decision 2.0's prompt words, then Vela 2.0's strings).
+DECISION_FIXTURE_CORPUS = [
+    "Context:\nTask type: choice\nQuestion:\nOptions:\n<option>\n</option>\n\nSelect the single option best supported "
+    "by the context and instructions.\nDecision:",
+    '{"description":"Yes","key":"true"} {"description":"No","key":"false"} {"key":"0"} {"key":"1"} {"key":"2"}',
+    "Write a Python function that merges two sorted lists and explain its running time.",
+    "Which domain does this request belong to? Programming Mathematics Anything else",
+    "Does answering this request need multi-step reasoning? How difficult is this request? Trivial Moderate Hard",
+    "Route the request to the model that answers it best. code math chat creative writing translation summary",
+    "The quick brown fox jumps over the lazy dog. 0123456789 ,.;:!?'\"()[]{}<>/\\|-_+=*&^%$#@~`",
+    "Hi, I'm Tom Baker (tom.baker@example.com). What is the maximum daily dose of paracetamol for an adult?",
+    "For adults, the maximum dose of paracetamol is 4 grams in 24 hours. Visit https://example.org/dose today.",
+    "Which spans are personal information? a person's name an e-mail address a claim not supported by the context",
+    'Task type: span Target: user Question: Labels: <label> </label> Text: Spans: <segment role="user"> </segment>',
+]
+
+
 def fixture_corpus() -> list[str]:
     """A few hundred varied sentences to train a fixture's WordPiece vocabulary (deterministic)."""
     subjects = ("the server", "my order", "this model", "the invoice", "our team", "the train", "your phone",

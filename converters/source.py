@@ -1,4 +1,5 @@
-"""Where a model comes from: a local Hugging Face directory or a hub id, and what it declares.
+"""Where a model comes from: a local Hugging Face directory or a hub id, what it declares, and its
+tokenizer as a package holds it.
 
 Reads the sentence-transformers configuration (modules.json, 1_Pooling, sentence_bert_config.json)
 as data; nothing from the source directory is imported or executed.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from converters.errors import ConversionError
+from converters.errors import ConversionError, first_line
 from converters.progress import log
 from edge_runtime.packages.manifest import compute_digest, file_sha256
 
@@ -58,8 +59,7 @@ def resolve_source(src: str) -> Path:
         log(f"downloading {src} from the Hugging Face hub")
         return Path(snapshot_download(repo_id=src, allow_patterns=_HUB_PATTERNS))
     except Exception as e:  # noqa: BLE001 - network, auth and missing-repo errors all end the same way
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConversionError(f"{src}: no such directory, and the hub download failed: {first}") from None
+        raise ConversionError(f"{src}: no such directory, and the hub download failed: {first_line(e)}") from None
 
 
 @dataclass(frozen=True)
@@ -134,3 +134,31 @@ def source_stamp(src: Path, model_dir: Path) -> str:
     if not any(name.endswith(_WEIGHTS) for name in files):
         raise ConversionError(f"{model_dir}: no model.safetensors or pytorch_model.bin")
     return compute_digest(files)
+
+
+def package_tokenizer(model_dir: Path) -> Any:
+    """The source tokenizer as a `tokenizers.Tokenizer`, with padding and truncation removed.
+
+    The server pads and truncates itself; a baked-in Fixed padding (MiniLM's 128) would pad
+    every row and cost several times the compute.
+    """
+    from tokenizers import Tokenizer
+
+    path = model_dir / "tokenizer.json"
+    if path.is_file():
+        tok = Tokenizer.from_file(str(path))
+    else:
+        from transformers import AutoTokenizer
+
+        try:
+            hf = AutoTokenizer.from_pretrained(model_dir, use_fast=True)
+        except Exception as e:  # noqa: BLE001
+            raise ConversionError(
+                f"{model_dir}: no tokenizer.json and no loadable tokenizer: {first_line(e)}"
+            ) from None
+        if not hf.is_fast:
+            raise ConversionError(f"{model_dir}: only a slow tokenizer is available; a tokenizer.json is needed")
+        tok = Tokenizer.from_str(hf.backend_tokenizer.to_str())
+    tok.no_padding()
+    tok.no_truncation()
+    return tok

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
@@ -15,6 +14,8 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_BUNDLE_TASKS = 64
 DEFAULT_MAX_INPUTS = 2048
 DEFAULT_MAX_QUEUE = 256
+# Padded tokens (rows x the longest row) one forward may hold.
+DEFAULT_MAX_BATCH_TOKENS = 16384
 # Jobs that may wait for a preparation thread (decoding, parsing, tokenizing, media) before more
 # requests are refused overloaded: at 100 ms for the largest bodies' jobs, 4 threads clear it
 # in a few seconds, and it holds two full bundles' tasks (--max-bundle-tasks 64).
@@ -27,14 +28,52 @@ DEFAULT_UPDATE_DRAIN_SECONDS = 30.0
 # After a promotion the previous version stays resident and the new one is watched this long.
 DEFAULT_UPDATE_WATCH_SECONDS = 60.0
 DEFAULT_ADMIN_PORT = 8101
+# Under the Router (--uds) the process group gets SIGKILL 10 s after SIGTERM (supervisor.go's
+# stopGracePeriod): the drain must end before that, with a margin to close the executors.
+DEFAULT_MANAGED_DRAIN_SECONDS = 8.0
+# The result cache of each model (engine/result_cache.py): upstream's default entry count, and a
+# byte bound so that models with large row outputs cannot grow without limit.
+DEFAULT_RESULT_CACHE_ENTRIES = 16_384
+DEFAULT_RESULT_CACHE_BYTES = 64 * 1024 * 1024
+# A model whose load fails for a reason that may pass (memory, a device, a file system) is tried
+# this often, waiting this long before the first retry and twice as long each time after, up to
+# MAX_LOAD_RETRY_SECONDS (upstream's --load-attempts / --load-retry-seconds).
+DEFAULT_LOAD_ATTEMPTS = 5
+DEFAULT_LOAD_RETRY_SECONDS = 5.0
+MAX_LOAD_RETRY_SECONDS = 300.0
 UPDATE_POLICIES = ("beside", "replace")
 SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
-DEVICES = ("cpu", "cuda", "auto")
+DEVICES = ("cpu", "cuda", "auto")  # and cuda:N (models_file.check_device)
 BATCHING = ("exact", "padded")
+# variant "auto": the package's exact int8 on the CPU when it has one, else fp32 (loading.py).
+AUTO_VARIANT = "auto"
 
 
 class ConfigError(ValueError):
     """A models file or flag that cannot be served; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A numerics profile of the Router's models file: the variant and batching it stands for."""
+
+    variant: str
+    batching: str
+    means: str
+
+
+#: The Router's ``profile`` names (upstream's profile plugins) and what each is here. Exact numerics
+#: stay the default: every profile but ``batching`` answers bit for bit as a row alone would.
+PROFILES: dict[str, Profile] = {
+    "exact": Profile(AUTO_VARIANT, "exact", "the package's exact int8 on the CPU where it has one, else fp32; "
+                                             "only batches the load-time probe proves bit-identical"),
+    "batching": Profile(AUTO_VARIANT, "padded", "as exact, but rows of concurrent requests share padded batches "
+                                                "even where that is not proven exact (numerics approximate)"),
+    "shared_context": Profile(AUTO_VARIANT, "exact", "as exact: the decision families already run a request's "
+                                                     "state once for all its questions, bit-identically"),
+    "fp32": Profile("fp32", "exact", "the fp32 graph, exact batching (a semantic cache that needs fp32's "
+                                     "neighbours)"),
+}
 
 
 @dataclass(frozen=True)
@@ -82,16 +121,62 @@ class ModelConfig:
     # (ONNX Runtime turns it on by default); off unless asked. No effect on the CPU.
     tf32: bool = False
     update: UpdateRules = UpdateRules()
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    # Item results kept by content (engine/result_cache.py); 0 entries turns the cache off.
+    result_cache_entries: int = DEFAULT_RESULT_CACHE_ENTRIES
+    result_cache_bytes: int = DEFAULT_RESULT_CACHE_BYTES
+    # A load estimated above this many bytes is refused (--memory-budget, memory_budget_gib).
+    memory_budget_bytes: int | None = None
+    # -- an entry of the Router's shape (``model``, ``revision``, ``profile``): edge_runtime/artifacts.py --
+    artifact: str | None = None  # what the entry named: a package or source directory, or a repo id
+    revision: str | None = None
+    profile: str | None = None
+    # A directory some converter reads, converted once into ``package`` when the model loads.
+    source: Path | None = None
+    # Why the artifact was not found: the model fails with this reason, the others serve.
+    missing: str | None = None
+
+
+def default_cache_dir() -> Path:
+    """Hugging Face's hub cache as its own libraries find it: HF_HUB_CACHE, else HF_HOME/hub, else
+    ~/.cache/huggingface/hub. Repo ids resolve there, offline; converted artifacts are kept beside."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(home, "hub").expanduser()
+
+
+@dataclass(frozen=True)
+class EntryDefaults:
+    """What the command line gives every served model that does not say otherwise (the same on every
+    re-read of the models file, so a reload judges entries as the start did)."""
+
+    threads_cap: int | None = None  # --threads: no model's sessions use more intra-op threads
+    max_queue: int = DEFAULT_MAX_QUEUE
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    result_cache_entries: int = DEFAULT_RESULT_CACHE_ENTRIES
+    result_cache_bytes: int = DEFAULT_RESULT_CACHE_BYTES
+    memory_budget_bytes: int | None = None
+    cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
 
 
 @dataclass(frozen=True)
 class ServeConfig:
     """Process-wide settings from the command line."""
 
-    models_file: Path
+    models_file: Path | None  # None: the models came as MODEL arguments
     models: tuple[ModelConfig, ...]
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    # Serve on this Unix domain socket instead of TCP (api/unix_socket.py): the Router's managed runtimes.
+    uds: Path | None = None
+    # What every model gets unless its entry says otherwise: the thread cap, queue, result cache,
+    # memory budget and the cache directory where repo ids resolve.
+    defaults: EntryDefaults = dataclasses.field(default_factory=EntryDefaults)
+    # --threads: the process's share of the cores (the model sessions and the preparation pool).
+    threads: int | None = None
+    load_attempts: int = DEFAULT_LOAD_ATTEMPTS
+    load_retry_seconds: float = DEFAULT_LOAD_RETRY_SECONDS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     forward_timeout_seconds: float = DEFAULT_FORWARD_TIMEOUT_SECONDS
     systemone_schema: str = "vllm-sr/5.0"
@@ -124,73 +209,6 @@ class ServeConfig:
     admin_package_root: Path | None = None  # default: the models file's directory
 
 
-_MODEL_KEYS = {
-    "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases", "spinning",
-    "tf32", "update",
-}
-_LIMIT_KEYS = {"max_input_tokens", "max_scan_tokens"}
-
-
-def _positive_int(value: Any, where: str, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where} must be a positive integer, not {value!r}")
-    return value
-
-
-def _model(entry: Any, index: int, base: Path) -> ModelConfig:
-    where = f"models[{index}]"
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where} must be a mapping")
-    unknown = sorted(set(entry) - _MODEL_KEYS)
-    if unknown:
-        raise ConfigError(f"{where} has unknown keys {unknown}")
-    name = entry.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{where}.name must be a non-empty string")
-    package = entry.get("package")
-    if not isinstance(package, str) or not package:
-        raise ConfigError(f"{where}.package must be a path")
-    device = entry.get("device", "auto")
-    if device not in DEVICES:
-        raise ConfigError(f"{where}.device must be one of {list(DEVICES)}, not {device!r}")
-    batching = entry.get("batching", "exact")
-    if batching not in BATCHING:
-        raise ConfigError(f"{where}.batching must be one of {list(BATCHING)}, not {batching!r}")
-    variant = entry.get("variant", "fp32")
-    if not isinstance(variant, str):
-        raise ConfigError(f"{where}.variant must be a string")
-    limits = entry.get("limits") or {}
-    if not isinstance(limits, dict) or set(limits) - _LIMIT_KEYS:
-        raise ConfigError(f"{where}.limits takes only {sorted(_LIMIT_KEYS)}")
-    aliases = entry.get("aliases") or []
-    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
-        raise ConfigError(f"{where}.aliases must be a list of non-empty strings")
-    spinning = entry.get("spinning", True)
-    if not isinstance(spinning, bool):
-        raise ConfigError(f"{where}.spinning must be true or false, not {spinning!r}")
-    tf32 = entry.get("tf32", False)
-    if not isinstance(tf32, bool):
-        raise ConfigError(f"{where}.tf32 must be true or false, not {tf32!r}")
-    path = Path(package)
-    return ModelConfig(
-        update=update_rules(entry.get("update"), f"{where}.update"),
-        name=name,
-        package=path if path.is_absolute() else (base / path),
-        variant=variant,
-        device=device,
-        threads=_positive_int(entry.get("threads"), f"{where}.threads"),
-        max_queue=_positive_int(entry.get("max_queue", DEFAULT_MAX_QUEUE), f"{where}.max_queue", False) or 1,
-        batching=batching,
-        max_input_tokens=_positive_int(limits.get("max_input_tokens"), f"{where}.limits.max_input_tokens"),
-        max_scan_tokens=_positive_int(limits.get("max_scan_tokens"), f"{where}.limits.max_scan_tokens"),
-        aliases=tuple(aliases),
-        spinning=spinning,
-        tf32=tf32,
-    )
-
-
 def update_rules(raw: Any, where: str) -> UpdateRules:
     """An entry's ``update:`` mapping (or an admin request's overrides) as UpdateRules."""
     if raw is None:
@@ -219,35 +237,6 @@ def update_rules(raw: Any, where: str) -> UpdateRules:
             raise ConfigError(f"{where}.{key} must be a number from 0 to 1, not {value!r}")
         values[key] = float(value)
     return UpdateRules(**values)
-
-
-def load_models_file(path: Path) -> tuple[ModelConfig, ...]:
-    """Read and validate models.yaml; package paths are relative to the file's directory."""
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read models file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("models"), list) or not doc["models"]:
-        raise ConfigError(f"{path} must hold a non-empty list under 'models'")
-    models = tuple(_model(e, i, path.parent) for i, e in enumerate(doc["models"]))
-    _check_unique_names(models, path)
-    return models
-
-
-def _check_unique_names(models: tuple[ModelConfig, ...], path: Path) -> None:
-    """A name or alias may be claimed once: a request naming it must reach exactly one model."""
-    owner: dict[str, tuple[int, str]] = {}
-    for i, m in enumerate(models):
-        for kind, value in [("name", m.name)] + [("alias", a) for a in m.aliases]:
-            if value in owner:
-                j, first_kind = owner[value]
-                raise ConfigError(
-                    f"{path}: {value!r} is claimed twice: as the {first_kind} of models[{j}] "
-                    f"({models[j].name!r}) and as the {kind} of models[{i}] ({m.name!r})"
-                )
-            owner[value] = (i, kind)
 
 
 def served_names(models: tuple[ModelConfig, ...]) -> str:

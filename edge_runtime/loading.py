@@ -3,6 +3,7 @@ outputs and probe which rows may share a forward. One failed model leaves the ot
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -10,7 +11,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_runtime.config import ModelConfig
+from edge_runtime.artifacts import ArtifactError, convert_once
+from edge_runtime.config import AUTO_VARIANT, ModelConfig
 from edge_runtime.engine import (
     BatchLimits,
     GraphSession,
@@ -21,11 +23,14 @@ from edge_runtime.engine import (
     create_session,
     probe,
 )
+from edge_runtime.engine.devices import resolve_device
 from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
 from edge_runtime.engine.probe import PROBE_LENGTHS, finite_or_none
+from edge_runtime.engine.result_cache import ResultCache
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family, read_package
 from edge_runtime.packages import Package, PackageError
+from edge_runtime.packages.footprint import package_need
 from edge_runtime.packages.golden import self_check
 from edge_runtime.timing import Timing
 
@@ -42,6 +47,18 @@ BUCKET_DEVICES = frozenset({"cuda"})
 VERSION_STATES = ("loading", "verifying", "standby", "active", "draining", "retired", "failed")
 #: Latencies kept per version for the post-promotion watch (error rate, p99).
 STATS_WINDOW = 2048
+#: variant "auto" takes this variant on the CPU when the package has it: the exact per-token int8
+#: (batch-invariant, its agreement with fp32 on the card), built and measured for CPU kernels.
+AUTO_CPU_VARIANT = "int8"
+
+
+class LoadRefused(Exception):
+    """A load that will fail the same way however often it is tried: a failed self-check, a model
+    above its memory budget. (PackageError and ArtifactError are never retried either.)"""
+
+
+class LoadStopped(Exception):
+    """The server began to stop while the model was loading."""
 
 
 class VersionStats:
@@ -88,6 +105,10 @@ class ServedModel:
     probe: ProbeResult | None = None  # the load-time probe's trials (None: not probed, or rows run alone)
     numerics_max_abs_diff: float | None = None  # approximate only: the probe's batch vs rows alone
     self_check: dict[str, Any] = field(default_factory=lambda: {"status": "unverified"})
+    result_cache: ResultCache | None = None  # this version's row outputs (engine/result_cache.py)
+    retryable: bool = False  # the last load failed for a reason that may pass (memory, a device, a file)
+    attempts: int = 0  # loads tried
+    artifact_note: str | None = None  # how an artifact became its package (reused or converted)
     # -- the version this entry is (edge_runtime/updates) --
     version_state: str = "loading"
     serial: int = 0  # the process's count of versions loaded, to tell two loads of one digest apart
@@ -216,32 +237,52 @@ class ServedModel:
         return meta
 
 
-def load_model(model: ServedModel, metrics: Any = None) -> None:
-    """Read, build, warm, self-check and probe one model; a failure marks it failed with its reason."""
-    cfg = model.config
+def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | None = None) -> None:
+    """Read, build, warm, self-check and probe one model; a failure marks it failed with its reason
+    (``retryable`` says whether trying again may help). An artifact of the Router's models file is
+    converted first when it is a source (edge_runtime/artifacts.py). ``stop`` ends a load early."""
     started = time.perf_counter()
+    model.attempts += 1
     try:
         model.status = "loading"
         model.version_state = "loading"
+        cfg = model.config
+        if cfg.missing is not None:
+            raise ArtifactError(cfg.missing)
+        if cfg.source is not None:
+            model.artifact_note = convert_once(cfg.source, cfg.package, cfg.name, stop)
+            log.info("model %s: %s", model.name, model.artifact_note)
+        _check_stop(stop)
         package = read_package(cfg.package)
-        if cfg.variant not in package.card.variants:
+        variant = choose_variant(cfg.variant, package, cfg.device)
+        if variant not in package.card.variants:
             raise PackageError(
                 "card.json",
-                f"variant {cfg.variant!r} is not in the package (it has {sorted(package.card.variants)})",
+                f"variant {variant!r} is not in the package (it has {sorted(package.card.variants)})",
             )
+        if variant != cfg.variant:
+            cfg = model.config = dataclasses.replace(cfg, variant=variant)
+        if cfg.memory_budget_bytes is not None:
+            need = package_need(cfg.package, variant)
+            if need.bytes > cfg.memory_budget_bytes:
+                raise LoadRefused(f"needs {need.bytes / 2**30:.2f} GiB ({need.source}), above its memory budget "
+                                  f"of {cfg.memory_budget_bytes / 2**30:.2f} GiB")
         model.package = package
         model.session = create_session(package.graph(cfg.variant), cfg.device, cfg.threads,
                                        spinning=cfg.spinning, tf32=cfg.tf32)
+        _check_stop(stop)
         # the family, over every graph of the package (the others opened and self-checked like this one)
         model.family, checks = build_family(package, model.session, cfg)
         model.status = "warming"
         model.version_state = "verifying"
         model.family.warm()
+        _check_stop(stop)
         model.self_check = self_check(model.session, package.golden(cfg.variant), model.session.device)
         if model.self_check["status"] == "failed":
-            raise RuntimeError(f"self-check failed: {model.self_check['reason']}")
+            raise LoadRefused(f"self-check failed: {model.self_check['reason']}")
         if checks:
             model.self_check["graphs"] = checks
+        _check_stop(stop)
         chosen = batching(model)
         model.grouping, model.numerics = chosen.grouping, chosen.numerics
         model.probe, model.numerics_max_abs_diff = chosen.probe, chosen.max_abs_diff
@@ -249,10 +290,12 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
         if chosen.grouping == "buckets" and chosen.probe is not None and chosen.probe.buckets is not None:
             forward = forward.bucketed(chosen.probe.buckets)  # type: ignore[attr-defined]
         model.executor = ModelExecutor(
-            model.name, forward, model.grouping, cfg.max_queue, metrics=metrics,
+            model.name, forward, model.grouping, cfg.max_queue, max_batch_tokens=cfg.max_batch_tokens, metrics=metrics,
             inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
         )
+        model.result_cache = ResultCache(model.name, cfg.result_cache_entries, cfg.result_cache_bytes, metrics)
         model.status = "ready"
+        model.reason = None
         model.version_state = "standby"
         model.loaded_at = time.time()
         if metrics is not None:
@@ -263,9 +306,25 @@ def load_model(model: ServedModel, metrics: Any = None) -> None:
         model.status = "failed"
         model.version_state = "failed"
         model.reason = str(exc) or type(exc).__name__
+        model.retryable = not isinstance(exc, PackageError | ArtifactError | LoadRefused | LoadStopped)
         model.reason_code = "self_check" if "self-check failed" in model.reason else (
             "verify" if isinstance(exc, PackageError) else "load")
         log.error("model %s failed: %s", model.name, model.reason)
+
+
+def _check_stop(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise LoadStopped("the server is stopping")
+
+
+def choose_variant(variant: str, package: Package, device: str) -> str:
+    """``variant`` itself, or for ``auto``: the exact int8 on the CPU where the package has it, else fp32."""
+    if variant != AUTO_VARIANT:
+        return variant
+    if resolve_device(device) == "cpu" and AUTO_CPU_VARIANT in package.card.variants:
+        return AUTO_CPU_VARIANT
+    return "fp32"
+
 
 @dataclass(frozen=True)
 class Batching:

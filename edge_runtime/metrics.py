@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 PREFIX = "edge_runtime"
@@ -99,6 +101,12 @@ class Metrics:
         self.agreement = Gauge(f"{PREFIX}_model_agreement", "The last agreement report per model (a new version "
                                "against the active one on the golden cases): max_abs_dp, argmax_agreement, "
                                "min_cosine, mean_cosine, cases.", ["model", "figure"], registry=r)
+        # The result caches (engine/result_cache.py): lookups by model and result (hit: the row's kept
+        # output answered; miss: the row ran), and what each model's caches hold, read at scrape time.
+        self.cache_lookups = Counter(f"{PREFIX}_result_cache_lookups", "Rows looked up in the result cache, by "
+                                     "model and result (hit, miss).", ["model", "result"], registry=r)
+        self._caches: dict[int, tuple[str, weakref.WeakMethod[Callable[[], tuple[int, int]]]]] = {}
+        r.register(_CacheSizes(self._cached_sizes))
         self._active_versions: dict[str, str] = {}
         self._loads: dict[int, tuple[str, Callable[[], Any]]] = {}
         self._loads_lock = threading.Lock()
@@ -140,6 +148,30 @@ class Metrics:
         """Stop reading a released executor's load."""
         with self._loads_lock:
             self._loads.pop(id(executor), None)
+
+    def on_cache_lookups(self, model: str, hits: int, misses: int) -> None:
+        if hits:
+            self._child(self.cache_lookups, model, "hit").inc(hits)
+        if misses:
+            self._child(self.cache_lookups, model, "miss").inc(misses)
+
+    def watch_cache(self, model: str, size: Callable[[], tuple[int, int]]) -> None:
+        """Read a result cache's (entries, bytes) at each scrape while its version lives (held weakly:
+        a released version's cache leaves with it)."""
+        with self._loads_lock:
+            self._caches = {k: v for k, v in self._caches.items() if v[1]() is not None}
+            self._caches[id(getattr(size, "__self__", size))] = (model, weakref.WeakMethod(size))
+
+    def _cached_sizes(self) -> dict[str, tuple[int, int]]:
+        with self._loads_lock:
+            readers = [(model, ref()) for model, ref in self._caches.values()]
+        totals: dict[str, tuple[int, int]] = {}
+        for model, read in readers:
+            if read is not None:
+                entries, size = read()
+                was = totals.get(model, (0, 0))
+                totals[model] = (was[0] + entries, was[1] + size)
+        return totals
 
     # pod-level scaling gauges -------------------------------------------------------------------
 
@@ -215,3 +247,22 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _CacheSizes:
+    """The result caches' entries and bytes per model, as gauges computed at scrape time."""
+
+    def __init__(self, read: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        sizes = self._read()
+        entries = GaugeMetricFamily(f"{PREFIX}_result_cache_entries", "Row outputs the result caches hold.",
+                                    labels=["model"])
+        held = GaugeMetricFamily(f"{PREFIX}_result_cache_bytes", "Bytes of row outputs the result caches hold.",
+                                 labels=["model"])
+        for model, (count, size) in sorted(sizes.items()):
+            entries.add_metric([model], count)
+            held.add_metric([model], size)
+        yield entries
+        yield held

@@ -9,18 +9,19 @@ sees one version or the other, never a mix."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from edge_runtime import API_VERSION
-from edge_runtime.config import ServeConfig, canonical_name, served_names
+from edge_runtime.config import MAX_LOAD_RETRY_SECONDS, ServeConfig, canonical_name, served_names
 from edge_runtime.engine import DeadlineExceeded, Overloaded
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan
 from edge_runtime.loading import ServedModel, load_model
 from edge_runtime.timing import Timing
-from edge_runtime.work import WorkPool
+from edge_runtime.work import WorkPool, admitted_whole, pool_threads
 
 
 class Runtime:
@@ -40,23 +41,48 @@ class Runtime:
         self.on_answered: Callable[[ServedModel, str, Any], None] | None = None
         self.started = False
         self.draining = False
+        # Set when the server stops: a load in progress (a conversion, a retry's wait) ends early.
+        self.stopping = threading.Event()
         # A full preparation queue is refused as a full model queue is: the engine's Overloaded.
-        self.work = WorkPool(max_queue=config.max_prep_queue, refuse=Overloaded)
+        self.work = WorkPool(pool_threads(config.threads), max_queue=config.max_prep_queue, refuse=Overloaded)
 
     # -- loading ------------------------------------------------------------------------------
 
     def load_all(self) -> None:
-        """Load, self-check and probe every model in turn (called off the event loop)."""
+        """Load, self-check and probe every model in turn (called off the event loop), then try again
+        those whose load failed for a reason that may pass, up to --load-attempts each, waiting
+        --load-retry-seconds before the first retry and twice as long before each next one (at most
+        MAX_LOAD_RETRY_SECONDS). A model waiting for its retry reports ``loading`` with the reason;
+        one that fails for good reports ``failed``."""
         self.started = True
+        due: dict[str, tuple[float, float]] = {}  # name -> (when, the wait that led there)
         for model in self.models.values():
-            load_model(model, self.metrics)
-            if model.status == "ready":
-                model.version_state = "active"
-                model.activated_at = time.time()
-                self.pin(model)
-            if self.metrics is not None:
-                self.metrics.set_ready(self.status() == "ready")
-                self.metrics.set_active_version(model.name, model.version_id)
+            if self.stopping.is_set():
+                return
+            self._load(model, due, self.config.load_retry_seconds)
+        while due and not self.stopping.is_set():
+            name, (when, waited) = min(due.items(), key=lambda item: item[1][0])
+            if self.stopping.wait(max(0.0, when - time.monotonic())):
+                return
+            del due[name]
+            retried = self.models.get(name)
+            if retried is not None and retried.status == "loading":
+                self._load(retried, due, min(2 * waited, MAX_LOAD_RETRY_SECONDS))
+
+    def _load(self, model: ServedModel, due: dict[str, tuple[float, float]], wait: float) -> None:
+        load_model(model, self.metrics, self.stopping)
+        if model.status == "ready":
+            model.version_state = "active"
+            model.activated_at = time.time()
+            self.pin(model)
+        elif model.retryable and model.attempts < self.config.load_attempts and not self.stopping.is_set():
+            model.status = model.version_state = "loading"
+            model.reason = (f"load attempt {model.attempts} of {self.config.load_attempts} failed, the next in "
+                            f"{wait:g} s: {model.reason}")
+            due[model.name] = (time.monotonic() + wait, wait)
+        if self.metrics is not None:
+            self.metrics.set_ready(self.status() == "ready")
+            self.metrics.set_active_version(model.name, model.version_id)
 
     # -- versions (edge_runtime/updates calls these under its own lock) --------------------------
 
@@ -142,6 +168,7 @@ class Runtime:
     def close(self) -> None:
         """The last step of a drain: executors (joined, so no session is freed under a forward), then the pool."""
         self.draining = True
+        self.stopping.set()
         self.close_executors()
         self.work.close()
 
@@ -197,17 +224,20 @@ class Runtime:
         if executor is None:  # released at its drain deadline after this request resolved it
             raise ApiError("not_ready", f"model {model.name!r} version {model.version_id} was released; retry")
         outputs: list[Any] | ItemError
-        if not plan.rows:
-            outputs = []
+        cache = model.result_cache
+        lookup = cache.lookup(plan.rows, plan.keys) if cache is not None and plan.keys is not None else None
+        rows = plan.rows if lookup is None else lookup.run
+        if not rows:
+            outputs = [] if lookup is None else lookup.complete([])
         else:
             try:
                 # Overloaded, RequestTooLarge, ExecutorClosed and ForwardError go up as they are:
                 # api/statuses.py gives each its code and status.
-                result = await executor.submit(plan.rows, deadline)
+                result = await executor.submit(rows, deadline, refusable=not admitted_whole())
             except DeadlineExceeded:
                 outputs = ItemError("deadline_exceeded", "options.deadline_ms passed before the input was run")
             else:
-                outputs = result.outputs
+                outputs = result.outputs if lookup is None else lookup.complete(result.outputs)
                 timing.add("queue", result.queue_s)
                 timing.add("forward", result.forward_s)
         with timing.phase("post"):

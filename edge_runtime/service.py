@@ -37,11 +37,16 @@ def _resolve(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedMode
 
 
 def _plan(surface: str, request: Any, model: ServedModel) -> Plan:
-    """Plan the request's rows on its model: tokenization, and media decoding where it has media."""
+    """Plan the request's rows on its model: tokenization, and media decoding where it has media;
+    then the rows' result-cache keys (hashing a row's pixels is media work too)."""
     family = model.family
     if family is None:  # a draining version released at its deadline after this request resolved it
         raise ApiError("not_ready", f"model {model.name!r} version {model.version_id} was released; retry")
-    return family.plan(surface, request)
+    plan = family.plan(surface, request)
+    cache = model.result_cache
+    if cache is not None and cache.enabled and plan.rows:
+        plan.keys = cache.keys(plan.rows)
+    return plan
 
 
 def _prepare(runtime: Runtime, surface: str, body: Any) -> tuple[Any, ServedModel, Plan]:

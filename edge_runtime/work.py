@@ -32,6 +32,10 @@ INLINE_BODY_BYTES = 16 * 1024
 
 # True while the current request (a contextvar, so bundle tasks inherit it) must not use the loop.
 _offloaded: contextvars.ContextVar[bool] = contextvars.ContextVar("offloaded", default=True)
+# True inside a request admitted whole (a bundle, once read): its tasks' jobs are bounded by the
+# request's own limit (--max-bundle-tasks) and are never refused one by one for a full queue, where
+# they would crowd out their own siblings; they still count in the queues, so other requests see them.
+_admitted_whole: contextvars.ContextVar[bool] = contextvars.ContextVar("admitted_whole", default=False)
 
 
 def keep_inline(body_bytes: int) -> None:
@@ -39,17 +43,29 @@ def keep_inline(body_bytes: int) -> None:
     _offloaded.set(body_bytes > INLINE_BODY_BYTES)
 
 
+def admit_whole() -> None:
+    """Admit the current request whole: the tasks it starts (which inherit the context) are not refused."""
+    _admitted_whole.set(True)
+
+
+def admitted_whole() -> bool:
+    """Whether the current request was admitted whole (see admit_whole)."""
+    return _admitted_whole.get()
+
+
 def offloaded() -> bool:
     """Whether the current request's work goes to the pool (its body is large, or not read yet)."""
     return _offloaded.get()
 
 
-def pool_threads() -> int:
-    """Two threads per usable CPU, at least two: preparation is short and mostly releases the GIL."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cpus = os.cpu_count() or 1
+def pool_threads(cpus: int | None = None) -> int:
+    """Two threads per CPU the process may use (``cpus``, else the usable CPUs), at least two:
+    preparation is short and mostly releases the GIL."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cpus = os.cpu_count() or 1
     return max(2, 2 * cpus)
 
 
@@ -89,12 +105,12 @@ class WorkPool:
         """
         if not _offloaded.get():
             return fn(*args)
-        return await self._submit(fn, args, refusable=True)
+        return await self._submit(fn, args, refusable=not _admitted_whole.get())
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a pool thread whatever the body's size (decoding compressed bodies and
         media); raises ``refuse`` when the queue is full."""
-        return await self._submit(fn, args, refusable=True)
+        return await self._submit(fn, args, refusable=not _admitted_whole.get())
 
     async def finish(self, fn: Callable[..., T], *args: Any) -> T:
         """As :meth:`run`, never refused: the readout and serializing of an answer whose forward

@@ -55,8 +55,8 @@ def build(out: Path) -> list[Path]:
     """The bundle's parts under ``out`` (replaced), in order."""
     from gpu_check import build_fixtures
 
-    from bench.lab import minilm_source
-    from bench.swap import build_minilm_fp32
+    from bench.harness.lab import minilm_source
+    from converters.versions import minilm_fp32
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -68,7 +68,7 @@ def build(out: Path) -> list[Path]:
         fixtures = build_fixtures(ROOT / ".cache" / "gpu-check")
         for package in fixtures:
             shutil.copytree(package, stage / "fixtures" / package.name)
-        build_minilm_fp32(stage / "packages" / "minilm-embedding")  # bench swap's fp32-only MiniLM
+        minilm_fp32(stage / "packages" / "minilm-embedding")  # the fp32-only MiniLM (bench swap's B version)
         shutil.copytree(minilm_source(), stage / "minilm-source")
         tar = Path(tmp) / "bundle.tar"
         with tarfile.open(tar, "w") as archive:  # the big files are compressed already or do not compress

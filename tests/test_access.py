@@ -26,7 +26,8 @@ from edge_runtime.api import auth
 from edge_runtime.api.auth import ApiKeys, KeyFileError, bearer_token, needs_key, read_key_file
 from edge_runtime.api.request_ids import request_id
 from edge_runtime.api.schema import validate_response
-from edge_runtime.config import ConfigError, load_models_file
+from edge_runtime.config import ConfigError
+from edge_runtime.models_file import load_models_file
 from tests.support.server_harness import ROOT, Server, write_models_file
 
 DECIDER = "sparrow-nano"

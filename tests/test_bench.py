@@ -13,25 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.decision_codes import (
-    QWEN3_0_6B,
-    Inputs,
-    Shape,
-    fit_words,
-    layers_that_fit,
-    parse_meminfo,
-    token_rows,
-)
-from bench.decisions import (
-    LeanClient,
-    Target,
-    answer_probabilities,
-    decision_requests,
-    max_abs_diff,
-    reference_probabilities,
-    response_probabilities,
-)
-from bench.report import (
+from bench.decision_codes import Inputs
+from bench.decision_codes_build import QWEN3_0_6B, Shape, layers_that_fit, parse_meminfo, token_rows
+from bench.decisions import Target, reference_probabilities
+from bench.harness.answers import answer_probabilities, max_abs_diff, response_probabilities
+from bench.harness.clients import LeanClient
+from bench.harness.report import (
     Table,
     cpu_busy_seconds,
     fmt_ms,
@@ -40,11 +27,11 @@ from bench.report import (
     record,
     render_run,
 )
-from bench.runners import cosines, decode_embeddings
-from bench.server import parse_proc_status
-from bench.server_timing import parse_server_timing
-from bench.stats import median, percentile, ratio, summarize
-from bench.texts import long_text, sentences
+from bench.harness.runners import cosines, decode_embeddings
+from bench.harness.server import parse_proc_status
+from bench.harness.server_timing import parse_server_timing
+from bench.harness.stats import median, percentile, ratio, summarize
+from bench.harness.texts import decision_requests, fit_words, long_text, sentences
 from edge_runtime.engine.cpu import INT8_FLAGS, cpu_class, cpu_flags, cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -350,7 +337,7 @@ def test_the_decision_benchmarks_keep_torch_and_onnxruntime_out_of_the_harness()
 
 
 def test_every_long_input_shape_has_its_size_and_its_shape() -> None:
-    from bench.texts import SHAPES, shaped_text
+    from bench.harness.texts import SHAPES, shaped_text
 
     n = 300_000
     texts = {shape: shaped_text(shape, n) for shape in SHAPES}

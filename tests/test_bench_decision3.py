@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import decision3
-from bench.lab import Lab, Settings
+from bench.harness.lab import Lab, Settings
 from tests.support.d3_models import needs_reference
 
 

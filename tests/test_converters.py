@@ -13,9 +13,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from converters.encoder.export import ExportOptions, export_model
+from converters.encoder.fixture import build_fixture, build_fixture_result, build_source
 from converters.errors import ConversionError
-from converters.export import ExportOptions, export_model
-from converters.fixture import build_fixture, build_fixture_result, build_source
 from converters.samples import SAMPLE_TEXTS
 from edge_runtime.families.registry import read_package
 
@@ -193,7 +193,7 @@ def test_refused_when_graph_disagrees(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_refused_above_tolerance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import converters.verify as verify
+    import converters.encoder.verify as verify
 
     monkeypatch.setattr(verify, "FP32_TOLERANCE", 1e-15)  # fixture diffs are ~1e-6: far above
     with pytest.raises(ConversionError, match="exceeds the tolerance 1e-15"):

@@ -310,7 +310,7 @@ def test_serving_through_the_runtime(built) -> None:
         info = served.info()
         assert info["family"] == "decision-vision" and "image" in info["modalities"]
         assert info["question_types"] == ["choice", "noul", "score", "box", "track"]
-        from edge_runtime.api.app import list_models
+        from edge_runtime.api.listing import list_models
 
         listed = list_models(runtime)
         validate_response("/v1/models", "get", 200, listed)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from edge_runtime.config import ServeConfig, load_models_file
+from edge_runtime.config import ServeConfig
+from edge_runtime.models_file import load_models_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -351,3 +355,21 @@ def test_gpu_image_states_its_onnxruntime_skew_against_the_cpu_pin() -> None:
         for path in (ROOT / "Dockerfile.gpu", ROOT / "docs" / "deployment.md"):
             text = path.read_text(encoding="utf-8")
             assert gpu in text and cpu_pin in text and "scripts/ort_version_skew.py" in text, path.name
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_the_image_takes_edge_runtimes_own_argv_and_any_other_command(path: Path) -> None:
+    """The Router's process manager appends `serve --models F --uds S ...` to the command it runs: the
+    entrypoint runs edge-runtime's subcommands as they are, and every other command (the CMD,
+    Kubernetes' args) as given."""
+    entry = [exec_form(rest) for word, rest in dockerfile_instructions(path) if word == "ENTRYPOINT"]
+    copies = [rest for word, rest in dockerfile_instructions(path) if word == "COPY"]
+    assert entry == [["/usr/local/bin/edge-runtime-entrypoint"]]
+    assert "scripts/container-entrypoint.sh /usr/local/bin/edge-runtime-entrypoint" in copies
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    script = str(ROOT / "scripts" / "container-entrypoint.sh")
+    devices = subprocess.run(["sh", script, "devices"], env=env, capture_output=True, text=True, timeout=60)
+    assert devices.returncode == 0 and json.loads(devices.stdout)["devices"][0] == "cpu", devices.stderr
+    other = subprocess.run(["sh", script, "python", "-c", "print(6 * 7)"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert other.stdout.strip() == "42"

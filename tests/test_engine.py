@@ -668,7 +668,8 @@ def test_a_shared_forward_failure_is_logged_once_per_request_with_its_id(caplog:
 
 
 def test_models_file_tf32_is_a_boolean_off_by_default(tmp_path: Path) -> None:
-    from edge_runtime.config import ConfigError, load_models_file
+    from edge_runtime.config import ConfigError
+    from edge_runtime.models_file import load_models_file
     from tests.support.server_harness import write_models_file
 
     loaded = load_models_file(write_models_file(tmp_path / "a.yaml", [

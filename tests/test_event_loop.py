@@ -105,7 +105,7 @@ def test_a_state_read_whole_reports_exact_tokens(server: Server) -> None:
 # whole state: that scan held the GIL, and with it the loop, for 1.2 s in one regex search.
 @pytest.mark.parametrize("shape", ["punctuation runs", "one long word", "hex", "CJK without spaces", "emoji"])
 def test_liveness_is_answered_while_a_large_state_is_handled(server: Server, shape: str) -> None:
-    from bench.texts import shaped_text
+    from bench.harness.texts import shaped_text
 
     big, latencies = _probe_while(server, "/v1/decisions", _noul(shaped_text(shape, 8 << 20)))
     assert big.status_code == 200, big.text[:500]

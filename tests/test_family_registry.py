@@ -9,10 +9,9 @@ import converters.__main__ as converter_cli
 from edge_runtime.families.registry import CARD_RULES, FAMILIES
 from tests.support.server_harness import ROOT
 
-#: family -> its converter's folder under converters/ (the encoder's export and fixture are the shared
-#: top-level modules the other converters build on) and the function its fixture is built with.
+#: family -> its converter's folder under converters/ and the function its fixture is built with.
 CONVERTER_FOLDERS: dict[str, tuple[str, str]] = {
-    "encoder": ("", "build_fixture_result"),
+    "encoder": ("encoder", "build_fixture_result"),
     "multimodal-embedding": ("multimodal", "build_multimodal_fixture"),
     "sparrow": ("sparrow", "build_sparrow_package"),
     "decision-codes": ("decision_codes", "build_decision_codes_fixture_result"),

@@ -14,7 +14,7 @@ from bench.__main__ import main as bench_main
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sentence-transformers directory the embedding fixture is converted from (seed 0)."""
-    from converters.fixture import build_source
+    from converters.encoder.fixture import build_source
 
     return build_source("embedding", tmp_path_factory.mktemp("gpu-bench") / "source", seed=0)
 

@@ -62,9 +62,13 @@ ALLOWED: dict[str, set[str]] = {
     "service": {"runtime", "loading", "requests", "families", "engine"},
     # replacing served versions: loads through loading, switches through runtime, reads packages;
     # the agreement report reads outputs as the heads do and replays recent requests through service
-    "updates": {"runtime", "loading", "packages", "service", "heads"},
+    "updates": {"runtime", "loading", "packages", "service", "heads", "models_file"},
     "runtime": {"loading", "families", "engine"},
-    "loading": {"families", "engine", "packages"},
+    "loading": {"families", "engine", "packages", "artifacts"},
+    # reading a models file: our entries and the Router's artifacts, located on disk
+    "models_file": {"artifacts"},
+    # where an artifact's package is, and converting a source once (in a subprocess)
+    "artifacts": {"packages"},
     "requests": {"questions", "media"},  # media: the contract's asset and data-URL limits
     "families": {"requests", "questions", "vision_lm"} | BOTTOM,
     "questions": {"heads"},

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
-from bench.texts import shaped_text
+from bench.harness.texts import shaped_text
 from edge_runtime.text.bounds import BudgetReader
 from edge_runtime.text.longwords import MIN_RUN, MIN_SPACE_RUN, SCAN_CHUNK, LongWords, long_runs, space_mask
 from edge_runtime.text.tokenizer import analyze

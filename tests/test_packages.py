@@ -148,6 +148,23 @@ def test_symlink_refused(pkg: Path, tmp_path: Path) -> None:
     _refused(pkg, "extra.json", "symbolic link")
 
 
+def test_a_hugging_face_snapshot_may_link_into_its_own_blobs_only(pkg: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "hub" / "models--org--name"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    for path in sorted(pkg.iterdir()):
+        blob = repo / "blobs" / path.name
+        shutil.copyfile(path, blob)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / path.name)
+    assert read_package(snapshot).digest == read_package(pkg).digest
+    (tmp_path / "outside.json").write_text("{}")
+    os.symlink(tmp_path / "outside.json", snapshot / "extra.json")
+    (snapshot / "MANIFEST.json").unlink()
+    (snapshot / "MANIFEST.json").write_text(json.dumps(build_manifest(snapshot)))
+    _refused(snapshot, "extra.json", "symbolic link")
+
+
 def test_manifest_path_outside_package_refused(pkg: Path) -> None:
     manifest = json.loads((pkg / "MANIFEST.json").read_text())
     manifest["files"]["../escape"] = {"sha256": "0" * 64, "size": 1}

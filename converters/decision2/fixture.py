@@ -36,11 +36,11 @@ def write_decision2_fixture(out: Path, seed: int = 0, adapter: bool = False, max
     from transformers import Qwen3Config, Qwen3Model
 
     from converters.fixture_tokenizers import byte_level_bpe
-    from converters.vela2.fixture import FIXTURE_CORPUS
+    from converters.samples import DECISION_FIXTURE_CORPUS
 
     root = Path(out)
     root.mkdir(parents=True, exist_ok=False)
-    tok = byte_level_bpe(FIXTURE_CORPUS[:7] * 4, ["<|endoftext|>"], vocab_size=384)
+    tok = byte_level_bpe(DECISION_FIXTURE_CORPUS[:7] * 4, ["<|endoftext|>"], vocab_size=384)
     tok.save(str(root / "tokenizer.json"))
     (root / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "model_max_length": 4096}, indent=2) + "\n")

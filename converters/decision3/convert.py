@@ -24,7 +24,6 @@ expanded and scattered, Qwen's 3-D positions, the text core) is checked against 
 from __future__ import annotations
 
 import io
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +40,14 @@ from converters.decision3.tokenizer import (
     check_codes,
     check_config_tokens,
 )
-from converters.decision3.verify import check_rows, sample_requests, verify
+from converters.decision3.verify import Verified, check_rows, sample_requests, verify
 from converters.decision3.verify import goldens as golden_cases
 from converters.decision3.vision import ImageVerified
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
-from converters.package_writer import card_start
-from converters.progress import Step, log
+from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.package_writer import ExportResult, PackageBuild, card_start, json_bytes
+from converters.progress import log
+from converters.verify import rounded
 from edge_runtime.families.decision3.family import QUESTION_TYPES
 from edge_runtime.families.decision3.prompt import D3Prompt
 from edge_runtime.families.decision3.vision import MAX_PIXELS
@@ -105,56 +105,75 @@ def decision_config(source: src.Decision3Source, built: BuiltTokenizer, limit: i
     }
 
 
-def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) -> ExportResult:
-    """Convert the upstream package ``src_path`` into the package ``out`` (see the module docstring)."""
-    import torch
+@dataclass
+class CheckedSource:
+    """An upstream package verified as the released runtime verifies it, with its tokenizer built."""
 
-    from converters.decision3.export import OPSET, export_text_core
+    source: src.Decision3Source
+    template: str  # the chat template's sha256
+    built: BuiltTokenizer
 
-    timings: dict[str, float] = {}
-    if opts.check_requests < 1:
-        raise ConversionError("the parity check needs at least one request")
-    with Step("verifying the upstream Decision 3.0 package") as s:
-        source = src.read_source(src_path)
-        template = check_chat_template(source.root)
-        built = build_tokenizer(source.root)
-        check_codes(built.tokenizer, source.codes, source.token_ids)
-        check_config_tokens(built, source.config, source.vision_prefix is not None)
-    timings["verify"] = s.seconds
-    limit = source.max_input_tokens
-    if opts.max_input_tokens is not None:
-        if not src.MIN_INPUT_TOKENS <= opts.max_input_tokens <= limit:
-            raise ConversionError(f"--max-input-tokens must be in [{src.MIN_INPUT_TOKENS}, {limit}]")
-        limit = opts.max_input_tokens
-    name = sanitize_name(opts.name or source.manifest.get("model_name") or source.root.name)
-    with Step("reading the BF16 text weights (exact fp32 upcast)") as s:
-        weights = src.text_weights(source)
-        if "embed_tokens.weight" not in weights:
-            raise ConversionError("the checkpoint has no language_model embed_tokens.weight")
-        embeddings = np.ascontiguousarray(weights["embed_tokens.weight"].numpy(), dtype=np.float32)
-        readout = src.readout_matrix(source)
-    timings["read"] = s.seconds
-    vocab = built.tokenizer.get_vocab_size()
+
+def _checked_source(src_path: str | Path) -> CheckedSource:
+    """Read the upstream package and check its chat template, tokenizer, codes and config tokens."""
+    source = src.read_source(src_path)
+    template = check_chat_template(source.root)
+    built = build_tokenizer(source.root)
+    check_codes(built.tokenizer, source.codes, source.token_ids)
+    check_config_tokens(built, source.config, source.vision_prefix is not None)
+    return CheckedSource(source, template, built)
+
+
+def _text_weights(checked: CheckedSource) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """The text weights upcast exactly to fp32, the embedding table and the readout matrix."""
+    source = checked.source
+    weights = src.text_weights(source)
+    if "embed_tokens.weight" not in weights:
+        raise ConversionError("the checkpoint has no language_model embed_tokens.weight")
+    embeddings = np.ascontiguousarray(weights["embed_tokens.weight"].numpy(), dtype=np.float32)
+    vocab = checked.built.tokenizer.get_vocab_size()
     if embeddings.shape[0] < vocab:
         raise ConversionError(f"the embedding table has {embeddings.shape[0]} rows; the tokenizer has {vocab} ids")
-    prompt = D3Prompt(built.tokenizer, source.codes)
-    rows = check_rows(prompt, sample_requests(opts.check_requests), limit)
-    with tempfile.TemporaryDirectory(prefix="er-decision3-") as tmp:
-        work = Path(tmp)
-        with Step(f"exporting the text core to ONNX (opset {OPSET}, {source.attention_mode})") as s:
-            report = export_text_core(weights, source.text_config, source.attention_mode, work / "model.onnx")
-        timings["export"] = s.seconds
+    return weights, embeddings, src.readout_matrix(source)
+
+
+def _checked(verified: Verified) -> Verified:
+    """``verified`` unless the graph or its state-once path is past PROBABILITY_TOLERANCE (ConversionError)."""
+    if verified.probabilities > PROBABILITY_TOLERANCE:
+        raise ConversionError(f"the graph's code probabilities differ from the reference by "
+                              f"{verified.probabilities:.3g} (> {PROBABILITY_TOLERANCE})")
+    if verified.state_once is not None and verified.state_once > PROBABILITY_TOLERANCE:
+        raise ConversionError(f"state-once code probabilities differ from whole rows by {verified.state_once:.3g} "
+                              f"(> {PROBABILITY_TOLERANCE})")
+    return verified
+
+
+def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) -> ExportResult:
+    """Convert the upstream package ``src_path`` into the package ``out`` (see the module docstring)."""
+    from converters.decision3.export import OPSET, export_text_core
+
+    if opts.check_requests < 1:
+        raise ConversionError("the parity check needs at least one request")
+    with PackageBuild(out, "er-decision3-") as build:
+        with build.step("verify", "verifying the upstream Decision 3.0 package"):
+            checked = _checked_source(src_path)
+        source, built = checked.source, checked.built
+        limit = source.max_input_tokens
+        if opts.max_input_tokens is not None:
+            if not src.MIN_INPUT_TOKENS <= opts.max_input_tokens <= limit:
+                raise ConversionError(f"--max-input-tokens must be in [{src.MIN_INPUT_TOKENS}, {limit}]")
+            limit = opts.max_input_tokens
+        with build.step("read", "reading the BF16 text weights (exact fp32 upcast)"):
+            weights, embeddings, readout = _text_weights(checked)
+        prompt = D3Prompt(built.tokenizer, source.codes)
+        rows = check_rows(prompt, sample_requests(opts.check_requests), limit)
+        with build.step("export", f"exporting the text core to ONNX (opset {OPSET}, {source.attention_mode})"):
+            report = export_text_core(weights, source.text_config, source.attention_mode, build.work / "model.onnx")
         graph = report.files[0]
         what = "Transformers 5 (fp32 and bf16)" if opts.reference else "our torch forward (--no-reference)"
-        with Step(f"checking code probabilities over {len(rows)} questions against {what}") as s:
-            verified = verify(source, weights, graph, embeddings, readout, rows, built.pad_id, opts.reference)
-        timings["parity"] = s.seconds
-        if verified.probabilities > PROBABILITY_TOLERANCE:
-            raise ConversionError(f"the graph's code probabilities differ from the reference by "
-                                  f"{verified.probabilities:.3g} (> {PROBABILITY_TOLERANCE})")
-        if verified.state_once is not None and verified.state_once > PROBABILITY_TOLERANCE:
-            raise ConversionError(f"state-once code probabilities differ from whole rows by {verified.state_once:.3g} "
-                                  f"(> {PROBABILITY_TOLERANCE})")
+        with build.step("parity", f"checking code probabilities over {len(rows)} questions against {what}"):
+            verified = _checked(verify(source, weights, graph, embeddings, readout, rows, built.pad_id,
+                                       opts.reference))
         log(f"parity: max |dp| = {verified.probabilities:.3g}, hidden {verified.hidden:.3g}"
             + (f", bf16 argmax agreement {verified.bf16['argmax_agreement']}" if verified.bf16 else "")
             + (f", state-once vs whole {verified.state_once:.3g}" if verified.state_once is not None else ""))
@@ -162,8 +181,8 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
         vision_files: list[Path] = []
         config = decision_config(source, built, limit)
         if source.vision_prefix is not None:
-            images, vision_files, config["vision"] = _vision(source, work, graph, prompt, embeddings, readout,
-                                                             limit, opts.reference, timings)
+            images, vision_files, config["vision"] = _vision(source, build, graph, prompt, embeddings, readout,
+                                                             limit, opts.reference)
         goldens = {"fp32": golden_cases(graph, embeddings, rows)}
         if images is not None:  # the golden image question through the text core, self-checked at load
             goldens["fp32"].append(_image_golden(graph, images))
@@ -173,91 +192,92 @@ def export_decision3(src_path: str | Path, out: Path, opts: Decision3Options) ->
             "embeddings.npy": _npy_bytes(embeddings),
             "head.npz": npz_bytes({"readout": readout}),
             "tokenizer.json": built.to_json(),
-            "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
+            "decision_config.json": json_bytes(config),
         }
         if images is not None:
             files[VISION_GOLDEN] = npz_bytes(images.golden_vision)
         files.update(notice_files(source.root, opts))
-        vision = source.vision_prefix is not None
-        video = vision and "video" in config.get("vision", {})
-        video_limits: dict[str, Any] = {}
-        if video:
-            vs = config["vision"]["video"]
-            video_limits = {**VIDEO_LIMITS, "video_max_frames": vs["max_frames"], "video_max_pixels": vs["max_pixels"],
-                            # every sampled pair at the per-frame budget
-                            "video_max_tokens": vs["max_frames"] // 2 * vs["max_pixels"]
-                            // (vs["patch_size"] * vs["merge_size"]) ** 2}
-        if opts.reference:
-            reference = (f"Transformers 5 Qwen3_5TextModel fp32 ({source.attention_mode}, upstream's noncausal hook "
-                         "where set), code probabilities at the last real token")
-        else:
-            reference = ("not verified against Transformers (--no-reference): the graph against edge-runtime's torch "
-                         "Qwen3.5 forward it was exported from")
-        outputs = {"probabilities": float(f"{verified.probabilities:.3g}"),
-                   "last_hidden_state": float(f"{verified.hidden:.3g}"),
-                   "torch_core_probabilities": float(f"{verified.torch_core:.3g}")}
-        if verified.state_once is not None:
-            outputs["state_once_vs_whole"] = float(f"{verified.state_once:.3g}")
-            outputs["state_once_vs_whole_hidden"] = float(f"{verified.state_once_hidden:.3g}")
-        if images is not None and images.reference:
-            outputs["image_probabilities"] = float(f"{images.probabilities:.3g}")
-            outputs["image_last_hidden_state"] = float(f"{images.hidden:.3g}")
-        architecture = "Qwen3_5Model"
-        card = {
-            **card_start(name, KIND, KIND, identity_card(
-                opts, source.root, source_name=opts.source_name or str(source.decision.get("base_model")
-                                                                        or source.root.name),
-                architecture=architecture, stamp=source.model_sha256,
-                description=f"Decision 3.0 code-readout model ({source.attention_mode}) from {source.root.name}"),
-                modalities=("text", "image", "video") if video else ("text", "image") if vision else ("text",)),
-            "head": {"output": "last_hidden_state", "pooling": "last", "readout": "head.npz:readout",
-                     "codes": src.MAX_OPTIONS, "readout_dtype": source.readout_dtype,
-                     "temperature": source.temperature},
-            "limits": {"max_input_tokens": limit, **(IMAGE_LIMITS if vision else {}), **video_limits},
-            "graph": {"inputs": report.input_names, "outputs": report.output_names, "opset": OPSET,
-                      "attention_mode": source.attention_mode, "layer_types": config["layer_types"],
-                      "embeddings": "embeddings.npy",
-                      **({"vision": {"file": "vision.onnx", **{k: config["vision"][k] for k in
-                                     ("inputs", "outputs", "patch_dim", "position_side")}}} if vision else {})},
-            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
-            "verification": {"reference": reference, "max_abs_diff": outputs["probabilities"],
-                             "tolerance": PROBABILITY_TOLERANCE, "cases": verified.cases, "outputs": outputs,
-                             "lengths": verified.lengths, "transformers": verified.transformers,
-                             **({"bf16": verified.bf16} if verified.bf16 else {}),
-                             **({"images": _image_report(images)} if images is not None else {})},
-            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.model_sha256,
-                      "torch": torch.__version__.split("+")[0],
-                      "options": {"reference": opts.reference, "check_requests": opts.check_requests,
-                                  "max_input_tokens": opts.max_input_tokens}},
-            "attention_mode": source.attention_mode,
-            **({"image_placements": ["state"], "processor": config["vision"]["processor"],
-                "videos": ("the d3 runtime's: frames by index at 2 fps, Transformers' video smart_resize per frame, "
-                           "<t seconds> per frame pair" if video else "refused (video_unsupported): the source has no "
-                           "video_preprocessor_config.json")} if vision else {}),
-            "question_types": list(QUESTION_TYPES),
-            "usage": "state_once" if source.attention_mode == "causal" else "per_question",
-            "state_once": ("the longest common token prefix of a request's question prompts runs once; each "
-                           "question continues from its GDN and attention states" if source.attention_mode == "causal"
-                           else NONCAUSAL_STATE_ONCE),
-            "upstream": {"format_id": src.FORMAT_ID, "model_sha256": source.model_sha256,
-                         "manifest_sha256": source.manifest_sha256, "chat_template_sha256": template,
-                         "vision_tower": ("converted: vision.onnx (Qwen3-VL's grid-free vision core, no deepstack)"
-                                          if vision else "absent")},
-        }
-        with Step(f"writing package {out}") as s:
-            from converters.package_writer import write_package
-
-            digest = write_package(Path(out), card, files, goldens)
-        timings["write"] = s.seconds
-    from edge_runtime.families.registry import read_package
-
-    log(f"package {name} written to {out} (digest {digest[:16]}...)")
-    return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
+        card = _card(opts, checked, config, limit, (report.input_names, report.output_names), verified, images)
+        return build.write(card, files, goldens)
 
 
-def _vision(source: src.Decision3Source, work: Path, graph: Path, prompt: D3Prompt, embeddings: np.ndarray,
-            readout: np.ndarray, limit: int, reference: bool, timings: dict[str, float]
-            ) -> tuple[ImageVerified, list[Path], dict[str, Any]]:
+def _card(opts: Decision3Options, checked: CheckedSource, config: dict[str, Any], limit: int,
+          graph_names: tuple[list[str], list[str]], verified: Verified, images: ImageVerified | None) -> dict[str, Any]:
+    import torch
+
+    from converters.decision3.export import OPSET
+
+    source, template = checked.source, checked.template
+    vision = source.vision_prefix is not None
+    video = vision and "video" in config.get("vision", {})
+    video_limits: dict[str, Any] = {}
+    if video:
+        vs = config["vision"]["video"]
+        video_limits = {**VIDEO_LIMITS, "video_max_frames": vs["max_frames"], "video_max_pixels": vs["max_pixels"],
+                        # every sampled pair at the per-frame budget
+                        "video_max_tokens": vs["max_frames"] // 2 * vs["max_pixels"]
+                        // (vs["patch_size"] * vs["merge_size"]) ** 2}
+    if opts.reference:
+        reference = (f"Transformers 5 Qwen3_5TextModel fp32 ({source.attention_mode}, upstream's noncausal hook "
+                     "where set), code probabilities at the last real token")
+    else:
+        reference = ("not verified against Transformers (--no-reference): the graph against edge-runtime's torch "
+                     "Qwen3.5 forward it was exported from")
+    outputs = {"probabilities": rounded(verified.probabilities),
+               "last_hidden_state": rounded(verified.hidden),
+               "torch_core_probabilities": rounded(verified.torch_core)}
+    if verified.state_once is not None and verified.state_once_hidden is not None:  # measured together
+        outputs["state_once_vs_whole"] = rounded(verified.state_once)
+        outputs["state_once_vs_whole_hidden"] = rounded(verified.state_once_hidden)
+    if images is not None and images.reference:
+        outputs["image_probabilities"] = rounded(images.probabilities)
+        outputs["image_last_hidden_state"] = rounded(images.hidden)
+    identity = identity_card(
+        opts, source.root, source_name=opts.source_name or str(source.decision.get("base_model") or source.root.name),
+        architecture="Qwen3_5Model", stamp=source.model_sha256,
+        description=f"Decision 3.0 code-readout model ({source.attention_mode}) from {source.root.name}")
+    return {
+        **card_start(sanitize_name(opts.name or source.manifest.get("model_name") or source.root.name), KIND, KIND,
+                     identity, modalities=("text", "image", "video") if video else ("text", "image") if vision
+                     else ("text",)),
+        "head": {"output": "last_hidden_state", "pooling": "last", "readout": "head.npz:readout",
+                 "codes": src.MAX_OPTIONS, "readout_dtype": source.readout_dtype,
+                 "temperature": source.temperature},
+        "limits": {"max_input_tokens": limit, **(IMAGE_LIMITS if vision else {}), **video_limits},
+        "graph": {"inputs": graph_names[0], "outputs": graph_names[1], "opset": OPSET,
+                  "attention_mode": source.attention_mode, "layer_types": config["layer_types"],
+                  "embeddings": "embeddings.npy",
+                  **({"vision": {"file": "vision.onnx", **{k: config["vision"][k] for k in
+                                 ("inputs", "outputs", "patch_dim", "position_side")}}} if vision else {})},
+        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "verification": {"reference": reference, "max_abs_diff": outputs["probabilities"],
+                         "tolerance": PROBABILITY_TOLERANCE, "cases": verified.cases, "outputs": outputs,
+                         "lengths": verified.lengths, "transformers": verified.transformers,
+                         **({"bf16": verified.bf16} if verified.bf16 else {}),
+                         **({"images": _image_report(images)} if images is not None else {})},
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.model_sha256,
+                  "torch": torch.__version__.split("+")[0],
+                  "options": {"reference": opts.reference, "check_requests": opts.check_requests,
+                              "max_input_tokens": opts.max_input_tokens}},
+        "attention_mode": source.attention_mode,
+        **({"image_placements": ["state"], "processor": config["vision"]["processor"],
+            "videos": ("the d3 runtime's: frames by index at 2 fps, Transformers' video smart_resize per frame, "
+                       "<t seconds> per frame pair" if video else "refused (video_unsupported): the source has no "
+                       "video_preprocessor_config.json")} if vision else {}),
+        "question_types": list(QUESTION_TYPES),
+        "usage": "state_once" if source.attention_mode == "causal" else "per_question",
+        "state_once": ("the longest common token prefix of a request's question prompts runs once; each "
+                       "question continues from its GDN and attention states" if source.attention_mode == "causal"
+                       else NONCAUSAL_STATE_ONCE),
+        "upstream": {"format_id": src.FORMAT_ID, "model_sha256": source.model_sha256,
+                     "manifest_sha256": source.manifest_sha256, "chat_template_sha256": template,
+                     "vision_tower": ("converted: vision.onnx (Qwen3-VL's grid-free vision core, no deepstack)"
+                                      if vision else "absent")},
+    }
+
+
+def _vision(source: src.Decision3Source, build: PackageBuild, graph: Path, prompt: D3Prompt, embeddings: np.ndarray,
+            readout: np.ndarray, limit: int, reference: bool) -> tuple[ImageVerified, list[Path], dict[str, Any]]:
     """Export the vision tower and check the image path; returns the check, the files and the config member."""
     from converters.decision3.export import OPSET
     from converters.decision3.vision import check_images, export_vision, processor_settings, video_settings
@@ -266,15 +286,13 @@ def _vision(source: src.Decision3Source, work: Path, graph: Path, prompt: D3Prom
     vcfg = source.vision_config or {}
     settings = processor_settings(source.root, vcfg)
     videos = video_settings(source.root, vcfg)
-    with Step(f"exporting the vision tower to ONNX (opset {OPSET})") as s:
-        path = work / "vision.onnx"
+    with build.step("vision_export", f"exporting the vision tower to ONNX (opset {OPSET})"):
+        path = build.work / "vision.onnx"
         shapes = export_vision(vcfg, src.vision_weights(source), path)
         files = gather_graph(path)
-    timings["vision_export"] = s.seconds
     what = "Transformers 5 Qwen3_5Model" if reference else "nothing (--no-reference): the path runs"
-    with Step(f"checking the image path against {what}") as s:
+    with build.step("image_parity", f"checking the image path against {what}"):
         images = check_images(source, graph, path, settings, prompt, embeddings, readout, limit, reference, videos)
-    timings["image_parity"] = s.seconds
     if reference:
         if not (images.probabilities <= PROBABILITY_TOLERANCE and images.hidden <= IMAGE_HIDDEN_TOLERANCE
                 and images.processor <= PROCESSOR_TOLERANCE):

@@ -143,24 +143,10 @@ def reference_hidden(weight_files: Sequence[str | Path], config: Mapping[str, An
     command = ["--attention-mode", attention_mode, "--threads", str(threads)]
     for dtype in dtypes:
         command += ["--dtype", dtype]
-    return _run_reference(weight_files, config, inputs, command, timeout_s)
+    return run_reference(weight_files, config, inputs, command, timeout_s)
 
 
-def reference_vision_hidden(weight_files: Sequence[str | Path], config: Mapping[str, Any], cases: Sequence[Any],
-                            attention_mode: str, processor: Mapping[str, Any], *, timeout_s: float = 3600.0
-                            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Transformers 5's ``Qwen3_5Model`` (its own vision tower, scatter and ``get_rope_index``) fp32 hidden
-    state at the last token of each image case (converters/decision3/vision.py ``ImageCase``), ``[n, H]``, and
-    its ``Qwen2VLImageProcessorPil`` (``processor``: the settings as the card records them) on each case's
-    images: ``{i}.pixel_values`` and ``{i}.image_grid_thw``."""
-    from converters.decision3.vision import reference_inputs
-
-    inputs = {**reference_inputs(cases), "processor": np.array(json.dumps(dict(processor)))}
-    out = _run_reference(weight_files, config, inputs, ["--vision", "--attention-mode", attention_mode], timeout_s)
-    return np.stack([out[str(i)] for i in range(len(cases))]), {k: v for k, v in out.items() if "." in k}
-
-
-def _run_reference(weight_files: Sequence[str | Path], config: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
+def run_reference(weight_files: Sequence[str | Path], config: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
                    options: Sequence[str], timeout_s: float) -> dict[str, np.ndarray]:
     """converters/decision3/reference.py in the reference environment; its output npz as arrays."""
     python = reference_python()
@@ -185,4 +171,4 @@ def _run_reference(weight_files: Sequence[str | Path], config: Mapping[str, Any]
 
 
 __all__ = ["ExportReport", "OPSET", "REFERENCE_ENV_VAR", "dynamic_axes", "example_inputs", "export_text_core",
-           "reference_hidden", "reference_python", "reference_vision_hidden"]
+           "reference_hidden", "reference_python", "run_reference"]

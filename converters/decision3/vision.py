@@ -4,7 +4,7 @@ The Qwen3.5 vision tower (``qwen3_5_vision``) is Qwen3-VL's with no deepstack: s
 (Transformers 5's ``Qwen3_5VisionModel`` subclasses ``Qwen3VLVisionModel`` and only deletes the deepstack
 mergers). So the tower is rebuilt here as Transformers 4's ``Qwen3VLVisionModel`` with
 ``deepstack_visual_indexes: []`` from the package's ``visual.`` tensors (BF16, upcast exactly) and exported by
-decision-vision's own exporter (:func:`converters.decision_vision.export.export_vision_core`: the grid-free
+the exporter decision-vision uses too (:func:`converters.qwen_vision.export_vision_core`: the grid-free
 vision core, ``vision.onnx``).
 
 The check (:func:`check_images`): the golden image request of §3.10 and a second image size through the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from PIL import Image
 
 from converters.decision3 import source as src
 from converters.errors import ConversionError
+from converters.qwen_vision import export_vision_core, verify_image, vision_golden
 from edge_runtime.engine.recurrent import EmbedsRow
 from edge_runtime.families.decision3 import video as vid
 from edge_runtime.families.decision3.prompt import IMAGE_TOKEN, D3Prompt, PromptTokens
@@ -43,8 +45,7 @@ from edge_runtime.families.decision3.vision import (
 )
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.questions import Question, parse_question
-from edge_runtime.vision_lm.grid import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
-from edge_runtime.vision_lm.processor import Patches, ProcessorSettings
+from edge_runtime.vision_lm.processor import ProcessorSettings
 
 PROCESSOR_TYPES = ("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast")
 GOLDEN_STATE = "Describe the attached image."
@@ -121,8 +122,6 @@ def vision_tower(vision_config: Mapping[str, Any], weights: Mapping[str, Any]) -
 
 def export_vision(vision_config: Mapping[str, Any], weights: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """Write ``vision.onnx`` (decision-vision's grid-free vision core); returns the card's shapes."""
-    from converters.decision_vision.export import export_vision_core
-
     tower = vision_tower(vision_config, weights)
     return export_vision_core(tower, tower.config, path)
 
@@ -176,16 +175,8 @@ class ImageVerified:
     videos: int = 0  # of the cases, those with a video (given to Transformers as pixel_values_videos)
 
 
-def _vision_feeds(core: VisionCore, patches: Patches) -> dict[str, np.ndarray]:
-    m = core.settings.merge_size
-    idx, w = position_taps(patches.grid_h, patches.grid_w, core.side, m)
-    return {PATCHES: patches.patches, POS_IDX: idx, POS_W: w, ROWCOL: rowcol(patches.grid_h, patches.grid_w, m)}
-
-
 def image_cases(prompt: D3Prompt, core: VisionCore, image_id: int, limit: int) -> list[ImageCase]:
     """The golden image request (two questions on the 64x48 gradient) and a two-image request at other sizes."""
-    from converters.decision_vision.verify import verify_image
-
     requests = [(GOLDEN_STATE, [golden_image()], GOLDEN_QUESTIONS),
                 ({"turns": ["compare the two pictures"]}, [verify_image(96, 160, 5), verify_image(300, 70, 9)],
                  {"which": {"type": "choice", "instructions": "Which picture is brighter?",
@@ -240,8 +231,6 @@ def video_case(prompt: D3Prompt, core: VisionCore, settings: vid.VideoSettings, 
                limit: int) -> ImageCase:
     """One question on a 3-frame 4 fps clip of 80x56 random frames (an odd count: the last frame repeats), the
     frames sampled, sized and timestamped as the server reads them."""
-    from converters.decision_vision.verify import verify_image
-
     frames = [verify_image(56, 80, seed) for seed in range(3)]
     indices = vid.sample_indices(len(frames), 4.0, settings.max_frames)
     size = vid.frame_size(settings, len(indices), 56, 80)
@@ -291,15 +280,12 @@ def check_images(source: src.Decision3Source, graph: Path, vision_graph: Path, s
             for c in cases]
     ours = np.stack(forward(rows))
     grids = sorted({tuple(int(v) for v in g) for c in cases for g in c.grids})
-    feeds = _vision_feeds(core, core.processor.image(golden_image()))
-    vision_golden = {**{f"in/{k}": v for k, v in feeds.items()},
-                     **{f"out/{k}": v for k, v in core.session.run(feeds, core.session.output_names).items()}}
-    verified = ImageVerified(0.0, 0.0, 0.0, len(cases), [list(g) for g in grids], reference, rows[0], vision_golden,
+    golden_vision = vision_golden(core.session, core.processor.image(golden_image()), core.side,
+                                  core.settings.merge_size)
+    verified = ImageVerified(0.0, 0.0, 0.0, len(cases), [list(g) for g in grids], reference, rows[0], golden_vision,
                              sum(c.video_grids is not None for c in cases))
     if not reference:
         return verified
-    from converters.decision3.export import reference_vision_hidden
-
     files = [source.root / w for w in source.weights if w.endswith(".safetensors")]
     ref, pixels = reference_vision_hidden(files, source.config, cases, source.attention_mode, settings.card())
     for i, case in enumerate(cases):
@@ -335,6 +321,20 @@ def reference_inputs(cases: Sequence[ImageCase]) -> dict[str, np.ndarray]:
     return out
 
 
+def reference_vision_hidden(weight_files: Sequence[str | Path], config: Mapping[str, Any], cases: Sequence[Any],
+                            attention_mode: str, processor: Mapping[str, Any], *, timeout_s: float = 3600.0
+                            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Transformers 5's ``Qwen3_5Model`` (its own vision tower, scatter and ``get_rope_index``) fp32 hidden
+    state at the last token of each image case (``ImageCase``), ``[n, H]``, and
+    its ``Qwen2VLImageProcessorPil`` (``processor``: the settings as the card records them) on each case's
+    images: ``{i}.pixel_values`` and ``{i}.image_grid_thw``."""
+    from converters.decision3.export import run_reference
+
+    inputs = {**reference_inputs(cases), "processor": np.array(json.dumps(dict(processor)))}
+    out = run_reference(weight_files, config, inputs, ["--vision", "--attention-mode", attention_mode], timeout_s)
+    return np.stack([out[str(i)] for i in range(len(cases))]), {k: v for k, v in out.items() if "." in k}
+
+
 __all__ = ["GOLDEN_QUESTIONS", "GOLDEN_STATE", "ImageVerified", "check_images", "data_url", "export_vision",
-           "golden_image", "image_cases", "processor_settings", "reference_inputs", "video_case", "video_settings",
-           "vision_tower"]
+           "golden_image", "image_cases", "processor_settings", "reference_inputs", "reference_vision_hidden",
+           "video_case", "video_settings", "vision_tower"]

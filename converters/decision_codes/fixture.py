@@ -10,18 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from converters.decision_codes.export import (
-    KIND,
-    MAX_CODES,
-    DecisionCodesOptions,
-    code_candidates,
-    export_decision_codes,
-)
+from converters.causal_lm import MAX_CODES, code_candidates
+from converters.decision_codes.export import KIND, DecisionCodesOptions, export_decision_codes
 from converters.decision_codes.verify import SAMPLES
 from converters.errors import ConversionError
-from converters.export import (
-    ExportResult,
-)
+from converters.package_writer import ExportResult
 from edge_runtime.families.code_options import SYSTEM
 
 FIXTURE_RELEASE_DATE = "2025-01-01"

@@ -1,45 +1,33 @@
-"""The decision-vision command line: export and fixture from parsed arguments."""
+"""The decision-vision command line: ``export SRC --kind decision-vision`` (its limits and temperature) and
+``fixture --kind decision-vision``."""
 
 from __future__ import annotations
 
 import argparse
 
-from converters.decision_vision.export import DecisionVisionOptions, export_decision_vision
-from converters.decision_vision.fixture import build_decision_vision_fixture_result
-from converters.errors import ConversionError
-from converters.export import ExportResult
+from converters.command_line import identity
+from converters.package_writer import ExportResult
 
 
-def export_from_args(args: argparse.Namespace) -> ExportResult:
-    """``export SRC --kind decision-vision`` from parsed arguments."""
-    if args.quantize:
-        raise ConversionError("--quantize: decision-vision packages are fp32")
-    _reject_code_flags(args)
-    opts = DecisionVisionOptions(
-        max_input_tokens=args.max_input_tokens, max_request_tokens=getattr(args, "max_request_tokens", None),
-        temperature=args.temperature if getattr(args, "temperature", None) is not None else 1.0,
-        name=args.name, description=args.description, version=args.version, release_date=args.release_date,
-        revision=args.revision, license=args.license, source_name=args.source_name)
-    return export_decision_vision(args.src, args.out, opts)
-
-
-def _reject_code_flags(args: argparse.Namespace) -> None:
-    """decision-codes options that this kind does not read (it is always state-once, plain layout)."""
-    given = [f"--{k.replace('_', '-')}" for k in ("attention_mode", "prompt_layout", "temperature_by_questions",
-                                                   "validated_input_tokens") if getattr(args, k, None) is not None]
-    if given:
-        raise ConversionError(f"{', '.join(given)} do not apply to kind decision-vision (always state-once, "
-                              "media requests keep the plain layout)")
-
-
-def fixture_from_args(args: argparse.Namespace) -> ExportResult:
-    """``fixture --kind decision-vision`` from parsed arguments."""
-    if args.quantize:
-        raise ConversionError("--quantize: decision-vision packages are fp32")
-    _reject_code_flags(args)
-    return build_decision_vision_fixture_result(args.out, seed=args.seed)
+def add_options(parser: argparse.ArgumentParser, command: str, kind: str) -> None:
+    """export: the input and request limits and the readout temperature (packages are fp32, always
+    state-once, with the plain prompt layout)."""
+    if command != "export":
+        return
+    parser.add_argument("--max-input-tokens", type=int, help="input limit (default: the model's positions)")
+    parser.add_argument("--max-request-tokens", type=int,
+                        help="the state once and every question (default max_input_tokens)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="readout temperature (default 1.0)")
 
 
 def run(args: argparse.Namespace) -> ExportResult:
     """``export`` or ``fixture`` with ``--kind decision-vision``."""
-    return (export_from_args if args.command == "export" else fixture_from_args)(args)
+    if args.command == "fixture":
+        from converters.decision_vision.fixture import build_decision_vision_fixture_result
+
+        return build_decision_vision_fixture_result(args.out, seed=args.seed)
+    from converters.decision_vision.export import DecisionVisionOptions, export_decision_vision
+
+    return export_decision_vision(args.src, args.out, DecisionVisionOptions(
+        max_input_tokens=args.max_input_tokens, max_request_tokens=args.max_request_tokens,
+        temperature=args.temperature, **identity(args)))

@@ -31,8 +31,6 @@ probabilities from the LM's logits.
 from __future__ import annotations
 
 import gc
-import json
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,20 +39,16 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
-from converters.decision_codes.export import (
-    _lm_head,
-    _stamp,
-    _text_tokenizer,
-    chat_markup,
-    choose_codes,
-)
-from converters.decision_vision.verify import BOX_TOLERANCE, HIDDEN_TOLERANCE, verify_box, verify_graphs, verify_image
-from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.causal_lm import chat_markup, choose_codes, lm_head_rows, text_tokenizer, weights_stamp
+from converters.decision_vision.verify import BOX_TOLERANCE, HIDDEN_TOLERANCE, Verified, verify_box, verify_graphs
+from converters.errors import ConversionError, first_line
 from converters.graph_files import EXTERNAL_DATA_BYTES, gather_graph
-from converters.package_writer import card_start
-from converters.progress import Step, log
-from converters.source import resolve_source
+from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.package_writer import ExportResult, PackageBuild, card_start, json_bytes
+from converters.progress import log
+from converters.qwen_vision import OPSET, export_vision_core, verify_image, vision_golden
+from converters.source import package_tokenizer, resolve_source
+from converters.verify import rounded, torch_reference
 from edge_runtime.families.code_options import SYSTEM
 from edge_runtime.families.codes_prompt import CONFIG_FORMAT, PROMPT, READOUT, check_config
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
@@ -63,7 +57,6 @@ from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.vision_lm.golden import VISION_GOLDEN
 
 KIND = "decision-vision"
-OPSET = 18
 BOX_PREFIX = '{"bbox_2d": ['
 SPECIALS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 #: The Qwen2 pre-tokenizer split: digits one per token (\p{N} alone), which Box readouts rely on.
@@ -102,45 +95,6 @@ class DecisionVisionOptions(PackageIdentity):
 
 
 # ---- the two graphs ------------------------------------------------------------------------
-
-
-def _vision_core(visual: Any) -> Any:
-    """The grid-free vision tower: taps and row/col ids come from numpy (engine.vision_lm)."""
-    import torch
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb_vision
-
-    class VisionCore(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.v = visual
-
-        def forward(self, patches: Any, pos_idx: Any, pos_w: Any, rowcol: Any) -> Any:
-            v = self.v
-            h = v.patch_embed(patches)
-            taps = v.pos_embed(pos_idx) * pos_w[:, :, None]
-            h = h + (taps[0] + taps[1] + taps[2] + taps[3])  # Transformers' summation order
-            freqs = (rowcol.float()[:, :, None] * v.rotary_pos_emb.inv_freq[None, None, :]).flatten(1)
-            emb = torch.cat((freqs, freqs), dim=-1)
-            cos, sin = emb.cos(), emb.sin()
-            n = h.shape[0]
-            deep = []
-            for i, blk in enumerate(v.blocks):
-                a = blk.attn
-                x = blk.norm1(h)
-                q, k, val = a.qkv(x).reshape(n, 3, a.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
-                q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
-                q, k, val = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, val))
-                w = torch.matmul(q, k.transpose(2, 3)) * a.scaling
-                w = torch.nn.functional.softmax(w, dim=-1, dtype=torch.float32)
-                o = torch.matmul(w, val).transpose(1, 2).reshape(n, -1)
-                h = h + a.proj(o)
-                h = h + blk.mlp(blk.norm2(h))
-                if i in v.deepstack_visual_indexes:
-                    deep.append(v.deepstack_merger_list[v.deepstack_visual_indexes.index(i)](h))
-            out = v.merger(h)
-            return (out, torch.stack(deep)) if deep else out
-
-    return VisionCore().eval()
 
 
 def _text_core(lm: Any, deepstack: int) -> Any:
@@ -184,35 +138,6 @@ def _text_core(lm: Any, deepstack: int) -> Any:
             return (self.lm.norm(h), *presents)
 
     return TextCore().eval()
-
-
-def export_vision_core(visual: Any, vcfg: Any, path: Path) -> dict[str, Any]:
-    """Trace the grid-free vision core of ``visual`` (a Qwen3-VL vision tower; Qwen3.5's is the same with no
-    deepstack) to ``path`` (TorchScript, opset 18); returns its shapes as the card records them."""
-    import torch
-
-    from edge_runtime.vision_lm.grid import position_taps, rowcol
-
-    deepstack = len(vcfg.deepstack_visual_indexes)
-    n = 16  # a 4x4 patch grid; nothing in the graph depends on it
-    dim = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
-    side = int(vcfg.num_position_embeddings ** 0.5)
-    idx, w = position_taps(4, 4, side, vcfg.spatial_merge_size)
-    vision_args = (torch.randn(n, dim), torch.from_numpy(idx), torch.from_numpy(w),
-                   torch.from_numpy(rowcol(4, 4, vcfg.spatial_merge_size)))
-    vision_out = ["image_embeds"] + (["deepstack_embeds"] if deepstack else [])
-    axes: dict[str, dict[int, str]] = {"patches": {0: "patches"}, "pos_idx": {1: "patches"},
-                                       "pos_w": {1: "patches"}, "rowcol": {0: "patches"},
-                                       "image_embeds": {0: "tokens"}}
-    if deepstack:
-        axes["deepstack_embeds"] = {1: "tokens"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(_vision_core(visual), vision_args, str(path), dynamo=False, opset_version=OPSET,
-                          input_names=["patches", "pos_idx", "pos_w", "rowcol"], output_names=vision_out,
-                          dynamic_axes=axes)
-    return {"inputs": ["patches", "pos_idx", "pos_w", "rowcol"], "outputs": vision_out, "patch_dim": dim,
-            "position_side": side}
 
 
 def export_graphs(model: Any, work: Path) -> tuple[Path, Path, dict[str, Any]]:
@@ -318,7 +243,7 @@ def _load(src_dir: Path) -> Any:
     try:
         config = AutoConfig.from_pretrained(src_dir)
     except Exception as e:  # noqa: BLE001
-        raise ConversionError(f"{src_dir}: cannot read config.json: {str(e).strip().splitlines()[0]}") from None
+        raise ConversionError(f"{src_dir}: cannot read config.json: {first_line(e)}") from None
     if config.model_type != "qwen3_vl":
         why = {"qwen2_5_vl": "not exported yet: its window-attention tower needs a window permutation and a"
                              " block-diagonal bias fed to the vision graph, its text layers sectioned M-RoPE"
@@ -333,28 +258,37 @@ def _load(src_dir: Path) -> Any:
         return Qwen3VLForConditionalGeneration.from_pretrained(src_dir, dtype=torch.float32).eval()
 
 
-def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptions) -> ExportResult:
-    """Export ``src`` (a Qwen3-VL directory) as a decision-vision package at ``out``."""
-    timings: dict[str, float] = {}
-    src_dir = resolve_source(str(src))
-    with Step("loading PyTorch, transformers and the model") as s:
-        import torch
-        import transformers
+@dataclass
+class VisionSource:
+    """A loaded Qwen3-VL source and what its package is made from."""
 
-        from converters.export import package_tokenizer
+    src_dir: Path
+    model: Any
+    tokenizer: Any
+    codes: list[str]
+    readout: np.ndarray
+    box_readout: np.ndarray | None
+    hf_processor: Any  # the slow Qwen2VLImageProcessor, at the package's pixel budget
+    config: dict[str, Any]  # decision_config.json
+    limits: dict[str, Any]
+    stamp: str
+    architecture: str
+    name: str
 
-        model = _load(src_dir)
-        cfg = model.config
-        tcfg, vcfg = cfg.text_config, cfg.vision_config
-        tok = package_tokenizer(src_dir)
-        before, after, markup = chat_markup(src_dir)
-        codes, token_ids = choose_codes(_text_tokenizer(tok))
-        readout, bias = _lm_head(model, token_ids)
-        box_config, box_ids = _box_tokens(_text_tokenizer(tok))
-        box_readout = _lm_head(model, box_ids)[0] if box_ids else None
-        hf_processor, processor = _processor_settings(src_dir, opts, vcfg)
-        stamp = _stamp(src_dir)
-    timings["load"] = s.seconds
+
+def _source(src_dir: Path, opts: DecisionVisionOptions) -> VisionSource:
+    """Load the model and its tokenizer; choose codes and Box tokens; build the decision config and limits."""
+    model = _load(src_dir)
+    cfg = model.config
+    tcfg, vcfg = cfg.text_config, cfg.vision_config
+    tok = package_tokenizer(src_dir)
+    before, after, markup = chat_markup(src_dir)
+    codes, token_ids = choose_codes(text_tokenizer(tok))
+    readout, _ = lm_head_rows(model, token_ids)
+    box_config, box_ids = _box_tokens(text_tokenizer(tok))
+    box_readout = lm_head_rows(model, box_ids)[0] if box_ids else None
+    hf_processor, processor = _processor_settings(src_dir, opts, vcfg)
+    stamp = weights_stamp(src_dir)
     specials = {}
     for name in SPECIALS:
         tid = tok.token_to_id(name)
@@ -396,107 +330,114 @@ def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptio
         check_config(config)
     except ValueError as e:
         raise ConversionError(f"decision config: {e}") from None
-    name = sanitize_name(opts.name or src_dir.name)
-    embeddings = model.model.language_model.embed_tokens.weight.detach().float().numpy()
-    with tempfile.TemporaryDirectory(prefix="er-decision-vision-") as tmp:
-        work = Path(tmp)
-        with Step(f"exporting the vision core and the text core (TorchScript, opset {OPSET})") as s:
-            vision_path, text_path, shapes = export_graphs(model, work / "onnx")
+    return VisionSource(src_dir=src_dir, model=model, tokenizer=tok, codes=codes, readout=readout,
+                        box_readout=box_readout, hf_processor=hf_processor, config=config, limits=limits, stamp=stamp,
+                        architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
+                        name=sanitize_name(opts.name or src_dir.name))
+
+
+def _verify(source: VisionSource, planner: Any, graphs: Path, tolerance: float) -> Verified:
+    """The server's path against Transformers (images, a video, state-once) and, where the package reads
+    boxes, the Box edge distributions; ConversionError above tolerance."""
+    verified = verify_graphs(source.model, source.hf_processor, planner, graphs, tolerance)
+    box_diff = verify_box(source.model, source.hf_processor, planner, graphs) if planner.box else None
+    if box_diff is not None:
+        verified.cases.append({"case": "box: edges 1 and 2, P(v) over 0..1000 against Transformers "
+                                       "brute force (every digit path)", "distribution": box_diff})
+        if not box_diff <= BOX_TOLERANCE:
+            raise ConversionError(f"verification failed: box edge distributions differ from Transformers' "
+                                  f"by {box_diff:.3g}, above {BOX_TOLERANCE:g}; no package written")
+    return verified
+
+
+def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptions) -> ExportResult:
+    """Export ``src`` (a Qwen3-VL directory) as a decision-vision package at ``out``."""
+    from edge_runtime.families.decision_vision.planner import VisionPlanner
+
+    with PackageBuild(out, "er-decision-vision-") as build:
+        src_dir = resolve_source(str(src))
+        with build.step("load", "loading PyTorch, transformers and the model"):
+            source = _source(src_dir, opts)
+        onnx = build.work / "onnx"
+        with build.step("export", f"exporting the vision core and the text core (TorchScript, opset {OPSET})"):
+            vision_path, text_path, shapes = export_graphs(source.model, onnx)
             graph_files = [*gather_graph(vision_path, opts.external_data_above),
                            *gather_graph(text_path, opts.external_data_above)]
-        timings["export"] = s.seconds
-        np.save(work / "onnx" / "embeddings.npy", np.ascontiguousarray(embeddings))
-        head = {READOUT: readout}
-        if box_readout is not None:
-            head[BOX_READOUT] = box_readout
+        embeddings = source.model.model.language_model.embed_tokens.weight.detach().float().numpy()
+        np.save(onnx / "embeddings.npy", np.ascontiguousarray(embeddings))
+        head = {READOUT: source.readout}
+        if source.box_readout is not None:
+            head[BOX_READOUT] = source.box_readout
         files: dict[str, Path | bytes] = {
-            **{f.name: f for f in graph_files}, "embeddings.npy": work / "onnx" / "embeddings.npy",
-            "tokenizer.json": tok.to_str().encode("utf-8"), "head.npz": npz_bytes(head),
-            "decision_config.json": (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(),
+            **{f.name: f for f in graph_files}, "embeddings.npy": onnx / "embeddings.npy",
+            "tokenizer.json": source.tokenizer.to_str().encode("utf-8"), "head.npz": npz_bytes(head),
+            "decision_config.json": json_bytes(source.config),
         }
-        with Step("checking the server's path against Transformers (images, video, state-once)") as s:
-            from edge_runtime.families.decision_vision.planner import VisionPlanner
-
-            planner = VisionPlanner.from_parts(tok, config, limits, np.load(work / "onnx" / "embeddings.npy",
-                                                                          mmap_mode="r"), readout, box_readout)
-            tolerance = opts.parity_tolerance or HIDDEN_TOLERANCE
-            verified = verify_graphs(model, hf_processor, planner, work / "onnx", tolerance)
-            box_diff = verify_box(model, hf_processor, planner, work / "onnx") if planner.box else None
-            if box_diff is not None:
-                verified.cases.append({"case": "box: edges 1 and 2, P(v) over 0..1000 against Transformers "
-                                               "brute force (every digit path)", "distribution": box_diff})
-                if not box_diff <= BOX_TOLERANCE:
-                    raise ConversionError(f"verification failed: box edge distributions differ from Transformers' "
-                                          f"by {box_diff:.3g}, above {BOX_TOLERANCE:g}; no package written")
-        timings["parity"] = s.seconds
+        tolerance = opts.parity_tolerance or HIDDEN_TOLERANCE
+        with build.step("parity", "checking the server's path against Transformers (images, video, state-once)"):
+            planner = VisionPlanner.from_parts(source.tokenizer, source.config, source.limits,
+                                               np.load(onnx / "embeddings.npy", mmap_mode="r"), source.readout,
+                                               source.box_readout)
+            verified = _verify(source, planner, onnx, tolerance)
         log(f"parity: hidden {verified.hidden:.3g}, probabilities {verified.probabilities:.3g}, "
             f"state-once {verified.state_once:.3g}, processor {verified.processor:.3g}")
-        architecture = (getattr(cfg, "architectures", None) or [type(model).__name__])[0]
+        tcfg = source.model.config.text_config
         # The torch weights are done with: free them before the golden cases load the graphs into
         # ONNX Runtime again (at the 2B's shape, 7 GB of torch beside 7 GB of ONNX Runtime).
-        del model
+        source.model = None
         gc.collect()
-        goldens = {"fp32": _goldens(work / "onnx" / "model.onnx", tcfg)}
-        files[VISION_GOLDEN] = _vision_golden(work / "onnx" / "vision.onnx", planner)
+        goldens = {"fp32": _goldens(onnx / "model.onnx", tcfg)}
+        files[VISION_GOLDEN] = _vision_golden(onnx / "vision.onnx", planner)
         files.update(notice_files(src_dir, opts))
-        reference = (f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
-                     f"{architecture} last-position hidden state and LM logits at the code tokens, "
-                     "slow Qwen2VLImageProcessor")
-        card = {
-            **card_start(name, KIND, KIND, identity_card(
-                opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture, stamp=stamp,
-                description=f"{architecture} vision-language decision model from {src_dir.name}"),
-                modalities=("text", "image", "video")),
-            "head": {"output": "last_hidden_state", "pooling": "last", "readout": f"head.npz:{READOUT}",
-                     "codes": len(codes), "source": "lm_head", "embeddings": "embeddings.npy"},
-            "limits": limits,
-            "graph": {"inputs": shapes["text"]["inputs"], "outputs": shapes["text"]["outputs"], "opset": OPSET,
-                      "vision": {"file": "vision.onnx", **shapes["vision"]}},
-            "processor": processor,
-            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
-            "verification": {"reference": reference, "max_abs_diff": float(f"{verified.hidden:.3g}"),
-                             "tolerance": tolerance, "cases": len(verified.cases),
-                             "outputs": {"last_hidden_state": float(f"{verified.hidden:.3g}"),
-                                         "probabilities": float(f"{verified.probabilities:.3g}"),
-                                         "state_once_vs_whole": float(f"{verified.state_once:.3g}"),
-                                         "processor_pixels": float(f"{verified.processor:.3g}")},
-                             "per_case": verified.cases},
-            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
-                      "exporter": "torch.onnx TorchScript tracer (grid-free wrappers)"},
-            "question_types": ["choice", "noul", "score", *(["box", "track"] if box_config else [])],
-            **({"box": {"format": 'Qwen3-VL {"bbox_2d": [x1, y1, x2, y2]} on a 0..1000 grid, read as exact '
-                                  "distributions from a digit tree", "confidence": CONFIDENCE_FORMULA}}
-               if box_config else {}),
-            "image_placements": ["state"],
-            "usage": "state_once",
-            "checks": {"qwen3_5": "vision tower as Qwen3-VL with deepstack_visual_indexes []; its gated-delta-net "
-                                  "text layers are not exported (transformers 5, opset 18 unsupported)"},
-        }
-        with Step(f"writing package {out}") as s:
-            from converters.package_writer import write_package
+        return build.write(_card(opts, source, shapes, verified, tolerance), files, goldens)
 
-            digest = write_package(Path(out), card, files, goldens)
-        timings["write"] = s.seconds
-    from edge_runtime.families.registry import read_package
 
-    log(f"package {name} written to {out} (digest {digest[:16]}...)")
-    return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
+def _card(opts: DecisionVisionOptions, source: VisionSource, shapes: dict[str, Any], verified: Verified,
+          tolerance: float) -> dict[str, Any]:
+    box = "box" in source.config
+    src_dir = source.src_dir
+    return {
+        **card_start(source.name, KIND, KIND, identity_card(
+            opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=source.architecture,
+            stamp=source.stamp,
+            description=f"{source.architecture} vision-language decision model from {src_dir.name}"),
+            modalities=("text", "image", "video")),
+        "head": {"output": "last_hidden_state", "pooling": "last", "readout": f"head.npz:{READOUT}",
+                 "codes": len(source.codes), "source": "lm_head", "embeddings": "embeddings.npy"},
+        "limits": source.limits,
+        "graph": {"inputs": shapes["text"]["inputs"], "outputs": shapes["text"]["outputs"], "opset": OPSET,
+                  "vision": {"file": "vision.onnx", **shapes["vision"]}},
+        "processor": source.config["vision"]["processor"],
+        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "verification": {"reference": torch_reference(f"{source.architecture} last-position hidden state and LM "
+                                                      "logits at the code tokens, slow Qwen2VLImageProcessor"),
+                         "max_abs_diff": rounded(verified.hidden),
+                         "tolerance": tolerance, "cases": len(verified.cases),
+                         "outputs": {"last_hidden_state": rounded(verified.hidden),
+                                     "probabilities": rounded(verified.probabilities),
+                                     "state_once_vs_whole": rounded(verified.state_once),
+                                     "processor_pixels": rounded(verified.processor)},
+                         "per_case": verified.cases},
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.stamp,
+                  "exporter": "torch.onnx TorchScript tracer (grid-free wrappers)"},
+        "question_types": ["choice", "noul", "score", *(["box", "track"] if box else [])],
+        **({"box": {"format": 'Qwen3-VL {"bbox_2d": [x1, y1, x2, y2]} on a 0..1000 grid, read as exact '
+                              "distributions from a digit tree", "confidence": CONFIDENCE_FORMULA}}
+           if box else {}),
+        "image_placements": ["state"],
+        "usage": "state_once",
+        "checks": {"qwen3_5": "vision tower as Qwen3-VL with deepstack_visual_indexes []; its gated-delta-net "
+                              "text layers are not exported (transformers 5, opset 18 unsupported)"},
+    }
 
 
 def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
     """The vision core's golden case (a 6x10 grid), which the family checks when it warms up."""
     from edge_runtime.engine.session import create_session
-    from edge_runtime.vision_lm.grid import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
 
-    session = create_session(vision_graph, "cpu", 1)
     patches = planner.processor.image(verify_image(96, 160, 21), planner.image_max_pixels)
-    idx, w = position_taps(patches.grid_h, patches.grid_w, planner.side, planner.settings.merge_size)
-    feeds = {PATCHES: patches.patches, POS_IDX: idx, POS_W: w,
-             ROWCOL: rowcol(patches.grid_h, patches.grid_w, planner.settings.merge_size)}
-    out = session.run(feeds, session.output_names)
-    return npz_bytes({**{f"in/{k}": v for k, v in feeds.items()}, **{f"out/{k}": v for k, v in out.items()}})
-
-
+    return npz_bytes(vision_golden(create_session(vision_graph, "cpu", 1), patches, planner.side,
+                                   planner.settings.merge_size))
 def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """Golden cases of the text core (the session the runtime self-checks): two seeded inputs."""
     from edge_runtime.engine.session import create_session
@@ -520,4 +461,4 @@ def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], d
     return recorded
 
 
-__all__ = ["DecisionVisionOptions", "export_decision_vision", "export_graphs", "export_vision_core"]
+__all__ = ["DecisionVisionOptions", "export_decision_vision", "export_graphs"]

@@ -8,12 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from converters.decision_codes.export import (
-    MAX_CODES,
-    code_candidates,
-)
+from converters.causal_lm import MAX_CODES, code_candidates
 from converters.decision_vision.export import KIND, QWEN_SPLIT, SPECIALS, DecisionVisionOptions, export_decision_vision
-from converters.export import ExportResult
+from converters.package_writer import ExportResult
 from edge_runtime.families.code_options import SYSTEM
 
 FIXTURE_MAX_PIXELS = 128 * 128

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from converters.errors import ConversionError
+from converters.qwen_vision import verify_image
 from edge_runtime.families.decision_vision.box_grid import digit_tree, edge_distribution
 
 HIDDEN_TOLERANCE = 1e-4
@@ -27,16 +28,6 @@ VERIFY_SIZES = ((64, 64), (96, 160), (150, 90))
 
 
 VERIFY_VIDEO_FRAMES = 4
-
-
-def verify_image(height: int, width: int, seed: int) -> Any:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    # smooth gradients plus noise: resizing has real work to do, and every pixel differs
-    y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 255 / max(1, width - 1), y * 255 / max(1, height - 1), (x + y) % 256], axis=-1)
-    return Image.fromarray(np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8), "RGB")
 
 
 @dataclass

@@ -21,7 +21,6 @@ its graph, golden cases, measured agreement with fp32, integer-product check and
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,14 +32,14 @@ import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, check_out
+from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.multimodal.ctranslate2_whisper import is_ct2_whisper
 from converters.multimodal.source import audio_spec, clap_spec, image_spec, read_config
 from converters.multimodal.verify import TOLERANCE, compare, sample_clips, sample_images, tower_session
-from converters.package_writer import card_start
-from converters.progress import Step, log
-from converters.source import resolve_source, source_stamp
-from edge_runtime.families.registry import read_package
+from converters.package_writer import ExportResult, PackageBuild, card_start
+from converters.progress import log
+from converters.source import package_tokenizer, resolve_source, source_stamp
+from converters.verify import torch_reference
 from edge_runtime.packages.golden import golden_bytes
 
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
@@ -57,7 +56,7 @@ SAMPLE_TEXTS = ("a photo of a cat", "two dogs playing in the snow on a sunny win
 
 @dataclass
 class MultimodalOptions(PackageIdentity):
-    """What to export; identity fields as for every package (converters.export.PackageIdentity)."""
+    """What to export; identity fields as for every package (converters.identity.PackageIdentity)."""
 
     kind: str
     dimensions: list[int] = field(default_factory=list)
@@ -140,8 +139,6 @@ def _text_tower(model: Any, src_dir: Path, work: Path, arch: str
                 ) -> tuple[dict, dict, dict, dict, int, TowerSamples]:
     """(tower, files, goldens, verification, max tokens, samples) of a dual encoder's text tower (model.onnx)."""
     import torch
-
-    from converters.export import package_tokenizer
 
     wrappers = _wrappers()
     tok = package_tokenizer(src_dir)
@@ -398,120 +395,113 @@ def _goldens(session: Any, feeds_list: list[dict[str, np.ndarray]], output: str)
     return [(dict(f), {output: session.run([output], f)[0]}) for f in feeds_list]
 
 
-def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> ExportResult:
-    """Export ``src`` (SigLIP, CLIP or Whisper) as a multimodal embedding package at ``out``."""
-    if opts.kind not in MULTIMODAL_KINDS:
-        raise ConversionError(f"unknown kind {opts.kind!r} (one of {', '.join(MULTIMODAL_KINDS)})")
-    check_out(Path(out))
-    src_dir = resolve_source(str(src))
+@dataclass
+class MultimodalSource:
+    """A loaded source: the model (or a CTranslate2 Whisper encoder), where its processor settings are, its
+    config."""
+
+    src_dir: Path
+    model: Any
+    processor_dir: Path
+    config: dict[str, Any]
+
+
+def _source(src_dir: Path, opts: MultimodalOptions, work: Path, build: PackageBuild) -> MultimodalSource:
+    """Load the model (a CTranslate2 Whisper directory: its encoder, with Whisper's standard features)."""
     if opts.kind == "audio-embedding" and is_ct2_whisper(src_dir):
-        return _export_ct2_whisper(src_dir, Path(out), opts)
+        from transformers import WhisperFeatureExtractor
+
+        from converters.multimodal.ctranslate2_whisper import whisper_encoder_from_ct2
+
+        with build.step("load", f"reading the CTranslate2 Whisper encoder in {src_dir}"):
+            encoder = whisper_encoder_from_ct2(src_dir)
+        # CTranslate2 directories hold no preprocessor_config.json: Whisper's own defaults (30 s
+        # windows at 16 kHz, 400-point FFT, hop 160) with the model's mel count.
+        features = work / "ct2-features"
+        WhisperFeatureExtractor(feature_size=int(encoder.config.num_mel_bins)).save_pretrained(features)
+        config = {"model_type": "whisper", "architectures": ["WhisperEncoder (from CTranslate2 model.bin)"]}
+        return MultimodalSource(src_dir, encoder, features, config)
     config = read_config(src_dir)
     model_type = config.get("model_type")
     wanted = {"image-text-embedding": ("siglip", "clip"), "audio-embedding": ("whisper", "clap")}[opts.kind]
     if model_type not in wanted:
         raise ConversionError(f"{src_dir}: model_type {model_type!r}; --kind {opts.kind} reads {', '.join(wanted)}")
-    timings: dict[str, float] = {}
-    with Step("loading PyTorch and transformers") as s:
+    with build.step("load", "loading PyTorch and transformers"):
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         model = AutoModel.from_pretrained(src_dir, attn_implementation="eager").eval()
-    timings["load"] = s.seconds
-    return _write(model, src_dir, src_dir, Path(out), opts, config, timings)
+    return MultimodalSource(src_dir, model, src_dir, config)
 
 
-def _export_ct2_whisper(src_dir: Path, out: Path, opts: MultimodalOptions) -> ExportResult:
-    """A CTranslate2 Whisper directory (model.bin): its encoder, with Whisper's standard features."""
-    from transformers import WhisperFeatureExtractor
-
-    from converters.multimodal.ctranslate2_whisper import whisper_encoder_from_ct2
-
-    with Step(f"reading the CTranslate2 Whisper encoder in {src_dir}") as s:
-        encoder = whisper_encoder_from_ct2(src_dir)
-    timings = {"load": s.seconds}
-    with tempfile.TemporaryDirectory(prefix="er-ct2-fe-") as tmp:
-        # CTranslate2 directories hold no preprocessor_config.json: Whisper's own defaults (30 s
-        # windows at 16 kHz, 400-point FFT, hop 160) with the model's mel count.
-        WhisperFeatureExtractor(feature_size=int(encoder.config.num_mel_bins)).save_pretrained(tmp)
-        config = {"model_type": "whisper", "architectures": ["WhisperEncoder (from CTranslate2 model.bin)"]}
-        return _write(encoder, src_dir, Path(tmp), out, opts, config, timings)
-
-
-def _write(model: Any, src_dir: Path, processor_dir: Path, out: Path, opts: MultimodalOptions,
-           config: dict[str, Any], timings: dict[str, float]) -> ExportResult:
-    """Export the towers of a loaded model, check them, and write the package."""
-    import torch
-    import transformers
-
-    from converters.export import identity_card, notice_files, sanitize_name
-    from converters.package_writer import write_package
-
-    model_type = config.get("model_type")
-    with tempfile.TemporaryDirectory(prefix="er-mm-export-") as tmp:
-        work = Path(tmp)
-        with Step("exporting and checking towers") as s:
+def export_multimodal(src: str | Path, out: Path, opts: MultimodalOptions) -> ExportResult:
+    """Export ``src`` (SigLIP, CLIP, CLAP, a Whisper encoder) as a multimodal embedding package at ``out``."""
+    if opts.kind not in MULTIMODAL_KINDS:
+        raise ConversionError(f"unknown kind {opts.kind!r} (one of {', '.join(MULTIMODAL_KINDS)})")
+    with PackageBuild(out, "er-mm-export-") as build:
+        source = _source(resolve_source(str(src)), opts, build.work, build)
+        model_type = source.config.get("model_type")
+        with build.step("export", "exporting and checking towers"):
             if opts.kind == "image-text-embedding":
-                towers, files, goldens, extra = _image_text(model, processor_dir, work, str(model_type))
+                towers, files, goldens, extra = _image_text(source.model, source.processor_dir, build.work,
+                                                            str(model_type))
             elif model_type == "clap":
-                towers, files, goldens, extra = _clap(model, processor_dir, work)
+                towers, files, goldens, extra = _clap(source.model, source.processor_dir, build.work)
             else:
-                towers, files, goldens, extra = _audio(model, processor_dir, work)
-        timings["export"] = s.seconds
+                towers, files, goldens, extra = _audio(source.model, source.processor_dir, build.work)
         variants: dict[str, dict[str, Any]] = {"fp32": {"file": "model.onnx", "dtype": "fp32"}}
         variant_goldens: dict[str, list] = {"fp32": goldens["golden.npz"]}
         if opts.quantize is not None:
-            with Step(f"quantizing every tower to {opts.quantize} (exact recipe)") as s:
+            with build.step("quantize", f"quantizing every tower to {opts.quantize} (exact recipe)"):
                 variants[opts.quantize], variant_goldens[opts.quantize] = _quantize(
-                    towers, files, goldens, extra["samples"], work, opts.quantize)
-            timings["quantize"] = s.seconds
-        dim = next(iter(towers.values()))["dimension"]
-        dims = sorted({dim, *[d for d in opts.dimensions if d < dim]}, reverse=True)
-        if any(d > dim for d in opts.dimensions):
-            raise ConversionError(f"--dimensions may not exceed the vector size {dim}")
-        limits: dict[str, Any] = {"max_input_tokens": int(extra["max_tokens"])}
-        for key, value in DEFAULT_LIMITS.items():
-            if key.split("_")[0] in towers:
-                limits[key] = opts.limits.get(key, value)
-        if "text" not in towers:  # an audio-only package's token limit is its window's positions
-            limits["max_input_tokens"] = towers["audio"]["positions"]
-        stamp = _stamp(src_dir)
-        architecture = (config.get("architectures") or [type(model).__name__])[0]
-        name = sanitize_name(opts.name or src_dir.name)
-        space = "-".join(sorted(towers, key=lambda t: (t == "text", t)))  # image-text, audio-text, audio
-        worst = max(v["max_abs_diff"] for v in extra["verification"].values())
-        card = {
-            **card_start(name, "multimodal-embedding", opts.kind, identity_card(
-                opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture, stamp=stamp,
-                description=f"{architecture} {opts.kind} ({', '.join(sorted(towers))})"), modalities=sorted(towers)),
-            # Dual encoders and Whisper are compared by cosine: the runtime returns unit vectors.
-            "head": {"normalize": True, "dimension": dim, "dimensions": dims},
-            "space": {"name": space, "towers": sorted(towers)},
-            "towers": towers,
-            "limits": limits,
-            "graph": {"inputs": towers[_primary(towers)]["inputs"], "outputs": [towers[_primary(towers)]["output"]],
-                      "opset": OPSET},
-            "variants": variants,
-            "verification": {
-                "reference": f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
-                             f"{architecture} fp32, per tower",
-                "max_abs_diff": worst, "tolerance": TOLERANCE,
-                "cases": sum(v["cases"] for v in extra["verification"].values()),
-                "towers": extra["verification"],
-            },
-            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
-                      "options": {"kind": opts.kind, "dimensions": dims, "quantize": opts.quantize}},
-        }
+                    towers, files, goldens, extra["samples"], build.work, opts.quantize)
+        card = _card(opts, source, towers, variants, extra)
         for rel, cases in goldens.items():
             if rel != "golden.npz":
                 files[rel] = golden_bytes(cases)
-        files.update(notice_files(src_dir, opts))
-        with Step(f"writing package {out}") as s:
-            digest = write_package(Path(out), card, files, variant_goldens)
-        timings["write"] = s.seconds
-    log(f"package {name} written to {out} (digest {digest[:16]}...)")
-    return ExportResult(Path(out), digest, read_package(Path(out)).card.raw, timings)
+        files.update(notice_files(source.src_dir, opts))
+        return build.write(card, files, variant_goldens)
+
+
+def _card(opts: MultimodalOptions, source: MultimodalSource, towers: dict[str, Any],
+          variants: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    dim = next(iter(towers.values()))["dimension"]
+    dims = sorted({dim, *[d for d in opts.dimensions if d < dim]}, reverse=True)
+    if any(d > dim for d in opts.dimensions):
+        raise ConversionError(f"--dimensions may not exceed the vector size {dim}")
+    limits: dict[str, Any] = {"max_input_tokens": int(extra["max_tokens"])}
+    for key, value in DEFAULT_LIMITS.items():
+        if key.split("_")[0] in towers:
+            limits[key] = opts.limits.get(key, value)
+    if "text" not in towers:  # an audio-only package's token limit is its window's positions
+        limits["max_input_tokens"] = towers["audio"]["positions"]
+    src_dir = source.src_dir
+    stamp = _stamp(src_dir)
+    architecture = (source.config.get("architectures") or [type(source.model).__name__])[0]
+    space = "-".join(sorted(towers, key=lambda t: (t == "text", t)))  # image-text, audio-text, audio
+    worst = max(v["max_abs_diff"] for v in extra["verification"].values())
+    return {
+        **card_start(sanitize_name(opts.name or src_dir.name), "multimodal-embedding", opts.kind, identity_card(
+            opts, src_dir, source_name=opts.source_name or src_dir.name, architecture=architecture, stamp=stamp,
+            description=f"{architecture} {opts.kind} ({', '.join(sorted(towers))})"), modalities=sorted(towers)),
+        # Dual encoders and Whisper are compared by cosine: the runtime returns unit vectors.
+        "head": {"normalize": True, "dimension": dim, "dimensions": dims},
+        "space": {"name": space, "towers": sorted(towers)},
+        "towers": towers,
+        "limits": limits,
+        "graph": {"inputs": towers[_primary(towers)]["inputs"], "outputs": [towers[_primary(towers)]["output"]],
+                  "opset": OPSET},
+        "variants": variants,
+        "verification": {
+            "reference": torch_reference(f"{architecture} fp32, per tower"),
+            "max_abs_diff": worst, "tolerance": TOLERANCE,
+            "cases": sum(v["cases"] for v in extra["verification"].values()),
+            "towers": extra["verification"],
+        },
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
+                  "options": {"kind": opts.kind, "dimensions": dims, "quantize": opts.quantize}},
+    }
 
 
 def _stamp(src_dir: Path) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from converters.errors import ConversionError
-from converters.export import ExportResult
 from converters.multimodal.export import MultimodalOptions, export_multimodal
+from converters.package_writer import ExportResult
 
 # ---- fixtures ---------------------------------------------------------------------------------
 
@@ -39,7 +39,7 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
         WhisperModel,
     )
 
-    from converters.fixture import train_tokenizer
+    from converters.fixture_tokenizers import word_piece
 
     d.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -47,7 +47,7 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
     if arch == "siglip-base-vision":
         # For benchmarks: SigLIP base's vision tower at its real shape (google/siglip-base-patch16-224:
         # hidden 768, 12 layers, 224 px in 16 px patches), random weights, beside a tiny text tower.
-        tok = train_tokenizer()
+        tok = word_piece()
         text = dict(tiny, vocab_size=tok.get_vocab_size(), max_position_embeddings=16, projection_size=768,
                     pad_token_id=tok.token_to_id("[PAD]"), eos_token_id=tok.token_to_id("[SEP]"))
         vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -57,7 +57,7 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
                                 sep_token="[SEP]", model_max_length=16).save_pretrained(d)
         SiglipImageProcessor(size={"height": 224, "width": 224}).save_pretrained(d)
     elif arch in ("siglip", "clip"):
-        tok = train_tokenizer()
+        tok = word_piece()
         text = dict(tiny, vocab_size=tok.get_vocab_size(), max_position_embeddings=16,
                     pad_token_id=tok.token_to_id("[PAD]"), eos_token_id=tok.token_to_id("[SEP]"),
                     bos_token_id=tok.token_to_id("[CLS]"))
@@ -74,7 +74,7 @@ def build_multimodal_source(arch: str, d: Path, seed: int = 0) -> Path:
         hf_tok.save_pretrained(d)
         proc.save_pretrained(d)
     elif arch == "clap":
-        tok = train_tokenizer()
+        tok = word_piece()
         text = dict(tiny, vocab_size=tok.get_vocab_size(), max_position_embeddings=40,
                     pad_token_id=tok.token_to_id("[PAD]"))
         # HTSAT at a tiny scale: a 64 x 64 spectrogram image (16 mels x 4 folds), 4 x 4 patches.

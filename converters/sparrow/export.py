@@ -73,9 +73,10 @@ CARD_DESCRIPTION = (
 # ---- package -----------------------------------------------------------------------------
 
 
-def build_sparrow_package(out_dir: Path) -> Path:
-    """Write the ``sparrow-nano`` package into ``out_dir/sparrow-nano`` and return that path."""
-    src = source_file()
+def build_sparrow_package(out_dir: Path, src: Path | None = None) -> Path:
+    """Write the ``sparrow-nano`` package into ``out_dir/sparrow-nano`` and return that path; ``src`` is the
+    ``.sparrow`` file to convert (default: the installed wheel's)."""
+    src = src or source_file()
     source_bytes = src.read_bytes()
     cfg, vocab, weights = read_source(src)
     version = metadata.version(SOURCE_DIST)

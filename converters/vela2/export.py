@@ -20,7 +20,6 @@ truncation. An export outside tolerance is refused.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +29,13 @@ import numpy as np
 
 from converters import CONVERTER_VERSION
 from converters.errors import ConversionError
-from converters.export import ExportResult, PackageIdentity, check_out, identity_card, notice_files, sanitize_name
-from converters.package_writer import card_start
-from converters.progress import Step, log
+from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
+from converters.package_writer import ExportResult, PackageBuild, card_start, json_bytes
+from converters.progress import log
 from converters.vela2.requests import generated_requests, golden_request
 from converters.vela2.source import Vela2Source, load_tensors, read_source
-from converters.vela2.verify import LOGIT_TOLERANCE, check_parity, onnx_hidden, torch_readout
+from converters.vela2.verify import LOGIT_TOLERANCE, Vela2Parity, check_parity, onnx_hidden, torch_readout
+from converters.verify import create_session, rounded, torch_reference
 from edge_runtime.families.vela2.answers import Calibration
 from edge_runtime.families.vela2.layout import LayoutConfig, Tokens, pad_batch, strip_markers
 from edge_runtime.families.vela2.marker import MarkerHead
@@ -102,113 +102,125 @@ def _goldens(session: Any, seqs: Sequence[Any]) -> list[tuple[dict[str, np.ndarr
     return cases
 
 
+@dataclass
+class Vela2Assets:
+    """The source's backbone in PyTorch, its marker head and the stripped tokenizer, as the server reads them."""
+
+    model: Any
+    head_arrays: dict[str, Any]
+    head: MarkerHead
+    layout: LayoutConfig
+    tokenizer_json: dict[str, Any]  # the source's, marker tokens stripped
+    tokens: Tokens
+    calibration: Calibration
+
+
+def _assets(source: Vela2Source) -> Vela2Assets:
+    """Load the backbone and head; strip the markers from the tokenizer and check no text makes one."""
+    from tokenizers import Tokenizer
+
+    backbone, head_arrays = load_tensors(source)
+    model = load_backbone(source, backbone)
+    try:
+        head = MarkerHead.from_arrays(head_arrays, source.config["readout"])
+        layout = LayoutConfig.from_config(source.config)
+    except ValueError as e:
+        raise ConversionError(f"model.safetensors: {e}") from None
+    stripped = strip_markers(source.tokenizer_json)
+    tokens = Tokens(Tokenizer.from_str(json.dumps(stripped)))
+    leaked = [m for m in layout.marker_ids if set(tokens.ids(m)) & set(layout.marker_ids.values())]
+    if leaked:
+        raise ConversionError(f"tokenizer.json still produces marker ids for {leaked} after stripping")
+    return Vela2Assets(model, head_arrays, head, layout, stripped, tokens, Calibration(source.calibration))
+
+
+def _graph(assets: Vela2Assets, work: Path) -> tuple[Path, list[str], list[str]]:
+    """Export the ModernBERT backbone with Optimum (feature-extraction) and check its signature."""
+    import onnx
+
+    from converters import onnx_export
+
+    graph = onnx_export.export_onnx(assets.model, "embedding", work / "onnx")
+    g = onnx.load(str(graph), load_external_data=False)
+    inputs, outputs = [i.name for i in g.graph.input], [o.name for o in g.graph.output]
+    if "last_hidden_state" not in outputs or inputs[:2] != ["input_ids", "attention_mask"]:
+        raise ConversionError(f"unexpected graph signature: inputs {inputs}, outputs {outputs}")
+    return graph, inputs, outputs
+
+
 def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult:
     """Convert the upstream package at ``src`` into an edge-runtime package at ``out``."""
-    check_out(Path(out))
-    timings: dict[str, float] = {}
     src_dir = Path(src)
-    with Step(f"reading and verifying {src_dir}") as s:
-        source = read_source(src_dir)
-    timings["read"] = s.seconds
-    with Step("loading PyTorch, transformers and Optimum") as s:
-        import torch
-        import transformers
-        from transformers.utils import logging as hf_logging
+    with PackageBuild(out, "er-vela2-") as build:
+        with build.step("read", f"reading and verifying {src_dir}"):
+            source = read_source(src_dir)
+        with build.step("imports", "loading PyTorch, transformers and Optimum"):
+            from transformers.utils import logging as hf_logging
 
-        from converters import onnx_export, verify
-        hf_logging.set_verbosity_error()
-    timings["imports"] = s.seconds
-    with Step("loading the backbone into ModernBertModel") as s:
-        backbone, head_arrays = load_tensors(source)
-        model = load_backbone(source, backbone)
-        try:
-            head = MarkerHead.from_arrays(head_arrays, source.config["readout"])
-            layout = LayoutConfig.from_config(source.config)
-        except ValueError as e:
-            raise ConversionError(f"model.safetensors: {e}") from None
-        from tokenizers import Tokenizer
-
-        stripped = strip_markers(source.tokenizer_json)
-        tok = Tokenizer.from_str(json.dumps(stripped))
-        tokens = Tokens(tok)
-        calibration = Calibration(source.calibration)
-        leaked = [m for m in layout.marker_ids if set(tokens.ids(m)) & set(layout.marker_ids.values())]
-        if leaked:
-            raise ConversionError(f"tokenizer.json still produces marker ids for {leaked} after stripping")
-    timings["load"] = s.seconds
-    name = sanitize_name(opts.name or source.config.get("model_name") or src_dir.name)
-    stamp = compute_digest(source.sha256)
-
-    with tempfile.TemporaryDirectory(prefix="er-vela2-") as tmp:
-        work = Path(tmp)
-        with Step(f"exporting the ModernBERT backbone to ONNX (opset {onnx_export.OPSET})") as s:
-            graph = onnx_export.export_onnx(model, "embedding", work / "onnx")
-            import onnx
-
-            g = onnx.load(str(graph), load_external_data=False)
-            inputs, outputs = [i.name for i in g.graph.input], [o.name for o in g.graph.output]
-            if "last_hidden_state" not in outputs or inputs[:2] != ["input_ids", "attention_mask"]:
-                raise ConversionError(f"unexpected graph signature: inputs {inputs}, outputs {outputs}")
-        timings["export"] = s.seconds
-        session = verify.create_session(graph)
+            from converters.onnx_export import OPSET
+            hf_logging.set_verbosity_error()
+        with build.step("load", "loading the backbone into ModernBertModel"):
+            assets = _assets(source)
+        with build.step("export", f"exporting the ModernBERT backbone to ONNX (opset {OPSET})"):
+            graph, inputs, outputs = _graph(assets, build.work)
+        session = create_session(graph)
+        layout = assets.layout
         # long parts of about 3.5 characters per token of max_length: windows and cuts get exercised
         requests = [golden_request(), *generated_requests(opts.check_requests, seed=opts.seed,
                                                           long_chars=int(layout.max_length * 3.5))]
-        with Step(f"checking parity against PyTorch on {len(requests)} requests") as s:
-            parity = check_parity(requests, tokens=tokens, layout=layout, calibration=calibration,
-                                  package=graph_readout(onnx_hidden(session), head),
-                                  reference=torch_readout(model, head_arrays, source.config["readout"]),
+        with build.step("parity", f"checking parity against PyTorch on {len(requests)} requests"):
+            parity = check_parity(requests, tokens=assets.tokens, layout=layout, calibration=assets.calibration,
+                                  package=graph_readout(onnx_hidden(session), assets.head),
+                                  reference=torch_readout(assets.model, assets.head_arrays, source.config["readout"]),
                                   tolerance=opts.tolerance)
-        timings["parity"] = s.seconds
         log(f"parity: max |package - torch| option {parity.option:.3g}, set {parity.set:.3g}, span "
             f"{parity.span:.3g} over {parity.requests} requests ({parity.sequences} sequences, "
             f"{parity.windowed_rows} windowed rows, {parity.truncated_rows} truncated rows)")
         state, questions = golden_request()
         golden_seqs = [s for seqs in run_request(
-            state, questions, tokens=tokens, layout=layout, calibration=calibration,
-            readout=graph_readout(onnx_hidden(session), head)).sequences for s in seqs][:GOLDEN_SEQUENCES]
+            state, questions, tokens=assets.tokens, layout=layout, calibration=assets.calibration,
+            readout=graph_readout(onnx_hidden(session), assets.head)).sequences for s in seqs][:GOLDEN_SEQUENCES]
         files: dict[str, Path | bytes] = {
             "model.onnx": graph,
-            "tokenizer.json": json.dumps(stripped, ensure_ascii=False).encode("utf-8"),
-            "head.npz": npz_bytes({k: np.asarray(v, dtype=np.float32) for k, v in head_arrays.items()}),
-            "decision_config.json": (json.dumps(package_config(source), sort_keys=True, indent=2,
-                                                ensure_ascii=False) + "\n").encode("utf-8"),
+            "tokenizer.json": json.dumps(assets.tokenizer_json, ensure_ascii=False).encode("utf-8"),
+            "head.npz": npz_bytes({k: np.asarray(v, dtype=np.float32) for k, v in assets.head_arrays.items()}),
+            "decision_config.json": json_bytes(package_config(source)),
         }
         files.update(notice_files(src_dir, opts))
-        architecture = "Vela2Model (ModernBERT + marker head)"
-        card = {
-            **card_start(name, KIND, KIND, identity_card(
-                opts, src_dir, source_name=opts.source_name or source.config.get("model_name") or src_dir.name,
-                architecture=architecture, stamp=stamp,
-                description=f"Vela 2.0 encoder decision model converted from {src_dir.name}")),
-            "head": {"output": "last_hidden_state", "readout": "marker", "mode": source.config["readout"],
-                     "weights": "head.npz", "proj_dim": int(source.config["proj_dim"]),
-                     "hidden_size": head.hidden},
-            # the scan budget on CPU: four model inputs (docs/reference/upstream-formats.md §2.4)
-            "limits": {"max_input_tokens": layout.max_length, "max_scan_tokens": SCAN_INPUTS_CPU * layout.max_length},
-            "graph": {"inputs": inputs, "outputs": outputs, "opset": onnx_export.OPSET},
-            "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
-            "verification": {
-                "reference": (f"PyTorch {torch.__version__.split('+')[0]} / transformers {transformers.__version__} "
-                              f"ModernBertModel (sdpa) + marker head in torch, each sequence alone"),
-                "max_abs_diff": float(f"{parity.worst:.3g}"), "tolerance": opts.tolerance,
-                "cases": parity.requests,
-                "outputs": {"option_logits": float(f"{parity.option:.3g}"), "set_logits": float(f"{parity.set:.3g}"),
-                            "span_logits": float(f"{parity.span:.3g}")},
-                "sequences": parity.sequences, "windowed_rows": parity.windowed_rows,
-                "truncated_rows": parity.truncated_rows,
-            },
-            "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
-                      "options": {"kind": KIND, "check_requests": opts.check_requests, "seed": opts.seed}},
-            "question_types": list(QUESTION_TYPES),
-            "presets": [p for p in PRESETS if isinstance(source.calibration.get(f"{p}_schema"), dict)],
-        }
-        with Step(f"writing package {out}") as s:
-            from converters.package_writer import write_package
+        card = _card(opts, source, src_dir, assets, inputs, outputs, parity)
+        return build.write(card, files, {"fp32": _goldens(session, golden_seqs)})
 
-            digest = write_package(Path(out), card, files, {"fp32": _goldens(session, golden_seqs)})
-        timings["write"] = s.seconds
-    from edge_runtime.families.registry import read_package
 
-    log(f"package {name} written to {out} (digest {digest[:16]}...)")
-    return ExportResult(path=Path(out), digest=digest, card=read_package(Path(out)).card.raw, timings=timings)
+def _card(opts: Vela2Options, source: Vela2Source, src_dir: Path, assets: Vela2Assets, inputs: list[str],
+          outputs: list[str], parity: Vela2Parity) -> dict[str, Any]:
+    from converters.onnx_export import OPSET
+
+    stamp = compute_digest(source.sha256)
+    architecture = "Vela2Model (ModernBERT + marker head)"
+    return {
+        **card_start(sanitize_name(opts.name or source.config.get("model_name") or src_dir.name), KIND, KIND,
+                     identity_card(opts, src_dir, architecture=architecture, stamp=stamp,
+                                   source_name=opts.source_name or source.config.get("model_name") or src_dir.name,
+                                   description=f"Vela 2.0 encoder decision model converted from {src_dir.name}")),
+        "head": {"output": "last_hidden_state", "readout": "marker", "mode": source.config["readout"],
+                 "weights": "head.npz", "proj_dim": int(source.config["proj_dim"]),
+                 "hidden_size": assets.head.hidden},
+        # the scan budget on CPU: four model inputs (docs/reference/upstream-formats.md §2.4)
+        "limits": {"max_input_tokens": assets.layout.max_length,
+                   "max_scan_tokens": SCAN_INPUTS_CPU * assets.layout.max_length},
+        "graph": {"inputs": inputs, "outputs": outputs, "opset": OPSET},
+        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "verification": {
+            "reference": torch_reference("ModernBertModel (sdpa) + marker head in torch, each sequence alone"),
+            "max_abs_diff": rounded(parity.worst), "tolerance": opts.tolerance,
+            "cases": parity.requests,
+            "outputs": {"option_logits": rounded(parity.option), "set_logits": rounded(parity.set),
+                        "span_logits": rounded(parity.span)},
+            "sequences": parity.sequences, "windowed_rows": parity.windowed_rows,
+            "truncated_rows": parity.truncated_rows,
+        },
+        "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
+                  "options": {"kind": KIND, "check_requests": opts.check_requests, "seed": opts.seed}},
+        "question_types": list(QUESTION_TYPES),
+        "presets": [p for p in PRESETS if isinstance(source.calibration.get(f"{p}_schema"), dict)],
+    }

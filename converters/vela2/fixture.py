@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from converters.export import ExportResult
+from converters.package_writer import ExportResult
+from converters.samples import DECISION_FIXTURE_CORPUS
 from converters.vela2.export import DEFAULT_CHECK_REQUESTS, Vela2Options, export_vela2
 from converters.vela2.source import (
     ENCODER_PREFIX,
@@ -23,21 +24,6 @@ PII_TYPES = ["AGE", "CREDIT_CARD", "DATE_TIME", "DOMAIN_NAME", "EMAIL_ADDRESS", 
              "US_SSN", "ZIP_CODE"]
 
 
-# The fixture tokenizer's training text: the Decision 2.0 fixture corpus plus the Vela strings.
-FIXTURE_CORPUS = [
-    "Context:\nTask type: choice\nQuestion:\nOptions:\n<option>\n</option>\n\nSelect the single option best supported "
-    "by the context and instructions.\nDecision:",
-    '{"description":"Yes","key":"true"} {"description":"No","key":"false"} {"key":"0"} {"key":"1"} {"key":"2"}',
-    "Write a Python function that merges two sorted lists and explain its running time.",
-    "Which domain does this request belong to? Programming Mathematics Anything else",
-    "Does answering this request need multi-step reasoning? How difficult is this request? Trivial Moderate Hard",
-    "Route the request to the model that answers it best. code math chat creative writing translation summary",
-    "The quick brown fox jumps over the lazy dog. 0123456789 ,.;:!?'\"()[]{}<>/\\|-_+=*&^%$#@~`",
-    "Hi, I'm Tom Baker (tom.baker@example.com). What is the maximum daily dose of paracetamol for an adult?",
-    "For adults, the maximum dose of paracetamol is 4 grams in 24 hours. Visit https://example.org/dose today.",
-    "Which spans are personal information? a person's name an e-mail address a claim not supported by the context",
-    'Task type: span Target: user Question: Labels: <label> </label> Text: Spans: <segment role="user"> </segment>',
-]
 
 
 PROJECTION = 32
@@ -85,7 +71,7 @@ def fixture_encoder_config(vocab: int, **overrides: Any) -> dict[str, Any]:
 def _fixture_tokenizer(root: Path) -> int:
     from converters.fixture_tokenizers import byte_level_bpe
 
-    tok = byte_level_bpe(FIXTURE_CORPUS * 4, ["<pad>", "<eos>", "<bos>"], vocab_size=384)
+    tok = byte_level_bpe(DECISION_FIXTURE_CORPUS * 4, ["<pad>", "<eos>", "<bos>"], vocab_size=384)
     tok.add_special_tokens(list(MARKERS))
     tok.save(str(root / "tokenizer.json"))
     return tok.get_vocab_size()

@@ -13,6 +13,7 @@ from edge_runtime.requests.common import check_count, reject_unknown, require_ob
 from edge_runtime.runtime import Runtime
 from edge_runtime.service import deadline_at, serve
 from edge_runtime.timing import Timing
+from edge_runtime.work import admit_whole
 
 BUNDLE_SURFACES = ("classify", "embeddings", "rerank", "decisions")
 
@@ -58,6 +59,8 @@ async def serve_bundle(runtime: Runtime, body: Any, timing: Timing) -> dict[str,
         parsed.append((task_id, surfaces[0], request))
 
     timings = [Timing() for _ in parsed]
+    # Admitted whole: no task is refused for a queue its own siblings fill (work.admit_whole).
+    admit_whole()
 
     async def one(index: int) -> tuple[dict[str, Any], float]:
         task_id, surface, request = parsed[index]

@@ -43,6 +43,7 @@ from edge_runtime.requests.systemone import (
 from edge_runtime.requests.validation import JsonInvalid, ShapeInvalid, check_systemone_shape
 from edge_runtime.service import serve
 from edge_runtime.timing import Timing
+from edge_runtime.work import admit_whole
 
 Response = tuple[int, dict[str, Any], dict[str, str]]
 
@@ -152,6 +153,7 @@ async def _answer_batch(runtime: Any, body: Any, timing: Timing, schema: str, lo
     """Named requests, each answered (concurrently) as it would be alone, under ``responses``."""
     named = parse_systemone_batch(body, runtime.config.max_bundle_tasks)
     timings = [Timing() for _ in named]
+    admit_whole()  # as a bundle is: no request refused for a queue its siblings fill
 
     async def one(i: int) -> tuple[Response, float]:
         result = await _answer_one(runtime, named[i][1], timings[i], schema, long_context)

@@ -25,7 +25,8 @@ from .executor import ExecutorMetrics, JobResult, ModelExecutor
 from .forward import GROUPINGS, Forward, Grouping
 from .probe import ProbeResult, Trial, max_abs_diff, probe, probe_grouping
 
-_SESSION_NAMES = ("GraphSession", "TensorSpec", "create_session", "default_threads", "cgroup_cpu_limit")
+_SESSION_NAMES = ("GraphSession", "TensorSpec", "create_session", "default_threads", "cgroup_cpu_limit",
+                  "cuda_available")
 
 __all__ = [
     "BatchLimits",

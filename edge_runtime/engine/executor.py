@@ -179,10 +179,11 @@ class ModelExecutor:
 
     # ---- event-loop side -------------------------------------------------------------------
 
-    async def submit(self, rows: Sequence[Any], deadline: float | None = None) -> JobResult:
+    async def submit(self, rows: Sequence[Any], deadline: float | None = None, refusable: bool = True) -> JobResult:
         """Run `rows` (batched with other jobs' rows as allowed) and return their outputs.
 
-        deadline is a time.monotonic() instant. Raises Overloaded when the queue is full,
+        deadline is a time.monotonic() instant. Raises Overloaded when the queue is full (unless
+        ``refusable`` is False: a task of a request admitted whole, which is queued all the same),
         DeadlineExceeded when the deadline passes first (rows not yet run never run),
         RequestTooLarge/Overloaded when its forward ran out of memory (alone/shared),
         ForwardError when the forward failed, ExecutorClosed after close(). If the awaiting task
@@ -214,7 +215,7 @@ class ModelExecutor:
         with self._cond:
             if self._closed:
                 raise ExecutorClosed(f"model {self.name} is shut down")
-            if len(self._waiting) >= self.max_queue:
+            if refusable and len(self._waiting) >= self.max_queue:
                 raise Overloaded(f"model {self.name} has {len(self._waiting)} jobs waiting")
             self._fold_queue(now)
             self._waiting.append(job)

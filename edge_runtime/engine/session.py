@@ -129,10 +129,11 @@ class GraphSession:
     """One ONNX Runtime session and the settings it was built with. Safe to run from any thread."""
 
     def __init__(self, session: ort.InferenceSession, path: Path, device: str, threads: int,
-                 spinning: bool = True, tf32: bool = False) -> None:
+                 spinning: bool = True, tf32: bool = False, device_id: int | None = None) -> None:
         self.session = session
         self.path = path
         self.device = device
+        self.device_id = device_id  # the CUDA device asked for (cuda:N); None: the provider's default
         self.threads = threads
         self.spinning = spinning  # the intra-op threads spin-wait between forwards (ORT's default)
         self.tf32 = tf32  # asked for; CUDA's options below say whether it is on
@@ -157,7 +158,8 @@ class GraphSession:
 
     def sibling(self, path: Path | str) -> GraphSession:
         """Another graph of the same package, opened as this one was (device, threads, options)."""
-        return create_session(path, self.device, self.threads, spinning=self.spinning, tf32=self.tf32)
+        device = f"cuda:{self.device_id}" if self.device == "cuda" and self.device_id is not None else self.device
+        return create_session(path, device, self.threads, spinning=self.spinning, tf32=self.tf32)
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run the graph on `feeds`; return the requested outputs (all when None) by name."""
@@ -228,9 +230,22 @@ def session_options(threads: int, spinning: bool = True) -> ort.SessionOptions:
     return options
 
 
+def cuda_available() -> bool:
+    """Whether this onnxruntime build offers the CUDA provider (whether it loads is known per session)."""
+    return CUDA_PROVIDER in ort.get_available_providers()
+
+
+def _split_device(device: str) -> tuple[str, int | None]:
+    """``cuda:N`` -> ("cuda", N); any other device -> (device, None)."""
+    kind, colon, index = device.partition(":")
+    if colon and kind == "cuda" and index.isdigit():
+        return kind, int(index)
+    return device, None
+
+
 def create_session(path: Path | str, device: str = "cpu", threads: int | None = None,
                    spinning: bool = True, tf32: bool = False) -> GraphSession:
-    """Load the graph at `path` on `device` ("cpu", "cuda" or "auto") with `threads` intra-op threads.
+    """Load the graph at `path` on `device` ("cpu", "cuda", "cuda:N" or "auto") with `threads` intra-op threads.
 
     threads None means default_threads(). Execution is sequential with one inter-op thread and the
     optimisation level pinned to ORT_ENABLE_ALL. spinning False makes the intra-op threads sleep as
@@ -241,8 +256,10 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
     8.8e-3; with it off they were within 4.3e-6 of the CPU, as fast).
     """
     path = Path(path)
+    asked = device
+    device, device_id = _split_device(device)
     if device not in DEVICES:
-        raise ValueError(f"device must be one of {', '.join(DEVICES)}, not {device!r}")
+        raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, not {asked!r}")
     if threads is None:
         threads = default_threads()
     if threads < 1:
@@ -254,10 +271,13 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
     want_cuda = device == "cuda" or (device == "auto" and CUDA_PROVIDER in available)
     if device == "cuda" and CUDA_PROVIDER not in available:
         raise SessionError(
-            f"device 'cuda' asked for {path.name}, but this onnxruntime build has no {CUDA_PROVIDER} "
+            f"device {asked!r} asked for {path.name}, but this onnxruntime build has no {CUDA_PROVIDER} "
             f"(available: {', '.join(available)}); install onnxruntime-gpu or use device 'cpu'"
         )
-    cuda = (CUDA_PROVIDER, {"use_tf32": "1" if tf32 else "0"})
+    cuda_options = {"use_tf32": "1" if tf32 else "0"}
+    if device_id is not None:
+        cuda_options["device_id"] = str(device_id)
+    cuda = (CUDA_PROVIDER, cuda_options)
     providers: list[Any] = [cuda, CPU_PROVIDER] if want_cuda else [CPU_PROVIDER]
 
     options = session_options(threads, spinning)
@@ -274,4 +294,5 @@ def create_session(path: Path | str, device: str = "cpu", threads: int | None = 
             f"{CUDA_PROVIDER} did not load for {path.name} (active: {', '.join(active)}); "
             "check the CUDA and cuDNN libraries onnxruntime-gpu needs"
         )
-    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads, spinning, tf32)
+    return GraphSession(session, path, "cuda" if on_cuda else "cpu", threads, spinning, tf32,
+                        device_id if on_cuda else None)

@@ -21,6 +21,8 @@ class Plan:
     ``usage``: the request's usage when planning counted it (the decision families); None where the
     answers carry their own (the encoder surfaces count only the inputs answered). A plan without rows
     (every item failed validation) is finished with an empty list.
+    ``keys`` are the rows' result-cache keys (engine/result_cache.py), set by the service when the
+    model keeps a cache; None: every row runs.
     """
 
     rows: list[Any]
@@ -28,6 +30,7 @@ class Plan:
     input_tokens: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
+    keys: list[bytes | None] | None = None
 
 
 class ModelFamily(Protocol):

@@ -4,6 +4,10 @@ Order of checks: MANIFEST.json (well-formed, no odd paths), the directory matche
 missing, extra or linked file), every size and sha256, the digest, then card.json (schema and
 consistency), the files the card names, and the numpy files (readable without pickle). Nothing
 in a package is imported, executed or unpickled; this module needs neither onnxruntime nor torch.
+
+One kind of link is followed: a package that is a snapshot in a Hugging Face cache
+(``models--ORG--NAME/snapshots/REV``) is made of links into that repository's ``blobs/``, each
+blob named by its content; a link that leads anywhere else is refused as any link is.
 """
 
 from __future__ import annotations
@@ -114,9 +118,24 @@ def _load_npz(path: Path, rel: str) -> dict[str, np.ndarray]:
         raise PackageError(rel, f"unreadable npz file: {e}") from None
 
 
+def _blobs(root: Path) -> Path | None:
+    """The ``blobs/`` folder a Hugging Face cache snapshot's links may lead into, or None."""
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        return root.parent.parent / "blobs"
+    return None
+
+
+def _linked_elsewhere(path: Path, blobs: Path | None) -> bool:
+    """Whether ``path`` is a link that does not lead to a regular file in ``blobs``."""
+    if not path.is_symlink():
+        return False
+    target = path.resolve()
+    return blobs is None or target.parent != blobs.resolve() or not target.is_file()
+
+
 def _read_manifest(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
     mpath = root / MANIFEST_FILE
-    if not mpath.is_file() or mpath.is_symlink():
+    if not mpath.is_file() or _linked_elsewhere(mpath, _blobs(root)):
         raise PackageError(MANIFEST_FILE, "missing")
     manifest = _load_json_object(mpath, MANIFEST_FILE)
     if manifest.get("format") != MANIFEST_FORMAT:
@@ -139,10 +158,12 @@ def _read_manifest(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
 
 def _verify_files(root: Path, files: dict[str, dict[str, Any]]) -> None:
     on_disk = list_package_files(root)
+    blobs = _blobs(root)
     for rel in on_disk:
         p = root / rel
-        if p.is_symlink():
-            raise PackageError(rel, "symbolic links are not allowed in a package")
+        if _linked_elsewhere(p, blobs):
+            raise PackageError(rel, "symbolic links are not allowed in a package (but into a Hugging Face "
+                                    "cache snapshot's own blobs)")
         if rel not in files:
             raise PackageError(rel, "not listed in MANIFEST.json")
         if not p.is_file():

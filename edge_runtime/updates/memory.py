@@ -1,11 +1,8 @@
 """The memory guard: what a new version needs against what the process may still use, and giving a
 released version's memory back to the operating system.
 
-The need comes from the card (``memory.resident_bytes``) when a converter recorded it. Today's
-converters do not, so it is estimated from the package's file sizes: twice the variant's graph
-files (ONNX Runtime holds the weights and builds its optimized copy while the session is made)
-plus every other file the variant reads (tokenizer, goldens, heads, other graphs of its family);
-the graphs of the other variants are not counted. The estimate is labelled as one wherever shown.
+The need is a package's footprint (edge_runtime/packages/footprint.py: the card's figure, else an
+estimate from its file sizes).
 
 The budget is the cgroup v2 limit minus its usage where the process runs under a limit (a
 container), else the kernel's MemAvailable; the configured reserve is kept back from either.
@@ -16,25 +13,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import json
 import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_runtime.packages.footprint import Need, package_need
+
 log = logging.getLogger("edge_runtime.updates")
 
+__all__ = ["Budget", "Need", "available_memory", "budget", "give_back", "package_need", "resident_bytes"]
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-GRAPH_FACTOR = 2
-
-
-@dataclass(frozen=True)
-class Need:
-    """Bytes a version is expected to hold, and where the figure comes from (card or estimate)."""
-
-    bytes: int
-    source: str
 
 
 @dataclass(frozen=True)
@@ -43,42 +34,6 @@ class Budget:
 
     bytes: int
     source: str
-
-
-def package_need(package: Path, variant: str) -> Need:
-    """The card's recorded need, else an estimate from the manifest's file sizes (see the module)."""
-    try:
-        card = json.loads((package / "card.json").read_text(encoding="utf-8"))
-        manifest = json.loads((package / "MANIFEST.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot size package {package}: {exc}") from None
-    recorded = (card.get("memory") or {}).get("resident_bytes")
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
-        return Need(recorded, "card")
-    variants = card.get("variants") or {}
-    mine = (variants.get(variant) or {}).get("file")
-    others = {v.get("file") for name, v in variants.items() if name != variant} - {mine}
-    graphs = rest = 0
-    for rel, entry in (manifest.get("files") or {}).items():
-        size = int(entry.get("size", 0))
-        stem = rel.removesuffix(".data")  # an external-data file belongs to its graph
-        if stem in others or (stem.endswith(".onnx") and _variant_of(stem, variants) not in (None, variant)):
-            continue
-        if rel.endswith((".onnx", ".onnx.data")):
-            graphs += size
-        else:
-            rest += size
-    return Need(GRAPH_FACTOR * graphs + rest, "estimate from package file sizes (2 x graphs + other files)")
-
-
-def _variant_of(graph: str, variants: dict[str, dict[str, str]]) -> str | None:
-    """The variant whose graph file ``graph`` is a split or tower graph of (model.int8.question.onnx
-    belongs to int8), None when it is shared by every variant."""
-    for name, v in variants.items():
-        stem = str(v.get("file", "")).removesuffix(".onnx")
-        if stem and stem != "model" and graph.startswith(stem + "."):
-            return name
-    return None
 
 
 def _cgroup_dir() -> Path | None:

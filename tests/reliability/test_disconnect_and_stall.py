@@ -33,8 +33,10 @@ POLL_LIMIT_S = 30.0
 
 @pytest.fixture(scope="module")
 def mini_server(start_server: StartServer, minilm_package: Path) -> Server:
+    # No result cache: these tests count forwards of repeated rows.
     return start_server([{"name": MODEL, "package": str(minilm_package), "device": "cpu", "threads": 1,
-                          "max_queue": 64}], "--forward-timeout-seconds", str(FORWARD_TIMEOUT_S))
+                          "max_queue": 64}], "--forward-timeout-seconds", str(FORWARD_TIMEOUT_S),
+                        "--result-cache-entries", "0")
 
 
 def long_request() -> dict[str, Any]:

@@ -34,7 +34,7 @@ def fixture_package(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
     converted from; likewise ``decision2`` / ``decision2-source`` (qwen-full) and ``decision2-lora`` /
     ``decision2-lora-source`` (qwen-adapter, base at ``<source>-base``).
     """
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     root = tmp_path_factory.mktemp("fixture-packages")
     cache: dict[tuple[str, str | None], Path] = {}

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bench.report import ROOT
-from bench.server import ServerProcess
-from bench.stats import timed
+from bench.harness.report import ROOT
+from bench.harness.server import ServerProcess
+from bench.harness.stats import timed
 
 #: Every torch or converter subprocess runs with these: nothing is downloaded, and the tokenizers
 #: library keeps to one thread beside the contestants' own pools.

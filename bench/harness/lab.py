@@ -7,8 +7,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.runners import WorkerContestant
-from bench.server import ServerProcess
+from bench.harness.runners import WorkerContestant
+from bench.harness.server import ServerProcess
 
 PACKAGE_NAME = "minilm-embedding"
 

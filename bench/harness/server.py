@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from bench.report import ROOT
-from bench.server_timing import parse_server_timing
+from bench.harness.report import ROOT
+from bench.harness.server_timing import parse_server_timing
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0

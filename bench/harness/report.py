@@ -14,7 +14,7 @@ from pathlib import Path
 
 from edge_runtime.engine.cpu import cpu_flags, cpu_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
 
 # Versions that decide the numbers; read from package metadata so the harness never imports torch.

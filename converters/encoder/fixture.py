@@ -1,4 +1,4 @@
-"""`fixture`: tiny random-weight encoder packages for tests, built offline in seconds.
+"""`fixture --kind embedding | ...`: tiny random-weight encoder packages for tests, built offline in seconds.
 
 A BERT-like encoder (hidden 32, 2 layers) with a WordPiece vocabulary trained with `tokenizers`
 on a fixed, varied corpus (code, CJK, emoji included) is saved as an ordinary Hugging Face
@@ -13,65 +13,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from converters.encoder.export import KINDS, ExportOptions, export_model
 from converters.errors import ConversionError
-from converters.export import KINDS, ExportOptions, ExportResult, export_model
-from converters.samples import fixture_corpus
+from converters.fixture_tokenizers import word_piece
+from converters.package_writer import ExportResult
 
 FIXTURE_RELEASE_DATE = "2025-01-01"
 HIDDEN = 32
 LAYERS = 2
 MAX_POSITIONS = 128
 VOCAB_SIZE = 1200
-_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _LABELS: dict[str, list[str]] = {
     "sequence-classification": ["negative", "neutral", "positive"],
     "multi-label": ["billing", "shipping", "technical", "urgent"],
     "token-classification": ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"],
     "rerank": ["relevance"],
 }
-
-
-def train_tokenizer() -> Any:
-    """A BERT-style uncased WordPiece tokenizer built from the fixture corpus, deterministically.
-
-    tokenizers' WordPieceTrainer breaks ties between equally frequent merges in hash-map order, so
-    its vocabulary changes from one process to the next. The vocabulary here is assembled from
-    parts that do not: the words ranked by tokenizers' WordLevelTrainer (count, then word), every
-    character of the corpus as a word start and as a ``##`` continuation (so no corpus text is
-    [UNK] and unseen words split into pieces), and the most frequent word endings as ``##`` pieces.
-    """
-    from collections import Counter
-
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
-    normalizer = normalizers.BertNormalizer(lowercase=True)
-    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    corpus = fixture_corpus()
-    words = [w for text in corpus for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]
-
-    counter = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    counter.normalizer, counter.pre_tokenizer = normalizer, pre_tokenizer
-    counter.train_from_iterator(corpus, trainers.WordLevelTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=[], min_frequency=1, show_progress=False))
-    ranked = sorted(counter.get_vocab().items(), key=lambda kv: kv[1])  # WordLevel ids follow the ranking
-
-    chars = sorted({c for w in words for c in w})
-    endings = Counter(w[-n:] for w in words for n in (2, 3, 4) if len(w) > n + 1)
-    common_endings = sorted((e for e, c in endings.items() if c >= 3), key=lambda e: (-endings[e], e))[:100]
-    vocab: dict[str, int] = {}
-    for token in [*_SPECIALS, *chars, *(f"##{c}" for c in chars), *(f"##{e}" for e in common_endings),
-                  *(w for w, _ in ranked)]:
-        if token not in vocab and len(vocab) < VOCAB_SIZE:
-            vocab[token] = len(vocab)
-
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
-    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    tok.decoder = decoders.WordPiece()
-    return tok
 
 
 def _write_sentence_transformer(d: Path, pooling: str, normalize: bool) -> None:
@@ -104,7 +61,7 @@ def build_source(kind: str, d: Path, seed: int = 0, pooling: str = "mean", norma
         PreTrainedTokenizerFast,
     )
 
-    tok = train_tokenizer()
+    tok = word_piece(VOCAB_SIZE)
     labels = _LABELS.get(kind, [])
     config = BertConfig(
         vocab_size=tok.get_vocab_size(), hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2,

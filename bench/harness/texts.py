@@ -1,11 +1,13 @@
-"""Deterministic inputs: ~20-word support-desk sentences, one long text of an exact size, and long texts
-of the shapes issue 8 names (one long word, punctuation runs, base64, CJK, emoji, ...)."""
+"""Deterministic inputs: ~20-word support-desk sentences, one long text of an exact size, long texts of the
+shapes issue 8 names (one long word, punctuation runs, base64, CJK, emoji, ...), decision requests about
+support messages, and a prefix of words fitted to a token count."""
 
 from __future__ import annotations
 
 import base64
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from edge_runtime.text.probe import lcg_bytes
 
@@ -154,3 +156,72 @@ def shaped_text(shape: str, n_bytes: int, seed: int = 3) -> str:
     if n_bytes < 16:
         raise ValueError("n_bytes must be at least 16")
     return SHAPES[shape](n_bytes, seed)
+
+
+def fit_words(count: Callable[[str], int], words: Sequence[str], target: int) -> str:
+    """The prefix of ``words`` (joined by spaces) whose ``count`` is closest to ``target``.
+
+    ``count`` must not decrease as words are added (a token count does not); binary search finds the
+    longest prefix within the target, then the next one is taken when it is closer.
+    """
+    if not words:
+        raise ValueError("no words to fit")
+    lo, hi = 1, len(words)
+    if count(" ".join(words)) < target:
+        raise ValueError(f"all {len(words)} words count {count(' '.join(words))}, fewer than {target}")
+    while lo < hi:  # the longest prefix with count <= target (or 1 word)
+        mid = (lo + hi + 1) // 2
+        if count(" ".join(words[:mid])) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    best = lo
+    if lo < len(words) and abs(count(" ".join(words[: lo + 1])) - target) < abs(count(" ".join(words[:lo])) - target):
+        best = lo + 1
+    return " ".join(words[:best])
+
+
+# Questions a router asks about a support message: a Choice, a Noul and a Score each, from these.
+_CHOICES: list[tuple[str, dict[str, str | None]]] = [
+    ("Which team should handle this message?",
+     {"billing": "payments, invoices and refunds", "shipping": "parcels and delivery",
+      "technical": "apps, logins and errors", "sales": "new orders and pricing"}),
+    ("What does the customer want?",
+     {"refund": "money back", "information": "an answer to a question",
+      "change": "an update to an account or an order", "cancel": "to stop a service", "other": None}),
+    ("Which product area is this about?", {"account": "sign-in and settings", "orders": None, "reports": None}),
+]
+_NOULS: list[tuple[str, dict[str, str] | None]] = [
+    ("Is the customer upset?", {"true": "the customer sounds angry or frustrated"}),
+    ("Does the message ask for a call back?", None),
+    ("Is this about money?", {"false": "nothing about payments", "true": "payments, charges or refunds"}),
+]
+_SCORES: list[tuple[str, list[str]]] = [
+    ("How urgent is this message?", ["not urgent", "this week", "today", "within the hour", "right now"]),
+    ("How hard will this be to resolve?", ["trivial", "easy", "moderate", "hard"]),
+]
+
+
+def decision_requests(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``count`` distinct requests (state and questions), the same for a seed, in both servers' format.
+
+    Each state is one to three support-desk sentences; each request asks a Choice (``criteria`` as
+    ``{key: description}``), a Noul and a Score (``criteria`` as a list of levels).
+    """
+    rng = random.Random(seed)
+    pool = sentences(max(3 * count, 8), seed=seed + 100)
+    out = []
+    for i in range(count):
+        state = " ".join(pool[(3 * i + k) % len(pool)] for k in range(rng.randint(1, 3)))
+        c_text, c_crit = rng.choice(_CHOICES)
+        n_text, n_crit = rng.choice(_NOULS)
+        s_text, s_crit = rng.choice(_SCORES)
+        noul: dict[str, Any] = {"type": "noul", "instructions": n_text}
+        if n_crit is not None:
+            noul["criteria"] = dict(n_crit)
+        out.append({"state": state, "questions": {
+            "route": {"type": "choice", "instructions": c_text, "criteria": dict(c_crit)},
+            "flag": noul,
+            "level": {"type": "score", "instructions": s_text, "criteria": list(s_crit)},
+        }})
+    return out
