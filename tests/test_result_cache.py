@@ -170,3 +170,22 @@ def test_a_request_runs_only_its_misses(runtime: Runtime) -> None:
     assert model.executor.forwards == forwards + 1  # every row kept: no forward at all
     _answer(runtime, "embedding", "embeddings", {"input": ["x", "a new text", "x"]})
     assert model.executor.forwards == forwards + 2
+
+
+def test_whole_answers_are_kept_but_not_one_a_deadline_cut_nor_one_with_timings(runtime: Runtime) -> None:
+    model = runtime.models["sequence-classification"]
+    assert model.executor is not None and model.result_cache is not None
+    body = {"input": ["an answer kept whole", "and its second input"]}
+    first = _answer(runtime, "sequence-classification", "classify", body)
+    entries = model.result_cache.size()[0]
+    forwards = model.executor.forwards
+    assert _answer(runtime, "sequence-classification", "classify", body) == first
+    assert model.executor.forwards == forwards and model.result_cache.size()[0] == entries  # nothing planned or run
+    cut = {"input": ["a deadline that passes at once"], "options": {"deadline_ms": 1e-6}}
+    cut_answer = json.loads(_answer(runtime, "sequence-classification", "classify", cut))
+    assert cut_answer["results"][0]["error"] == "deadline_exceeded"
+    again = json.loads(_answer(runtime, "sequence-classification", "classify", cut))
+    assert again["results"][0]["error"] == "deadline_exceeded"  # not answered from an earlier cut
+    timed = {"input": ["with its timings"], "options": {"return_meta": True}}
+    metas = [json.loads(_answer(runtime, "sequence-classification", "classify", timed))["meta"] for _ in range(2)]
+    assert all("timings" in meta for meta in metas)

@@ -22,7 +22,8 @@ class Plan:
     answers carry their own (the encoder surfaces count only the inputs answered). A plan without rows
     (every item failed validation) is finished with an empty list.
     ``keys`` are the rows' result-cache keys (engine/result_cache.py), set by the service when the
-    model keeps a cache; None: every row runs.
+    model keeps a cache; None: every row runs. ``complete`` turns False when a deadline cut the
+    request short: its answer then says so, and is not kept.
     """
 
     rows: list[Any]
@@ -31,6 +32,7 @@ class Plan:
     extras: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
     keys: list[bytes | None] | None = None
+    complete: bool = True
 
 
 class ModelFamily(Protocol):
