@@ -144,6 +144,8 @@ async def serve(
         model.release()
         model.stats.record(time.monotonic() - started, failed)
     _answered(runtime, model, surface, body, plan.input_tokens)
+    if plan.usage is not None:  # counted while planning (the decision families): not in their answers
+        answer = {**answer, "usage": plan.usage}
     cache = model.result_cache
     if key is not None and cache is not None and plan.complete and not request.options.return_meta:
         cache.keep_answer(key, KeptAnswer(orjson.dumps(answer), len(plan.rows), plan.input_tokens))
