@@ -202,7 +202,7 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> N
 @pytest.fixture(scope="module")
 def site(minilm_package: Path, fixture_package: Callable[..., Path],
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    from converters.fixture import build_fixture
+    from converters.encoder.fixture import build_fixture
 
     root = tmp_path_factory.mktemp("prometheus-live")
     cls_a = fixture_package("sequence-classification")
