@@ -8,9 +8,9 @@ from __future__ import annotations
 from tests.support.imports import import_graph, imports_of, module_files
 from tests.support.server_harness import ROOT
 
-#: The modules at the top of converters/ that are tables of the families (they name every kind or build the
-#: defaults from two of them), and may import a family's folder.
-TABLES = {"converters.__main__", "converters.default", "converters.versions"}
+#: The modules at the top of converters/ that are tables of the families (they name every kind, detect the kinds,
+#: or build the defaults from two of them), and may import a family's folder.
+TABLES = {"converters.__main__", "converters.default", "converters.versions", "converters.detect"}
 
 
 def _family(module: str) -> str | None:
