@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,18 +67,17 @@ def _check_options(opts: ExportOptions) -> None:
 
 
 def _load_model(kind: str, model_dir: Path) -> Any:
-    import torch
+    """The PyTorch model, every weight it computes with loaded from the checkpoint (an embedding may drop a
+    task head and never runs BERT's pooler)."""
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    from converters.torch_models import load_pretrained
 
     cls = {"embedding": AutoModel, "token-classification": AutoModelForTokenClassification}.get(
         kind, AutoModelForSequenceClassification)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = cls.from_pretrained(model_dir, dtype=torch.float32)
-    except Exception as e:  # noqa: BLE001 - any loading failure is reported the same way
-        raise ConversionError(f"{model_dir}: cannot load as {cls.__name__}: {first_line(e)}") from None
-    return model.eval()
+    embedding = kind == "embedding"
+    return load_pretrained(cls, model_dir, str(model_dir), unused=("pooler.",) if embedding else (),
+                           discard_unexpected=embedding)
 
 
 def _check_tokenizer(model_dir: Path, tok: Any, items: Sequence[Any]) -> None:
