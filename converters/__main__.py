@@ -26,9 +26,10 @@ ENCODER_KINDS = ("embedding", "sequence-classification", "multi-label", "token-c
 #: kinds served by the multimodal embedding family (converters/multimodal/)
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 KIND_CHOICES = (*ENCODER_KINDS, "decision-codes", *MULTIMODAL_KINDS, "vela2", "decision2", "decision-vision",
-                "decision3")
+                "decision3", "task-heads")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
-SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source")
+SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source",
+                        "task-heads-source")
 
 #: The converter of every kind `export` and `fixture` take: the module (converters/<family>/cli.py) whose
 #: ``add_options(parser, command, kind)`` adds the kind's options and whose ``run(args)`` returns the written
@@ -41,6 +42,7 @@ CONVERTERS: dict[str, str] = {
     **dict.fromkeys(("vela2", "vela2-source"), "converters.vela2.cli"),
     **dict.fromkeys(("decision2", "decision2-source", "decision2-lora-source"), "converters.decision2.cli"),
     **dict.fromkeys(("decision3", "decision3-source"), "converters.decision3.cli"),
+    **dict.fromkeys(("task-heads", "task-heads-source"), "converters.task_heads.cli"),
 }
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The commands, and what picks a converter: ``--kind`` (and SRC, to detect it); the kind's own parser
@@ -57,8 +59,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
                        description="python -m converters fixture --kind KIND --out DIR [--seed N] "
                                    "[the kind's options]; `fixture --kind KIND --help` lists the kind's options")
     f.add_argument("--kind", choices=KIND_CHOICES + SOURCE_FIXTURE_KINDS,
-                   help="vela2-source, decision2-source, decision2-lora-source and decision3-source write "
-                        "upstream-format sources (the input of export)")
+                   help="vela2-source, decision2-source, decision2-lora-source, decision3-source and "
+                        "task-heads-source write upstream-format sources (the input of export)")
     for command in (e, f):
         command.add_argument("--out", type=Path)  # read here too, so that its value is never taken for SRC
     d = sub.add_parser("default", help="build the embedded default packages offline")

@@ -108,6 +108,51 @@ def _upstream(module: Any, files: str) -> Detector:
     return detect
 
 
+# -- ModernBERT task heads (Vela 1.0 and compatible; converters/task_heads/) --------------------------------
+
+TASK_HEADS = "task-heads"
+MODERNBERT_SEQUENCE = "ModernBertForSequenceClassification"
+MODERNBERT_TOKEN = "ModernBertForTokenClassification"
+MODERNBERT_MODEL = "ModernBertModel"
+OPERATING_POINT = "operating_point.json"
+RERANKER_FILES = ("matryoshka_config.json", "classification_heads.safetensors")
+ST_POOLING = ("modules.json", "1_Pooling/config.json")
+
+
+def _is_bio(labels: list[str]) -> bool:
+    return any(label.startswith(("B-", "I-")) for label in labels)
+
+
+def task_heads(src: Source) -> Detection | None:
+    """A ModernBERT (or mmBERT) checkpoint with a task head, a sentence-transformers pooling, or the
+    Matryoshka reranker's scorers: which head, from which files."""
+    if src.model_type != "modernbert":
+        return None
+    archs = set(src.architectures)
+    op = " + operating_point.json" if src.has(OPERATING_POINT) else ""
+    if MODERNBERT_SEQUENCE in archs:
+        problem = src.config.get("problem_type") or "single_label_classification"
+        head = {"multi_label_classification": "scores"}.get(problem, "sequence")
+        if head == "sequence" and "entailment" in {label.casefold() for label in _labels(src)}:
+            head = "sequence (NLI labels: read text pairs)"
+        return Detection(TASK_HEADS, f"head {head}: {src.declares()}{op}")
+    if MODERNBERT_TOKEN in archs:
+        point = src.json(OPERATING_POINT)
+        if isinstance(point, dict) and "input_pair" in point:
+            head = "grounded (operating_point.json input_pair)"
+        elif _is_bio(_labels(src)):
+            head = "token (BIO labels)"
+        else:
+            head = f"grounded (labels {_labels(src)} are not BIO: runs of the positive label)"
+        return Detection(TASK_HEADS, f"head {head}: {src.declares()}{op}")
+    if all(src.has(f) for f in RERANKER_FILES):
+        return Detection(TASK_HEADS, f"head relevance: {src.declares()} + {' + '.join(RERANKER_FILES)}")
+    if all(src.has(f) for f in ST_POOLING) and archs <= {MODERNBERT_MODEL}:
+        contract = " + representation_contract" if "representation_contract" in src.config else ""
+        return Detection(TASK_HEADS, f"head pooled: {src.declares()}{contract} + modules.json + 1_Pooling")
+    return None
+
+
 # -- Hugging Face encoders (converters/encoder/) ------------------------------------------------------------
 
 def sentence_transformers(src: Source) -> Detection | None:
@@ -152,6 +197,7 @@ DETECTORS: tuple[tuple[str, Detector], ...] = (
     ("vela2", _upstream(vela2_source, "config.json format_version and model_type")),
     ("decision2", _upstream(decision2_source, "config.json's pointer fields")),
     ("decision3", _upstream(decision3_source, "decision_config.json format_id and prompt")),
+    ("task-heads", task_heads),
     ("sentence-transformers", sentence_transformers),
     ("encoder-head", encoder_head),
     ("encoder-model", encoder_model),

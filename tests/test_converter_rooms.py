@@ -34,7 +34,7 @@ def family_leans(graph: dict[str, set[str]]) -> list[str]:
 def test_the_family_folders() -> None:
     folders = {p.parent.name for p in (ROOT / "converters").glob("*/__init__.py")}
     assert folders == {"encoder", "sparrow", "decision_codes", "decision2", "vela2", "decision_vision",
-                       "multimodal", "decision3"}
+                       "multimodal", "decision3", "task_heads"}
 
 
 def test_no_converter_family_imports_a_sibling() -> None:
