@@ -61,6 +61,16 @@ SEQ, TOK, ENC = "ModernBertForSequenceClassification", "ModernBertForTokenClassi
 LAYOUTS: dict[str, Layout] = {
     "domain": Layout(SEQ, tuple(DOMAIN), "cls", "single_label_classification",
                      stands_for="vllm-sr/Vela-1.0-Encoder-307M-Domain"),
+    "guard": Layout(SEQ, ("benign", "jailbreak"), "cls", "single_label_classification",
+                    stands_for="vllm-sr/Vela-1.0-Encoder-307M-Guard"),
+    "safety": Layout(SEQ, ("safe", "unsafe"), "mean", "single_label_classification",
+                     stands_for="vllm-sr/Vela-1.0-Encoder-307M-Safety"),
+    "factcheck": Layout(SEQ, ("NO_FACT_CHECK_NEEDED", "FACT_CHECK_NEEDED"), "mean", "single_label_classification",
+                        stands_for="vllm-sr/Vela-1.0-Encoder-307M-FactCheck"),
+    "feedback": Layout(SEQ, ("SAT", "NEED_CLARIFICATION", "WRONG_ANSWER", "WANT_DIFFERENT", "NO_FEEDBACK"), "cls",
+                       "single_label_classification", stands_for="vllm-sr/Vela-1.0-Encoder-307M-Feedback"),
+    "modality": Layout(SEQ, ("AR", "DIFFUSION", "BOTH"), "mean", "single_label_classification",
+                       stands_for="vllm-sr/Vela-1.0-Encoder-307M-Modality"),
     "hazard": Layout(SEQ, tuple(HAZARD), "mean", "multi_label_classification",
                      stands_for="vllm-sr/Vela-1.0-Encoder-307M-Hazard"),
     "pii": Layout(TOK, ("O", *(f"{t}-{k}" for k in PII_TYPES for t in "BI")),
@@ -145,8 +155,8 @@ def transformers5_spelling(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _model(config: dict[str, Any], seed: int) -> Any:
-    """The layout's Transformers model with random weights: N(0, 0.05) (norms 1 + that), heads N(0, 0.3)."""
+def _model(config: dict[str, Any], seed: int, std: float = 0.05) -> Any:
+    """The layout's Transformers model with random weights: N(0, std) (norms 1 + that), heads N(0, 0.3)."""
     import torch
     from transformers import (
         ModernBertConfig,
@@ -163,8 +173,7 @@ def _model(config: dict[str, Any], seed: int) -> Any:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            std = 0.3 if name.startswith(("head.", "classifier.")) else 0.05
-            value = torch.randn(p.shape, generator=gen) * std
+            value = torch.randn(p.shape, generator=gen) * (0.3 if name.startswith(("head.", "classifier.")) else std)
             p.copy_(value + 1.0 if name.endswith("norm.weight") else value)
     return model
 
@@ -210,8 +219,10 @@ def _operating_point(layout_name: str, labels: tuple[str, ...], seed: int) -> di
     return None
 
 
-def write_source(layout_name: str, out: Path, seed: int = 0) -> Path:
-    """Write the source directory of ``layout_name`` (LAYOUTS) into ``out`` (a new directory)."""
+def write_source(layout_name: str, out: Path, seed: int = 0, shape: dict[str, Any] | None = None,
+                 weight_std: float = 0.05) -> Path:
+    """Write the source directory of ``layout_name`` (LAYOUTS) into ``out`` (a new directory); ``shape``
+    overrides config members (a benchmark's real depth and width), ``weight_std`` the backbone's spread."""
     import torch
     from safetensors.torch import save_file
 
@@ -221,12 +232,12 @@ def write_source(layout_name: str, out: Path, seed: int = 0) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=False)
     tok, ids = _tokenizer(out, layout.base)
-    config = _config(layout, tok.get_vocab_size(), ids)
+    config = {**_config(layout, tok.get_vocab_size(), ids), **(shape or {})}
     if layout_name == "embedding":
         config["representation_contract"] = EMBED_CONTRACT
     if layout_name == "reranker":
         config["representation_contract"] = RERANK_CONTRACT
-    model = _model(config, seed)
+    model = _model(config, seed, weight_std)
     model.save_pretrained(out, safe_serialization=True)
     _write_json(out / "config.json", transformers5_spelling(config) if layout_name == "mmbert-merged" else config)
     point = _operating_point(layout_name, layout.labels, seed)

@@ -19,16 +19,15 @@ One package holds one head over one graph (docs/packages.md "task-heads packages
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
 from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan, token_budget
+from edge_runtime.families.base import Plan, ProbeRow, random_row, token_budget
 from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
-from edge_runtime.families.items import InputUsage, failed_item, request_usage
+from edge_runtime.families.items import InputUsage, failed_item, outcome, ran, request_usage
 from edge_runtime.families.task_heads.card import HEAD_KINDS, NUMPY_HEADS
 from edge_runtime.families.task_heads.readout import classifier_logits, relevance_logit
 from edge_runtime.heads.activations import sigmoid, softmax
@@ -47,21 +46,6 @@ HEAD_NAME = "default"
 INPUTS = {"task-sequence": ["text", "pair"], "task-scores": ["text", "pair"], "task-token": ["text"],
           "task-grounded": ["grounded"]}
 COMPARISONS = {">=": lambda p, t: p >= t, ">": lambda p, t: p > t}
-
-
-@dataclass(frozen=True)
-class ProbeRow:
-    ids: np.ndarray
-    type_ids: np.ndarray
-
-
-def _failed(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Encoded | ItemError:
-    """An item keeps its own error; otherwise a failure of the whole forward (a deadline) becomes its error."""
-    return outputs if isinstance(outputs, ItemError) and not isinstance(encoded, ItemError) else encoded
-
-
-def _ran(outputs: list[Any] | ItemError) -> list[Any]:
-    return [] if isinstance(outputs, ItemError) else outputs
 
 
 class TaskHeadsFamily:
@@ -93,8 +77,7 @@ class TaskHeadsFamily:
 
     def probe_row(self, length: int) -> ProbeRow:
         """A fresh row of random token ids for the batch-invariance probe (equal rows would prove nothing)."""
-        ids = self._probe_rng.integers(1, self._vocab_size, size=length, dtype=np.int64)
-        return ProbeRow(ids, np.zeros_like(ids))
+        return random_row(self._probe_rng, self._vocab_size, length)
 
     def warm(self) -> None:
         """Probe the tokenizer's cut classes now, so the first long input does not pay for it."""
@@ -192,13 +175,13 @@ class TaskHeadsFamily:
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
             results, usages = [], []
             for index, (item, enc, own) in enumerate(zip(req.items, encoded, owners)):
-                enc = _failed(enc, outputs)
+                enc = outcome(enc, outputs)
                 if isinstance(enc, ItemError):
                     results.append(failed_item(index, enc))
                     continue
                 usage = InputUsage.of(enc)
                 usages.append(usage)
-                read = self._read(item, enc, [_ran(outputs)[r] for r in own], thresholds, options.threshold)
+                read = self._read(item, enc, [ran(outputs)[r] for r in own], thresholds, options.threshold)
                 results.append({"index": index, **read, "input": usage.body()})
             body: dict[str, Any] = {"head": HEAD_NAME, "kind": HEAD_KINDS[self.kind], "labels": self.labels}
             if self.kind == "task-scores":
@@ -272,13 +255,13 @@ class TaskHeadsFamily:
 
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
             items: list[Embedded] = []
-            ran = iter(_ran(outputs))
+            rows_out = iter(ran(outputs))
             for enc in encoded:
-                enc = _failed(enc, outputs)
+                enc = outcome(enc, outputs)
                 if isinstance(enc, ItemError):
                     items.append(enc)
                     continue
-                vector = embed(next(ran)[output], pooling, normalized, None if dims == full else dims)
+                vector = embed(next(rows_out)[output], pooling, normalized, None if dims == full else dims)
                 items.append((vector, InputUsage.of(enc)))
             return embeddings_body(items, req.encoding_format)
 
@@ -313,14 +296,14 @@ class TaskHeadsFamily:
             scored: list[dict[str, Any]] = []
             failed: list[dict[str, Any]] = []
             usages = []
-            ran = iter(_ran(outputs))
+            rows_out = iter(ran(outputs))
             for index, enc in enumerate(encoded):
                 document = {"document": {"text": req.documents[index]}} if req.return_documents else {}
-                enc = _failed(enc, outputs)
+                enc = outcome(enc, outputs)
                 if isinstance(enc, ItemError):
                     failed.append(failed_item(index, enc, relevance_score=None, **document))
                     continue
-                logit = relevance_logit(self.head, self.weights, next(ran)[output], layer, dimension)
+                logit = relevance_logit(self.head, self.weights, next(rows_out)[output], layer, dimension)
                 usage = InputUsage.of(enc)
                 usages.append(usage)
                 scored.append({"index": index, "relevance_score": float(sigmoid(np.array([logit]))[0]),
