@@ -88,8 +88,10 @@ LAYOUTS: dict[str, Layout] = {
 }
 #: the longest row a fixture's parity check reads: 32 local windows of the fixtures' 8 tokens
 FIXTURE_PARITY_TOKENS = 256
-#: the Vela Embedding fixture's exits (beside the last layer) and the reranker's scored layers and widths
-EMBED_EXITS, RERANK_LAYERS, RERANK_DIMS = (1, 2), (2, 4), (64, 32)
+#: by depth: the Vela Embedding's exits beside the last layer, the Vela Reranker's scored layers and widths
+#: (the fixtures' 4 layers of 64, and Vela 1.0's real 22 layers of 768)
+EMBED_EXITS = {4: (1, 2), 22: (3, 6, 11)}
+RERANK_EXITS = {4: ((2, 4), (64, 32)), 22: ((3, 6, 11, 22), (768, 512, 256, 128, 64))}
 
 
 def _tokenizer(d: Path, base: str) -> tuple[Any, dict[str, int]]:
@@ -183,13 +185,13 @@ def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
 
 
-def _sentence_transformers(d: Path, max_seq_length: int) -> None:
+def _sentence_transformers(d: Path, hidden: int, max_seq_length: int) -> None:
     _write_json(d / "modules.json", [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])
     _write_json(d / "1_Pooling" / "config.json", {
-        "word_embedding_dimension": 64, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+        "word_embedding_dimension": hidden, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
         "pooling_mode_lasttoken": False})
     (d / "2_Normalize").mkdir(exist_ok=True)
@@ -243,19 +245,21 @@ def write_source(layout_name: str, out: Path, seed: int = 0, shape: dict[str, An
     point = _operating_point(layout_name, layout.labels, seed)
     if point is not None:
         _write_json(out / "operating_point.json", point)
+    depth, hidden = int(config["num_hidden_layers"]), int(config["hidden_size"])
     if layout_name == "embedding":
-        _sentence_transformers(out, 8192)
-        for layer in EMBED_EXITS:  # upstream names the exits by the graphs it ships; their bytes are never read
+        _sentence_transformers(out, hidden, 8192)
+        for layer in EMBED_EXITS[depth]:  # upstream names exits by the graphs it ships; their bytes are never read
             (out / "onnx").mkdir(exist_ok=True)
             (out / "onnx" / f"model_layer_{layer}.onnx").write_bytes(b"")
     if layout_name == "reranker":
+        layers, dims = RERANK_EXITS[depth]
         _write_json(out / "matryoshka_config.json", {
-            "layer_indices": list(RERANK_LAYERS), "dim_indices": list(RERANK_DIMS), "hidden_size": 64,
-            "num_layers": 4, "pooling_strategy": "cls", "representation_contract": RERANK_CONTRACT})
+            "layer_indices": list(layers), "dim_indices": list(dims), "hidden_size": hidden,
+            "num_layers": depth, "pooling_strategy": "cls", "representation_contract": RERANK_CONTRACT})
         gen = torch.Generator().manual_seed(seed + 1)
         heads = {}
-        for layer in RERANK_LAYERS:
-            for dim in RERANK_DIMS:
+        for layer in layers:
+            for dim in dims:
                 heads[f"{layer}.{dim}.0.weight"] = torch.randn(dim // 2, dim, generator=gen) * 0.2
                 heads[f"{layer}.{dim}.0.bias"] = torch.randn(dim // 2, generator=gen) * 0.1
                 heads[f"{layer}.{dim}.3.weight"] = torch.randn(1, dim // 2, generator=gen) * 0.2

@@ -93,8 +93,8 @@ class TaskHeadsFamily:
             return {"rerank": {"default": dict(head["default"]), "exits": [dict(e) for e in head["exits"]]}}
         card: dict[str, Any] = {"name": HEAD_NAME, "kind": HEAD_KINDS[self.kind], "labels": self.labels,
                                 "inputs": INPUTS[self.kind], "overflow": head.get("overflow", "reject")}
-        if "window" in head:
-            card["window"] = dict(head["window"])
+        if "window" in head:  # as a windowed read takes it: within the served max_input_tokens
+            card["window"] = {**head["window"], "tokens": min(int(head["window"]["tokens"]), self.max_input_tokens)}
             card["reduction"] = "span_union" if self.kind == "task-token" else "max"
         if self.kind == "task-scores":
             card["thresholds"] = [float(t) for t in head["thresholds"]]
