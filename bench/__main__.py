@@ -1,14 +1,16 @@
 """`python -m bench all | embeddings | overhead | longinput | decisions | sparrow | vela2 | decision-vision |
-decision3 | decision-codes | memory | managed | scaling [--threads 2] [--rounds 7] [--record]`, `python -m bench swap
-[--seconds S] [--rate R] [--soak N] [--record]` (bench/swap.py: its own options), and `python -m bench gpu
-[--device cuda|cpu] [--record]` (bench/gpu.py: MiniLM's batching modes against PyTorch on one device).
+decision3 | decision-codes | memory | managed | scaling | task-heads [--threads 2] [--rounds 7] [--record]`,
+`python -m bench swap [--seconds S] [--rate R] [--soak N] [--record]` (bench/swap.py: its own options), and
+`python -m bench gpu [--device cuda|cpu] [--record]` (bench/gpu.py: MiniLM's batching modes against PyTorch on
+one device).
 
 `decisions` runs the sparrow-nano comparison (`sparrow` alone), then `vela2` (the Vela 2.0 package at the 0.3B's
 shape against PyTorch), `decision-vision` (image and video requests at Qwen3-VL-2B's shape
 against Transformers) and `decision3` (a Decision 3.0 package at d3-edge's shape against Transformers 5);
 `vela2`, `decision-vision` and `decision3` alone need none of the default packages. `scaling`
 (intra-op spinning's cost, and the autoscaling target with its pending-jobs trace) runs only by name.
-`managed` times repeated and new calls over the Router's socket and over TCP (the result cache)."""
+`managed` times repeated and new calls over the Router's socket and over TCP (the result cache). `task-heads`
+(by name only) times the Router's six Vela 1.0 specialists at their shape against Transformers."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from bench import (
     memory,
     overhead,
     scaling,
+    task_heads,
     vela2,
 )
 from bench.harness.lab import PACKAGE_NAME, Lab, Settings
@@ -59,13 +62,15 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
     "memory": memory.run,
     "managed": managed.run,
     "scaling": scaling.run,
+    "task-heads": task_heads.run,
 }
 #: Comparisons another one already runs (so `all` leaves them out).
 INCLUDED = {"sparrow", "vela2", "decision-vision", "decision3"}  # in decisions
-#: Comparisons `all` leaves out: they run by name only (scaling takes minutes of sustained load).
-BY_NAME_ONLY = {"scaling"}
+#: Comparisons `all` leaves out: they run by name only (scaling takes minutes of sustained load; task-heads
+#: builds six 307M packages once and holds twelve 1.2 GB models while it runs).
+BY_NAME_ONLY = {"scaling", "task-heads"}
 #: Comparisons that build their own packages and need none of the default ones.
-STANDALONE = {"vela2", "decision-vision", "decision3"}
+STANDALONE = {"vela2", "decision-vision", "decision3", "task-heads"}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -3,7 +3,8 @@
 ``export SRC --kind K ...`` and ``fixture --kind K ...``: the kind picks its converter's command line
 (``converters/<family>/cli.py``, by CONVERTERS), which owns every option beyond the common ones
 (converters/command_line.py), so that an option of one family never needs a rejection in another.
-``export`` without ``--kind`` reads the kind from the source's own files where its format names it.
+``export`` without ``--kind`` reads the kind from the source's own files (converters/detect.py) and says
+what it chose and why.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ ENCODER_KINDS = ("embedding", "sequence-classification", "multi-label", "token-c
 #: kinds served by the multimodal embedding family (converters/multimodal/)
 MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 KIND_CHOICES = (*ENCODER_KINDS, "decision-codes", *MULTIMODAL_KINDS, "vela2", "decision2", "decision-vision",
-                "decision3")
+                "decision3", "task-heads")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
-SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source")
+SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source",
+                        "task-heads-source")
 
 #: The converter of every kind `export` and `fixture` take: the module (converters/<family>/cli.py) whose
 #: ``add_options(parser, command, kind)`` adds the kind's options and whose ``run(args)`` returns the written
@@ -40,11 +42,8 @@ CONVERTERS: dict[str, str] = {
     **dict.fromkeys(("vela2", "vela2-source"), "converters.vela2.cli"),
     **dict.fromkeys(("decision2", "decision2-source", "decision2-lora-source"), "converters.decision2.cli"),
     **dict.fromkeys(("decision3", "decision3-source"), "converters.decision3.cli"),
+    **dict.fromkeys(("task-heads", "task-heads-source"), "converters.task_heads.cli"),
 }
-#: The modules whose ``detect(path)`` names the kind a source declares in its own files.
-DETECTORS = ("converters.vela2.source", "converters.decision2.source", "converters.decision3.source")
-
-
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The commands, and what picks a converter: ``--kind`` (and SRC, to detect it); the kind's own parser
     reads the rest. Returns the parser and its export and fixture parsers (for their overviews)."""
@@ -55,14 +54,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
                                    "`export SRC --kind KIND --help` lists the kind's options")
     e.add_argument("src", metavar="SRC", nargs="?")
     e.add_argument("--kind", choices=KIND_CHOICES,
-                   help="what to export; may be omitted for a source whose files name its format "
-                        "(vela2, decision2, decision3)")
+                   help="what to export; omitted, it is detected from the source's files (and printed)")
     f = sub.add_parser("fixture", add_help=False, help="build a tiny random-weight package for tests",
                        description="python -m converters fixture --kind KIND --out DIR [--seed N] "
                                    "[the kind's options]; `fixture --kind KIND --help` lists the kind's options")
     f.add_argument("--kind", choices=KIND_CHOICES + SOURCE_FIXTURE_KINDS,
-                   help="vela2-source, decision2-source, decision2-lora-source and decision3-source write "
-                        "upstream-format sources (the input of export)")
+                   help="vela2-source, decision2-source, decision2-lora-source, decision3-source and "
+                        "task-heads-source write upstream-format sources (the input of export)")
     for command in (e, f):
         command.add_argument("--out", type=Path)  # read here too, so that its value is never taken for SRC
     d = sub.add_parser("default", help="build the embedded default packages offline")
@@ -83,14 +81,15 @@ def _summary(result: ExportResult | None) -> None:
 
 
 def _detect_kind(src: str | None) -> str:
-    """The kind a source declares in its own files (Vela 2.0, Decision 2.0, Decision 3.0); else the user must say."""
+    """The kind the source's files declare (converters/detect.py), printed with why; else the user must say."""
+    from converters.detect import detect
+    from converters.progress import log
+
     if src is None:
         raise ConversionError("export needs SRC, the model directory (or hub id) to convert")
-    for module in DETECTORS:
-        kind = importlib.import_module(module).detect(Path(src))
-        if kind is not None:
-            return str(kind)
-    raise ConversionError(f"{src}: --kind is required (its config.json names no format this converter detects)")
+    found = detect(Path(src))
+    log(f"detected --kind {found.kind}: {found.reason} (pass --kind to override)")
+    return found.kind
 
 
 def _converter(command: str, kind: str) -> tuple[ModuleType, argparse.ArgumentParser]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,20 @@ def package_tokenizer(model_dir: Path) -> Any:
     tok.no_padding()
     tok.no_truncation()
     return tok
+
+
+def check_tokenizer(model_dir: Path, tok: Any, items: Sequence[Any]) -> None:
+    """The package tokenizer must give transformers' ids on the samples (normaliser settings included)."""
+    from transformers import AutoTokenizer
+
+    try:
+        hf = AutoTokenizer.from_pretrained(model_dir, use_fast=True)
+    except Exception as e:  # noqa: BLE001
+        log(f"tokenizer parity skipped: transformers cannot load the tokenizer ({first_line(e)})")
+        return
+    for i, item in enumerate(items):
+        pair = isinstance(item, tuple)
+        ref = hf(item[0], item[1]) if pair else hf(item)
+        got = tok.encode(item[0], item[1]) if pair else tok.encode(item)
+        if list(ref["input_ids"]) != got.ids:
+            raise ConversionError(f"tokenizer.json disagrees with transformers' tokenizer on sample {i}")

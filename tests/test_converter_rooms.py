@@ -8,9 +8,9 @@ from __future__ import annotations
 from tests.support.imports import import_graph, imports_of, module_files
 from tests.support.server_harness import ROOT
 
-#: The modules at the top of converters/ that are tables of the families (they name every kind or build the
-#: defaults from two of them), and may import a family's folder.
-TABLES = {"converters.__main__", "converters.default", "converters.versions"}
+#: The modules at the top of converters/ that are tables of the families (they name every kind, detect the kinds,
+#: or build the defaults from two of them), and may import a family's folder.
+TABLES = {"converters.__main__", "converters.default", "converters.versions", "converters.detect"}
 
 
 def _family(module: str) -> str | None:
@@ -34,7 +34,7 @@ def family_leans(graph: dict[str, set[str]]) -> list[str]:
 def test_the_family_folders() -> None:
     folders = {p.parent.name for p in (ROOT / "converters").glob("*/__init__.py")}
     assert folders == {"encoder", "sparrow", "decision_codes", "decision2", "vela2", "decision_vision",
-                       "multimodal", "decision3"}
+                       "multimodal", "decision3", "task_heads"}
 
 
 def test_no_converter_family_imports_a_sibling() -> None:

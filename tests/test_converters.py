@@ -205,12 +205,26 @@ def test_kind_mismatch_errors(tmp_path: Path) -> None:
     src = build_source("sequence-classification", tmp_path / "src")
     with pytest.raises(ConversionError, match="exactly one output logit"):
         export_model(src, tmp_path / "out", ExportOptions(kind="rerank"))
+    # the sequence head's pooler has no place in a token classifier: refused before its labels are read
+    with pytest.raises(ConversionError, match=r"not loaded: bert\.pooler\.dense\.bias"):
+        export_model(src, tmp_path / "out", ExportOptions(kind="token-classification"))
+    (src / "config.json").write_text(json.dumps({**json.loads((src / "config.json").read_text()),
+                                                 "architectures": ["BertForTokenClassification"]}))
+    _drop_pooler(src)
     with pytest.raises(ConversionError, match="BIO"):
         export_model(src, tmp_path / "out", ExportOptions(kind="token-classification"))
     with pytest.raises(ConversionError, match="layers 1..2"):
         export_model(build_source("embedding", tmp_path / "emb"), tmp_path / "out",
                      ExportOptions(kind="embedding", layers=[3]))
     assert not (tmp_path / "out").exists()
+
+
+def _drop_pooler(src: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(src / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if ".pooler." not in k}, src / "model.safetensors",
+              metadata={"format": "pt"})
 
 
 def _st_dir(d: Path, modules: list[dict[str, Any]], pooling: dict[str, Any] | None = None) -> Path:

@@ -19,6 +19,7 @@ CONVERTER_FOLDERS: dict[str, tuple[str, str]] = {
     "vela2": ("vela2", "build_vela2_fixture_result"),
     "decision-vision": ("decision_vision", "build_decision_vision_fixture_result"),
     "decision3": ("decision3", "write_source_fixture"),
+    "task-heads": ("task_heads", "build_fixture_result"),
 }
 
 #: family -> (the converter kinds that write its packages, the test that checks their parity with the
@@ -37,6 +38,8 @@ EVIDENCE: dict[str, tuple[tuple[str, ...], str, str]] = {
                         "test_card_records_parity_at_three_sizes_a_video_and_state_once"),
     "decision3": (("decision3", "decision3-source"), "test_decision3.py",
                   "test_conversion_matches_transformers_5"),
+    "task-heads": (("task-heads", "task-heads-source"), "test_task_heads.py",
+                   "test_sequence_head_matches_transformers"),
 }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,13 @@ from typing import Any
 
 from converters import CONVERTER_VERSION
 from converters.encoder import verify as encoder_verify
-from converters.errors import ConversionError, first_line
+from converters.errors import ConversionError
 from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import ExportResult, GoldenCases, PackageBuild, card_start
 from converters.progress import log
 from converters.source import (
     SentenceTransformerInfo,
+    check_tokenizer,
     is_hub_id,
     package_tokenizer,
     read_sentence_transformer,
@@ -68,35 +68,17 @@ def _check_options(opts: ExportOptions) -> None:
 
 
 def _load_model(kind: str, model_dir: Path) -> Any:
-    import torch
+    """The PyTorch model, every weight it computes with loaded from the checkpoint (an embedding may drop a
+    task head and never runs BERT's pooler)."""
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    from converters.torch_models import load_pretrained
 
     cls = {"embedding": AutoModel, "token-classification": AutoModelForTokenClassification}.get(
         kind, AutoModelForSequenceClassification)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = cls.from_pretrained(model_dir, dtype=torch.float32)
-    except Exception as e:  # noqa: BLE001 - any loading failure is reported the same way
-        raise ConversionError(f"{model_dir}: cannot load as {cls.__name__}: {first_line(e)}") from None
-    return model.eval()
-
-
-def _check_tokenizer(model_dir: Path, tok: Any, items: Sequence[Any]) -> None:
-    """The package tokenizer must give transformers' ids on the samples (normaliser settings included)."""
-    from transformers import AutoTokenizer
-
-    try:
-        hf = AutoTokenizer.from_pretrained(model_dir, use_fast=True)
-    except Exception as e:  # noqa: BLE001
-        log(f"tokenizer parity skipped: transformers cannot load the tokenizer ({first_line(e)})")
-        return
-    for i, item in enumerate(items):
-        pair = isinstance(item, tuple)
-        ref = hf(item[0], item[1]) if pair else hf(item)
-        got = tok.encode(item[0], item[1]) if pair else tok.encode(item)
-        if list(ref["input_ids"]) != got.ids:
-            raise ConversionError(f"tokenizer.json disagrees with transformers' tokenizer on sample {i}")
+    embedding = kind == "embedding"
+    return load_pretrained(cls, model_dir, str(model_dir), unused=("pooler.",) if embedding else (),
+                           discard_unexpected=embedding)
 
 
 def _max_input_tokens(opts: ExportOptions, st: SentenceTransformerInfo | None, model_dir: Path, config: Any) -> int:
@@ -243,7 +225,7 @@ def _source(src_dir: Path, hub_id: str | None, opts: ExportOptions) -> EncoderSo
     labels, head = _labels_and_head(opts, config, st)
     max_tokens = _max_input_tokens(opts, st, model_dir, config)
     items = encoder_verify.sample_items(opts.kind)
-    _check_tokenizer(model_dir, tok, items[:-1])
+    check_tokenizer(model_dir, tok, items[:-1])
     return EncoderSource(
         src_dir=src_dir, model=model, tokenizer=tok, labels=labels, head=head, max_tokens=max_tokens,
         rows=encode_rows(tok, items, max_tokens), pad_id=_pad_id(tok, config),

@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from edge_runtime.engine.executor import Forward
 from edge_runtime.errors import invalid_request
 from edge_runtime.packages import Package
@@ -73,6 +75,20 @@ class ModelFamily(Protocol):
     def describe(self) -> dict[str, Any]:
         """Surface-specific members of the model's /v1/models entry (labels, dimensions, ...)."""
         ...
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """A token row of the load-time batch-invariance probe (what EncoderForward reads of a row)."""
+
+    ids: np.ndarray
+    type_ids: np.ndarray
+
+
+def random_row(rng: np.random.Generator, vocab_size: int, length: int) -> ProbeRow:
+    """A fresh row of random token ids (equal rows would prove nothing about batching)."""
+    ids = rng.integers(1, vocab_size, size=length, dtype=np.int64)
+    return ProbeRow(ids, np.zeros_like(ids))
 
 
 def token_budget(max_tokens: int | None, limit: int, what: str = "max_input_tokens") -> int:

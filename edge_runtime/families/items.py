@@ -64,3 +64,13 @@ def request_usage(usages: list[InputUsage], key: str) -> dict[str, Any]:
     if any(u.tokens_lower_bound for u in usages):
         usage["tokens_lower_bound"] = True
     return usage
+
+
+def outcome(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Encoded | ItemError:
+    """An item keeps its own error; otherwise a failure of the whole forward (a deadline) becomes its error."""
+    return outputs if isinstance(outputs, ItemError) and not isinstance(encoded, ItemError) else encoded
+
+
+def ran(outputs: list[Any] | ItemError) -> list[Any]:
+    """The forward's outputs; none when the job failed as a whole (then ``outcome`` fails every item)."""
+    return [] if isinstance(outputs, ItemError) else outputs

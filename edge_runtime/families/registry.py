@@ -26,6 +26,8 @@ from edge_runtime.families.encoder import family as encoder
 from edge_runtime.families.multimodal_embedding import card as multimodal_card
 from edge_runtime.families.multimodal_embedding import family as multimodal_embedding
 from edge_runtime.families.sparrow import family as sparrow
+from edge_runtime.families.task_heads import card as task_heads_card
+from edge_runtime.families.task_heads import family as task_heads
 from edge_runtime.families.vela2 import family as vela2
 from edge_runtime.packages import CardRules, FamilyCard, Package, PackageError, decision_files
 
@@ -73,6 +75,7 @@ class FamilySpec:
 
 FAMILIES: dict[str, FamilySpec] = {
     "encoder": FamilySpec(encoder.EncoderFamily, encoder_card.CARD, ("max_input_tokens", "max_scan_tokens")),
+    "task-heads": FamilySpec(task_heads.TaskHeadsFamily, task_heads_card.CARD, ("max_input_tokens", "max_scan_tokens")),
     "sparrow": FamilySpec(sparrow.SparrowFamily, decision_card("sparrow"), ("name",), sparrow.graphs),
     "decision-codes": FamilySpec(decision_codes.DecisionCodesFamily, decision_card("decision-codes")),
     "multimodal-embedding": FamilySpec(multimodal_embedding.MultimodalEmbeddingModel, multimodal_card.CARD,

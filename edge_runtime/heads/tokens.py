@@ -1,10 +1,17 @@
-"""Token classification: per-token labels to BIO spans with code-point offsets."""
+"""Token classification: per-token labels to spans with code-point offsets: BIO entities, or runs of
+tokens whose positive-label probability passes a threshold (grounded heads)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+#: Unicode White_Space, as the Router's span decoders trim (Rust's ``char::is_whitespace``): Python's
+#: ``str.isspace`` would also strip U+001C..U+001F, which are not whitespace there.
+WHITESPACE = "".join(map(chr, [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028,
+                               0x2029, 0x202F, 0x205F, 0x3000]))
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,9 @@ def decode_bio(
 
     Each token takes its first argmax label. B-X opens a span, I-X continues an open X or opens one,
     anything else closes. A span's probability is the mean of its tokens' label probabilities, and its
-    edges are trimmed of whitespace. Tokens with offsets (0, 0) (specials) are skipped.
+    edges are trimmed of Unicode whitespace; a span that is whitespace only is kept as it is (the
+    Router's decoders keep it: a model that labels a run of spaces says so). Tokens with offsets
+    (0, 0) (specials) are skipped.
     """
     spans: list[Span] = []
     current: list[int] | None = None  # [start, end] of the open span
@@ -48,9 +57,9 @@ def decode_bio(
         if current is not None:
             start, end = current[0], current[1]
             piece = text[start:end]
-            lead = len(piece) - len(piece.lstrip())
-            trail = len(piece) - len(piece.rstrip())
-            start, end = start + lead, end - trail
+            if piece.strip(WHITESPACE):
+                start += len(piece) - len(piece.lstrip(WHITESPACE))
+                end -= len(piece) - len(piece.rstrip(WHITESPACE))
             if end > start:
                 spans.append(Span(entity, start, end, text[start:end], float(np.mean(probs_of))))
         current, probs_of = None, []
@@ -71,4 +80,27 @@ def decode_bio(
         else:
             close()
     close()
+    return spans
+
+
+def positive_runs(probabilities: np.ndarray, offsets: np.ndarray, text: str, label: str,
+                  passes: Callable[[float], bool]) -> list[Span]:
+    """Runs of consecutive tokens whose positive-label probability ``passes`` (a grounded head's rule).
+
+    ``probabilities`` [n] are the positive label's per token, ``offsets`` [n, 2] code points into
+    ``text``. A token without a source span (end <= start) neither extends nor ends a run. A run spans
+    its first token's start to its furthest end, untrimmed, and its probability is its tokens' maximum.
+    """
+    spans: list[Span] = []
+    run: list[float] | None = None  # [start, end, probability]
+    for p, (start, end) in zip(probabilities.tolist(), offsets.tolist()):
+        if end <= start:
+            continue
+        if passes(p):
+            run = [start, end, p] if run is None else [run[0], max(run[1], end), max(run[2], p)]
+        elif run is not None:
+            spans.append(Span(label, int(run[0]), int(run[1]), text[int(run[0]):int(run[1])], run[2]))
+            run = None
+    if run is not None:
+        spans.append(Span(label, int(run[0]), int(run[1]), text[int(run[0]):int(run[1])], run[2]))
     return spans

@@ -23,12 +23,15 @@ class TextItem:
     """One classify input: a text, an optional pair, and whether it is a grounded answer.
 
     A grounded item {context, question, answer} reads as the pair (context + question, answer), so
-    its spans fall on the answer and their offsets count from the answer's start.
+    its spans fall on the answer and their offsets count from the answer's start; ``context`` and
+    ``question`` keep its parts for a model that frames them its own way (a grounding template).
     """
 
     text: str
     pair: str | None = None
     grounded: bool = False
+    context: str = ""
+    question: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,8 @@ def _classify_item(value: Any, where: str) -> TextItem:
         context = _string(obj.get("context"), f"{where}.context")
         question = _string(obj.get("question", ""), f"{where}.question")
         answer = _string(obj.get("answer"), f"{where}.answer")
-        return TextItem(f"{context}\n{question}" if question else context, answer, grounded=True)
+        return TextItem(f"{context}\n{question}" if question else context, answer, grounded=True,
+                        context=context, question=question)
     reject_unknown(obj, {"text", "text_pair"}, where)
     text = _string(obj.get("text"), f"{where}.text")
     pair = obj.get("text_pair")

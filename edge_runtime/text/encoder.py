@@ -3,7 +3,8 @@
 Budgets count content plus specials. Overflow policies:
 
 - ``reject``: more tokens than ``max_tokens`` is ``max_length_exceeded``.
-- ``truncate``: keep the first tokens; a pair truncates longest-first.
+- ``truncate``: keep the first tokens; a pair truncates longest-first, or only its first text
+  (``only_first``).
 - ``window``: rows of ``window.tokens`` tokens (specials included) stepping by
   ``window.tokens - specials - overlap``, the last ending at the content's end. The input is read
   up to its scan budget (``scan_tokens``, else ``max_tokens``); more is ``scan_budget_exceeded``
@@ -96,12 +97,14 @@ class TextEncoder:
         overflow: Overflow = "reject",
         window: Window | None = None,
         scan_tokens: int | None = None,
+        only_first: bool = False,
     ) -> Encoded | InputError:
         """Token rows for ``text`` (and ``pair``) within the budget, or why the item cannot be read.
 
         ``max_tokens`` is capped at the model's ``max_input_tokens`` for reject and truncate; with
         ``window`` it is the scan budget unless ``scan_tokens`` is given, and ``window.tokens`` is
-        capped at ``max_input_tokens``.
+        capped at ``max_input_tokens``. ``only_first``: truncate cuts only the text, never the pair
+        (the tokenizers library's ``only_first``); a pair that alone does not fit is max_length_exceeded.
         """
         if overflow == "window":
             if window is None:
@@ -120,6 +123,8 @@ class TextEncoder:
             )
         if overflow == "reject":
             return self._reject(text, pair, layout, budget, room)
+        if only_first and pair is not None:
+            return self._truncate_first(text, pair, layout, room)
         return self._truncate(text, pair, layout, room)
 
     def _too_many_chars(self, chars: int, room: int) -> bool:
@@ -174,6 +179,18 @@ class TextEncoder:
         tokens = len(first) + len(second) + layout.specials
         return Encoded([row], tokens, not (first.complete and second.complete), len(row.ids))
 
+    def _truncate_first(self, text: str, pair: str, layout: Layout, room: int) -> Encoded | InputError:
+        second = self._reader.read(pair, room + 1)
+        if len(second) > room:
+            amount = _plural(len(second)) if second.complete else f"at least {_plural(len(second))}"
+            return InputError(MAX_LENGTH_EXCEEDED, f"the second text alone has {amount}, more than the "
+                                                   f"{_plural(room, 'content token')} the budget leaves; only the "
+                                                   "first text may be cut")
+        first = self._reader.read(text, room - len(second) + 1)
+        row = self._row(layout, [(first, 0, min(len(first), room - len(second))), (second, 0, len(second))])
+        tokens = len(first) + len(second) + layout.specials
+        return Encoded([row], tokens, not first.complete, len(row.ids))
+
     def _windows(self, text: str, pair: str | None, window: Window, scan: int) -> Encoded | InputError:
         layout = self.envelope.pair if pair is not None else self.envelope.single
         size = min(int(window.tokens), self.max_input_tokens)
@@ -219,12 +236,11 @@ class TextEncoder:
             )
         rows = []
         spans = []
-        for start in window_starts(len(seqs[moving]), content, overlap):
-            parts = [
-                (s, start, start + content) if i == moving else (s, 0, len(s)) for i, s in enumerate(seqs)
-            ]
+        for start in window_starts(len(seqs[moving]), content, overlap, window.placement):
+            end = min(start + content, len(seqs[moving]))  # a stride-placed last window runs short
+            parts = [(s, start, end) if i == moving else (s, 0, len(s)) for i, s in enumerate(seqs)]
             rows.append(self._row(layout, parts))
-            spans.append((start, min(start + content, len(seqs[moving]))))
+            spans.append((start, end))
         # every token read, each once: the input as one row would hold it
         whole = total + layout.specials
         return Encoded(rows, whole, False, whole, spans)

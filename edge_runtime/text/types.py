@@ -6,13 +6,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: Where windows sit: ``end``, the last one ends at the content's end, full width (it may share more than
+#: ``overlap`` with the one before); ``stride``, every one starts a stride after the one before and the last
+#: runs short (upstream's task heads, whose operating points were calibrated that way).
+PLACEMENTS = ("end", "stride")
+
 
 @dataclass(frozen=True)
 class Window:
-    """Read an input in rows of ``tokens`` tokens (specials included), ``overlap`` shared."""
+    """Read an input in rows of ``tokens`` tokens (specials included), ``overlap`` shared, placed by
+    ``placement`` (one of PLACEMENTS)."""
 
     tokens: int
     overlap: int
+    placement: str = "end"
 
 
 @dataclass

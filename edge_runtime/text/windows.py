@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 
-def window_starts(n: int, size: int, overlap: int) -> list[int]:
+def window_starts(n: int, size: int, overlap: int, placement: str = "end") -> list[int]:
     """Start of each window of ``size`` content tokens over ``n`` tokens.
 
-    Windows step by ``size - overlap``; the last one ends at the content's end, so it may share
-    more than ``overlap`` tokens with the one before. One window when everything fits.
+    Windows step by ``size - overlap``. Placement ``end``: the last one ends at the content's end, so it
+    may share more than ``overlap`` tokens with the one before. Placement ``stride``: the last one is
+    the first whose stride reaches the content's end, and runs short. One window when everything fits.
     """
     if n <= size:
         return [0]
     stride = size - overlap
     if stride <= 0:
         raise ValueError(f"a window of {size} content tokens cannot overlap by {overlap}")
+    if placement == "stride":
+        return list(range(0, n - size + stride, stride))
+    if placement != "end":
+        raise ValueError(f"unknown window placement {placement!r}")
     return list(range(0, n - size, stride)) + [n - size]
 
 

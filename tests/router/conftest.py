@@ -23,7 +23,12 @@ ENCODERS = {"emb": "embedding", "cls": "sequence-classification", "ml": "multi-l
             "tok": "token-classification", "rr": "rerank"}
 DECIDERS = {"sparrow-nano": "sparrow", "codes": "decision-codes", "decision2": "decision2", "vela2": "vela2",
             "vision": "decision-vision"}
-EMBEDDERS = ("minilm-embedding", "emb", "siglip")
+#: Task-heads fixtures shaped like the Router's own Vela 1.0 specialists (converters/task_heads/fixture.py):
+#: an operating point's windows and thresholds, grounded spans, 2D Matryoshka exits, per-exit pair scorers.
+TASK_HEADS = {"vela-hazard": "task-hazard", "vela-halu": "task-halu", "vela-emb": "task-embedding",
+              "vela-rr": "task-reranker"}
+EMBEDDERS = ("minilm-embedding", "emb", "siglip", "vela-emb")
+RERANKERS = ("rr", "vela-rr")
 
 
 @dataclass
@@ -61,7 +66,8 @@ def router_models(fixture_package: Callable[..., Path], minilm_package: Path,
         "siglip": (build_multimodal_fixture("siglip", root / "siglip").path, {}),
         "vision": (build_decision_vision_fixture_result(root / "vision").path, {}),
     }
-    for name, kind in {**ENCODERS, "codes": "decision-codes", "decision2": "decision2", "vela2": "vela2"}.items():
+    for name, kind in {**ENCODERS, **TASK_HEADS, "codes": "decision-codes", "decision2": "decision2",
+                       "vela2": "vela2"}.items():
         packages[name] = (fixture_package(kind), {})
     return [{"name": name, "package": str(path), "device": "cpu", "threads": 1, **extra}
             for name, (path, extra) in packages.items()]

@@ -63,10 +63,11 @@ def test_sequence_head(router: Router, form: str, inputs: list[dict[str, str]]) 
                                                               key=lambda i: (result.probabilities or [])[i])]
 
 
-def test_scores_head_with_its_operating_point(router: Router) -> None:
-    head = bind_head(router.card("ml"), "", "scores", "text")
-    body = classify(router, classify_request("ml", [{"text": t} for t in TEXTS]))
-    contract_shape(body, head, "ml")
+@pytest.mark.parametrize("name", ["ml", "vela-hazard"])
+def test_scores_head_with_its_operating_point(router: Router, name: str) -> None:
+    head = bind_head(router.card(name), "", "scores", "text")
+    body = classify(router, classify_request(name, [{"text": t} for t in TEXTS]))
+    contract_shape(body, head, name)
     thresholds = head.thresholds or []
     for result in check_classify_results(body, len(TEXTS), head):
         assert result.error is None, result
@@ -87,16 +88,18 @@ def test_token_head_over_text(router: Router, threshold: float | None) -> None:
         assert all(span.label for span in result.spans or [])
 
 
-def test_token_head_over_grounded_items(router: Router) -> None:
-    head = bind_head(router.card("tok"), "", "token", "grounded")
-    body = classify(router, classify_request("tok", GROUNDED, threshold=0.3))
-    contract_shape(body, head, "tok")
+@pytest.mark.parametrize("name", ["tok", "vela-halu"])
+def test_token_head_over_grounded_items(router: Router, name: str) -> None:
+    head = bind_head(router.card(name), "", "token", "grounded")
+    body = classify(router, classify_request(name, GROUNDED, threshold=0.3))
+    contract_shape(body, head, name)
     for item, result in zip(GROUNDED, check_classify_results(body, len(GROUNDED), head)):
         assert result.error is None, result
         check_spans(item["answer"], result.spans)
 
 
-@pytest.mark.parametrize("name, kind", [("cls", "sequence"), ("ml", "scores"), ("tok", "token")])
+@pytest.mark.parametrize("name, kind", [("cls", "sequence"), ("ml", "scores"), ("tok", "token"),
+                                        ("vela-hazard", "scores")])
 def test_windows(router: Router, name: str, kind: str) -> None:
     """serving/windows.go ``prepareWindows``: overflow window, the deployment budget as max_tokens (at most
     the card's max_input_tokens) and the window geometry; the answer covers every content token."""
@@ -126,7 +129,8 @@ def test_windows(router: Router, name: str, kind: str) -> None:
             check_scores(window.scores, len(head.labels or []))
 
 
-@pytest.mark.parametrize("name, kind", [("cls", "sequence"), ("ml", "scores"), ("tok", "token")])
+@pytest.mark.parametrize("name, kind", [("cls", "sequence"), ("ml", "scores"), ("tok", "token"),
+                                        ("vela-hazard", "scores")])
 def test_truncate(router: Router, name: str, kind: str) -> None:
     head = bind_head(router.card(name), "", kind, "text")
     long_text = "word " * 300

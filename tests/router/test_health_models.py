@@ -18,10 +18,10 @@ from tests.router.client import (
     health_state,
     ready_models,
 )
-from tests.router.conftest import BUNDLE_CAP, DECIDERS, EMBEDDERS, ENCODERS, Router
+from tests.router.conftest import BUNDLE_CAP, DECIDERS, EMBEDDERS, ENCODERS, RERANKERS, TASK_HEADS, Router
 from tests.router.goshapes import DecodeError, decode
 
-SERVED = [*ENCODERS, *DECIDERS, "minilm-embedding", "siglip"]
+SERVED = [*ENCODERS, *TASK_HEADS, *DECIDERS, "minilm-embedding", "siglip"]
 SURFACES = {"decisions", "classify", "embeddings", "rerank"}
 
 
@@ -73,6 +73,8 @@ def test_models_decode_with_process_limits_and_ready_cards(router: Router) -> No
     ("cls", "sequence", ("text", "pair")),
     ("ml", "scores", ("text",)),
     ("tok", "token", ("text", "grounded")),
+    ("vela-hazard", "scores", ("text",)),
+    ("vela-halu", "token", ("grounded",)),
 ])
 def test_classify_cards_bind_their_heads(router: Router, name: str, kind: str, forms: tuple[str, ...]) -> None:
     card = router.card(name)
@@ -107,8 +109,9 @@ def test_embedding_cards_bind_every_view(router: Router, name: str) -> None:
         assert "image" in (embedding.modalities or [])
 
 
-def test_rerank_card_binds_every_exit(router: Router) -> None:
-    card = router.card("rr")
+@pytest.mark.parametrize("name", RERANKERS)
+def test_rerank_card_binds_every_exit(router: Router, name: str) -> None:
+    card = router.card(name)
     default = bind_rerank(card)
     assert card.rerank is not None and card.rerank.exits
     assert default == card.rerank.default and default in card.rerank.exits

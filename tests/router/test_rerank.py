@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from tests.router import api
 from tests.router.client import (
     bind_rerank,
@@ -16,7 +18,7 @@ from tests.router.client import (
     server_timing,
     status_error,
 )
-from tests.router.conftest import Router
+from tests.router.conftest import RERANKERS, Router
 
 QUERY = "How do I reset my password?"
 DOCS = ["Open Settings, then Security.", "Our offices are closed on Sunday.", "Reset it from the login page. 東京"]
@@ -29,13 +31,14 @@ def rerank(router: Router, body: dict) -> api.RerankResponse:
     return ex.body
 
 
-def test_every_exit_scores_every_document(router: Router) -> None:
-    card = router.card("rr")
+@pytest.mark.parametrize("name", RERANKERS)
+def test_every_exit_scores_every_document(router: Router, name: str) -> None:
+    card = router.card(name)
     bind_rerank(card)
     assert card.rerank is not None
     for exit_ in card.rerank.exits or []:
         chosen = bind_rerank(card, exit_.layer, exit_.dimension)
-        body = rerank(router, rerank_request("rr", QUERY, DOCS, layer=chosen.layer, dimensions=chosen.dimension,
+        body = rerank(router, rerank_request(name, QUERY, DOCS, layer=chosen.layer, dimensions=chosen.dimension,
                                              overflow="reject"))
         results = decode_rerank(body, len(DOCS))
         check_relevance(results)

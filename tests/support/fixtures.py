@@ -32,7 +32,9 @@ def fixture_package(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
     quantize: False, True (the exact ``int8`` variant) or a variant name such as ``int8-dynamic``.
     ``vela2`` is the converted Vela 2.0 fixture; ``vela2-source`` the upstream-format package it was
     converted from; likewise ``decision2`` / ``decision2-source`` (qwen-full) and ``decision2-lora`` /
-    ``decision2-lora-source`` (qwen-adapter, base at ``<source>-base``).
+    ``decision2-lora-source`` (qwen-adapter, base at ``<source>-base``); ``task-<layout>`` is the task-heads
+    package of a catalogue layout (converters/task_heads/fixture.py LAYOUTS), ``task-<layout>-source`` its
+    source.
     """
     from converters.encoder.fixture import build_fixture
 
@@ -46,6 +48,14 @@ def fixture_package(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
             cache[("vela2-source", None)], cache[("vela2", None)] = _vela2(root)
         if kind in _DECISION2 and key not in cache:
             cache[key] = _decision2(root, kind)
+        if kind.startswith("task-") and key not in cache:
+            from converters.task_heads.fixture import build_fixture_result, write_source
+
+            layout = kind.removeprefix("task-").removesuffix("-source")
+            if ("task-" + layout + "-source", None) not in cache:
+                cache[("task-" + layout + "-source", None)] = write_source(layout, root / f"task-{layout}-source")
+            if not kind.endswith("-source"):
+                cache[key] = build_fixture_result(layout, root / kind).path
         if key not in cache:
             out = root / (f"{kind}-{variant}" if variant else kind)
             if kind == "decision-codes":

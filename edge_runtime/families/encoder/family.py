@@ -6,16 +6,15 @@ the finish step reads outputs with the pure heads in edge_runtime.heads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
 from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan, token_budget
+from edge_runtime.families.base import Plan, random_row, token_budget
 from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
-from edge_runtime.families.items import InputUsage, failed_item, request_usage
+from edge_runtime.families.items import InputUsage, failed_item, outcome, ran, request_usage
 from edge_runtime.heads.activations import sigmoid, softmax
 from edge_runtime.heads.pooling import embed
 from edge_runtime.heads.tokens import decode_bio
@@ -25,23 +24,6 @@ from edge_runtime.requests.common import Options, Overflow
 from edge_runtime.requests.embedding_inputs import modality_unsupported
 from edge_runtime.requests.encoder import ClassifyRequest, EmbeddingsRequest, RerankRequest, TextItem
 from edge_runtime.text import Encoded, InputError, TextEncoder, Window
-
-
-@dataclass(frozen=True)
-class ProbeRow:
-    ids: np.ndarray
-    type_ids: np.ndarray
-
-
-def _failed(encoded: Encoded | ItemError, outputs: list[Any] | ItemError) -> Encoded | ItemError:
-    """An item keeps its own error; otherwise a failure of the whole forward (a deadline) becomes its error."""
-    return outputs if isinstance(outputs, ItemError) and not isinstance(encoded, ItemError) else encoded
-
-
-def _ran(outputs: list[Any] | ItemError) -> list[Any]:
-    """The forward's outputs; none when the job failed as a whole (then _failed fails every item)."""
-    return [] if isinstance(outputs, ItemError) else outputs
-
 
 #: The card kind of each classify head, as the Router's cards name them.
 HEAD_KINDS = {"sequence-classification": "sequence", "multi-label": "scores", "token-classification": "token"}
@@ -91,8 +73,7 @@ class EncoderFamily:
 
     def probe_row(self, length: int) -> Any:
         """A fresh row of random token ids for the batch-invariance probe (equal rows would prove nothing)."""
-        ids = self._probe_rng.integers(1, self._vocab_size, size=length, dtype=np.int64)
-        return ProbeRow(ids, np.zeros_like(ids))
+        return random_row(self._probe_rng, self._vocab_size, length)
 
     def warm(self) -> None:
         """Probe the tokenizer's cut classes now, so the first long input does not pay for it."""
@@ -182,14 +163,14 @@ class EncoderFamily:
             results = []
             usages = []
             for index, (item, enc, own) in enumerate(zip(req.items, encoded, owners)):
-                enc = _failed(enc, outputs)
+                enc = outcome(enc, outputs)
                 if isinstance(enc, ItemError):
                     results.append(failed_item(index, enc))
                     continue
                 usage = InputUsage.of(enc)
                 usages.append(usage)
                 result = {"index": index,
-                          **self._classify_one(item, enc, [_ran(outputs)[r] for r in own], thresholds,
+                          **self._classify_one(item, enc, [ran(outputs)[r] for r in own], thresholds,
                                                req.options.threshold),
                           "input": usage.body()}
                 results.append(result)
@@ -260,11 +241,11 @@ class EncoderFamily:
         def finish(outputs: list[Any] | ItemError) -> dict[str, Any]:
             items: list[Embedded] = []
             for enc, own in zip(encoded, owners):
-                enc = _failed(enc, outputs)
+                enc = outcome(enc, outputs)
                 if isinstance(enc, ItemError):
                     items.append(enc)
                     continue
-                vector = embed(_ran(outputs)[own[0]][output], pooling, normalized, dims)
+                vector = embed(ran(outputs)[own[0]][output], pooling, normalized, dims)
                 items.append((vector, InputUsage.of(enc)))
             return embeddings_body(items, req.encoding_format)
 
@@ -300,11 +281,11 @@ class EncoderFamily:
             usages = []
             for index, (enc, own) in enumerate(zip(encoded, owners)):
                 document = {"document": {"text": req.documents[index]}} if req.return_documents else {}
-                enc = _failed(enc, outputs)
+                enc = outcome(enc, outputs)
                 if isinstance(enc, ItemError):
                     failed.append(failed_item(index, enc, relevance_score=None, **document))
                     continue
-                logits = np.asarray(_ran(outputs)[own[0]][name], dtype=np.float64).reshape(-1)
+                logits = np.asarray(ran(outputs)[own[0]][name], dtype=np.float64).reshape(-1)
                 # one logit: a relevance logit read through a sigmoid; two: the "relevant" class's log-odds
                 logit = float(logits[0]) if logits.size == 1 else float(logits[-1] - logits[0])
                 score = float(sigmoid(logits[:1])[0]) if logits.size == 1 else float(softmax(logits)[-1])
