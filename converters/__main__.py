@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from converters.command_line import kind_parser
+from converters.encoder.source_fixtures import KINDS as ENCODER_SOURCE_KINDS
 from converters.errors import ConversionError
 from converters.package_writer import ExportResult
 
@@ -27,13 +28,15 @@ MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 KIND_CHOICES = (*ENCODER_KINDS, "decision-codes", *MULTIMODAL_KINDS, "vela2", "decision2", "decision-vision",
                 "decision3")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
-SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source")
+#: (ENCODER_SOURCE_KINDS: the Router catalogue's Qwen3-Embedding, EmbeddingGemma and PEFT LoRA layouts)
+SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source",
+                        *ENCODER_SOURCE_KINDS)
 
 #: The converter of every kind `export` and `fixture` take: the module (converters/<family>/cli.py) whose
 #: ``add_options(parser, command, kind)`` adds the kind's options and whose ``run(args)`` returns the written
 #: package's result for the summary, or None when it printed its own.
 CONVERTERS: dict[str, str] = {
-    **dict.fromkeys(ENCODER_KINDS, "converters.encoder.cli"),
+    **dict.fromkeys((*ENCODER_KINDS, *ENCODER_SOURCE_KINDS), "converters.encoder.cli"),
     **dict.fromkeys(MULTIMODAL_KINDS, "converters.multimodal.cli"),
     "decision-codes": "converters.decision_codes.cli",
     "decision-vision": "converters.decision_vision.cli",
@@ -41,8 +44,11 @@ CONVERTERS: dict[str, str] = {
     **dict.fromkeys(("decision2", "decision2-source", "decision2-lora-source"), "converters.decision2.cli"),
     **dict.fromkeys(("decision3", "decision3-source"), "converters.decision3.cli"),
 }
-#: The modules whose ``detect(path)`` names the kind a source declares in its own files.
-DETECTORS = ("converters.vela2.source", "converters.decision2.source", "converters.decision3.source")
+#: The modules whose ``detect(path)`` names the kind a source declares in its own files, asked in order: the
+#: upstream package formats, then a PEFT LoRA adapter (by its task_type), then a sentence-transformers
+#: directory that pools (embedding: Qwen3-Embedding, EmbeddingGemma, MiniLM, ...).
+DETECTORS = ("converters.vela2.source", "converters.decision2.source", "converters.decision3.source",
+             "converters.lora", "converters.sentence_transformers")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -61,8 +67,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
                        description="python -m converters fixture --kind KIND --out DIR [--seed N] "
                                    "[the kind's options]; `fixture --kind KIND --help` lists the kind's options")
     f.add_argument("--kind", choices=KIND_CHOICES + SOURCE_FIXTURE_KINDS,
-                   help="vela2-source, decision2-source, decision2-lora-source and decision3-source write "
-                        "upstream-format sources (the input of export)")
+                   help="the *-source kinds write upstream-format sources (the input of export): vela2, "
+                        "decision2(-lora), decision3, and the Router's Qwen3-Embedding, EmbeddingGemma and "
+                        "PEFT LoRA layouts")
     for command in (e, f):
         command.add_argument("--out", type=Path)  # read here too, so that its value is never taken for SRC
     d = sub.add_parser("default", help="build the embedded default packages offline")
@@ -83,14 +90,16 @@ def _summary(result: ExportResult | None) -> None:
 
 
 def _detect_kind(src: str | None) -> str:
-    """The kind a source declares in its own files (Vela 2.0, Decision 2.0, Decision 3.0); else the user must say."""
+    """The kind a source declares in its own files (Vela 2.0, Decision 2.0, Decision 3.0, a LoRA adapter, a
+    sentence-transformers embedder), said on stderr; else the user must say."""
     if src is None:
         raise ConversionError("export needs SRC, the model directory (or hub id) to convert")
     for module in DETECTORS:
         kind = importlib.import_module(module).detect(Path(src))
         if kind is not None:
+            print(f"detected kind {kind} ({module}); --kind overrides", file=sys.stderr)
             return str(kind)
-    raise ConversionError(f"{src}: --kind is required (its config.json names no format this converter detects)")
+    raise ConversionError(f"{src}: --kind is required (its files name no format this converter detects)")
 
 
 def _converter(command: str, kind: str) -> tuple[ModuleType, argparse.ArgumentParser]:
