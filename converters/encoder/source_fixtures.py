@@ -1,6 +1,7 @@
 """Tiny random-weight sources in the file layouts of the Router's catalogue models the encoder converter
 reads (reference/router-catalogue.md §3.3, §3.4, §2), for tests; `export` converts them as it would the
-real ones. Depth, width and vocabulary are shrunk; the structure is kept.
+real ones. Depth and vocabulary are shrunk (and a sliding or local window to 8, so that short test texts
+cross it); the widths, heads and head dimensions are the catalogue's (§3), and so is the structure.
 
 - ``qwen3-embedding-source``: Qwen3-Embedding-0.6B. ``Qwen3ForCausalLM`` config over ``Qwen3Model``
   weights (bf16, no ``model.`` prefix), an explicit ``head_dim`` unlike hidden / heads, grouped KV
@@ -36,6 +37,8 @@ GEMMA_SLIDING_WINDOW = 8
 LORA_BASE = "llm-semantic-router/mmbert-32k-yarn"
 LORA_BASE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LORA_LABELS = ["biology", "business", "law", "other"]
+#: the Router's default rank and alpha (2 x rank), catalogue §2
+LORA_RANK = 32
 _ST = "sentence_transformers.models."
 
 
@@ -49,15 +52,22 @@ def write_source_fixture(kind: str, out: Path, seed: int = 0) -> Path:
 
 
 def _randomized(model: Any, seed: int, bf16: bool = False) -> dict[str, Any]:
-    """The model's tensors drawn anew (std 0.2 so that random layers give distinct outputs; norms near 1)."""
+    """The model's tensors drawn anew: matrices at 1 / sqrt(fan-in), so that activations stay near 1 at the
+    real widths and random layers still give distinct outputs; norm weights near their identity (Gemma's
+    RMSNorm scales by 1 + w); biases small."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
+    offset = 0.0 if "Gemma" in type(model).__name__ else 1.0
     weights = {}
     for name, p in model.state_dict().items():
-        v = torch.randn(p.shape, generator=gen) * 0.2
+        v = torch.randn(p.shape, generator=gen)
         if "norm" in name:
-            v = v * 0.1 + (0.0 if "gemma" in type(model).__name__.lower() else 1.0)
+            v = v * 0.1 + offset
+        elif p.dim() == 2:
+            v = v * (1.0 if "embed" in name else p.shape[1] ** -0.5)
+        else:
+            v = v * 0.02
         weights[name] = v.to(torch.bfloat16) if bf16 else v
     return weights
 
@@ -123,14 +133,14 @@ def _qwen3(out: Path, seed: int) -> None:
     tok = _tokenizer(out, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|endoftext|>",
                      eos_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=131072,
                      padding_side="left")
-    config = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=192, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
+    config = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=1024, intermediate_size=3072, num_hidden_layers=2,
+                         num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
                          rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, torch_dtype="bfloat16",
                          eos_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=tok.token_to_id("<|endoftext|>"))
     model = Qwen3Model(config)
     _save(model, _randomized(model, seed, bf16=True), out)
     _patch_config(out, architectures=["Qwen3ForCausalLM"])
-    _sentence_transformers(out, [("1_Pooling", "Pooling"), ("2_Normalize", "Normalize")], _pooling(64, "lasttoken"),
+    _sentence_transformers(out, [("1_Pooling", "Pooling"), ("2_Normalize", "Normalize")], _pooling(1024, "lasttoken"),
                            QWEN3_PROMPTS, None)
 
 
@@ -143,8 +153,8 @@ def _gemma(out: Path, seed: int) -> None:
                      eos_token="<eos>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
                      model_max_length=2048)
     config = Gemma3TextConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=6,
-        num_attention_heads=3, num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32,
+        vocab_size=tok.get_vocab_size(), hidden_size=768, intermediate_size=1152, num_hidden_layers=6,
+        num_attention_heads=3, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
         max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0,
         sliding_window=GEMMA_SLIDING_WINDOW, use_bidirectional_attention=True, hidden_activation="gelu_pytorch_tanh",
         pad_token_id=0, eos_token_id=1, bos_token_id=2, torch_dtype="float32")
@@ -153,9 +163,9 @@ def _gemma(out: Path, seed: int) -> None:
     # Transformers 4.57 holds (and saves) the window halved for bidirectional attention: written as defined
     _patch_config(out, architectures=["Gemma3TextModel"], sliding_window=GEMMA_SLIDING_WINDOW)
     _sentence_transformers(out, [("1_Pooling", "Pooling"), ("2_Dense", "Dense"), ("3_Dense", "Dense"),
-                                 ("4_Normalize", "Normalize")], _pooling(64, "mean_tokens"), GEMMA_PROMPTS, 2048)
+                                 ("4_Normalize", "Normalize")], _pooling(768, "mean_tokens"), GEMMA_PROMPTS, 2048)
     gen = torch.Generator().manual_seed(seed + 1)
-    for folder, (n_in, n_out) in (("2_Dense", (64, 256)), ("3_Dense", (256, 64))):
+    for folder, (n_in, n_out) in (("2_Dense", (768, 3072)), ("3_Dense", (3072, 768))):
         (out / folder / "config.json").write_text(json.dumps(
             {"in_features": n_in, "out_features": n_out, "bias": False,
              "activation_function": "torch.nn.modules.linear.Identity"}), encoding="utf-8")
@@ -178,8 +188,8 @@ def _lora(out: Path, seed: int) -> None:
                "mask_token": "<mask>", "cls_token": "<bos>", "sep_token": "<eos>", "model_max_length": 8192}
     tok = _tokenizer(base, specials, "<bos>", "<eos>", **framing)
     config = ModernBertConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=4,
-        num_attention_heads=4, global_attn_every_n_layers=3, local_attention=8, global_rope_theta=160000.0,
+        vocab_size=tok.get_vocab_size(), hidden_size=768, intermediate_size=1152, num_hidden_layers=4,
+        num_attention_heads=12, global_attn_every_n_layers=3, local_attention=8, global_rope_theta=160000.0,
         local_rope_theta=160000.0, max_position_embeddings=32768, norm_bias=False, mlp_bias=False,
         attention_bias=False, classifier_pooling="mean", classifier_bias=False, hidden_activation="gelu",
         pad_token_id=0, eos_token_id=1, bos_token_id=2, cls_token_id=2, sep_token_id=1, tie_word_embeddings=True,
@@ -193,19 +203,21 @@ def _lora(out: Path, seed: int) -> None:
     _tokenizer(out, specials, "<bos>", "<eos>", **framing)
     gen = torch.Generator().manual_seed(seed + 1)
     tensors = {}
-    for i in range(config.num_hidden_layers):
-        for target, (n_in, n_out) in (("attn.Wqkv", (64, 192)), ("attn.Wo", (64, 64)), ("mlp.Wi", (64, 192)),
-                                      ("mlp.Wo", (96, 64))):
-            stem = f"base_model.model.model.layers.{i}.{target}"
-            tensors[f"{stem}.lora_A.weight"] = torch.randn((4, n_in), generator=gen) * 0.2
-            tensors[f"{stem}.lora_B.weight"] = torch.randn((n_out, 4), generator=gen) * 0.2
-    tensors["base_model.model.classifier.weight"] = torch.randn((len(LORA_LABELS), 64), generator=gen) * 0.5
+    targets = {name: tuple(module.weight.shape[::-1]) for name, module in mlm.named_modules()
+               if name.endswith(("attn.Wqkv", "attn.Wo", "mlp.Wi", "mlp.Wo"))}
+    for target, (n_in, n_out) in targets.items():
+        # trained factors: B is not zero (PEFT initialises it so), and moves the outputs
+        stem = f"base_model.model.{target}"
+        tensors[f"{stem}.lora_A.weight"] = torch.randn((LORA_RANK, n_in), generator=gen) * n_in ** -0.5
+        tensors[f"{stem}.lora_B.weight"] = torch.randn((n_out, LORA_RANK), generator=gen) * 0.02
+    tensors["base_model.model.classifier.weight"] = torch.randn((len(LORA_LABELS), 768), generator=gen) * 0.2
     tensors["base_model.model.classifier.bias"] = torch.randn((len(LORA_LABELS),), generator=gen) * 0.5
     save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
     (out / "adapter_config.json").write_text(json.dumps({
         "base_model_name_or_path": LORA_BASE, "bias": "none", "fan_in_fan_out": False, "inference_mode": True,
-        "init_lora_weights": True, "lora_alpha": 8, "lora_dropout": 0.1, "modules_to_save": ["classifier", "score"],
-        "peft_type": "LORA", "r": 4, "rank_pattern": {}, "alpha_pattern": {}, "revision": None,
+        "init_lora_weights": True, "lora_alpha": 2 * LORA_RANK, "lora_dropout": 0.1,
+        "modules_to_save": ["classifier", "score"],
+        "peft_type": "LORA", "r": LORA_RANK, "rank_pattern": {}, "alpha_pattern": {}, "revision": None,
         "target_modules": ["Wqkv", "Wo", "Wi"], "task_type": "SEQ_CLS", "use_dora": False, "use_rslora": False},
         indent=2), encoding="utf-8")
     mapping = {"category_to_idx": {label: i for i, label in enumerate(LORA_LABELS)},

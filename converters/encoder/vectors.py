@@ -3,8 +3,9 @@
 The hidden-state parity (verify.py) checks the graph; this checks everything after it as the server
 reads it: the input_type's prompt before the text, the package tokenizer, pooling over the real tokens
 of a right-padded batch, the Dense projections, Matryoshka truncation and normalisation
-(edge_runtime.heads.pooling.embed), against ``SentenceTransformer.encode`` with ``prompt_name`` and
-``truncate_dim``. An export whose vectors fall below VECTOR_MIN_COSINE is refused.
+(edge_runtime.heads.pooling.embed), against ``SentenceTransformer.encode`` with ``prompt_name`` (its
+``truncate_dim`` slices the full vector, so each dimension is that slice, renormalised where the model
+normalises). An export whose vectors fall below VECTOR_MIN_COSINE is refused.
 """
 
 from __future__ import annotations
@@ -43,14 +44,15 @@ def check_vectors(src: Path, session: Any, tokenizer: Any, head: dict[str, Any],
         rows = encode_rows(tokenizer, [prompt + t for t in texts], max_tokens)
         feeds = pad_batch(rows, input_names, pad_id)
         hidden = session.run(["last_hidden_state"], feeds)[0]
+        with torch.no_grad():
+            full = np.asarray(reference.encode(texts, prompt_name=prompt_name, convert_to_numpy=True,
+                                               batch_size=len(texts)), dtype=np.float64)
         for dim in head["dimensions"]:
             ours = np.stack([embed(hidden[i, :len(r["input_ids"])], head["pooling"], head["normalize"],
                                    dim if dim != head["dimension"] else None, dense) for i, r in enumerate(rows)])
-            with torch.no_grad():
-                ref = reference.encode(texts, prompt_name=prompt_name, truncate_dim=dim, convert_to_numpy=True,
-                                       batch_size=len(texts))
-            ref = np.asarray(ref, dtype=np.float64)
-            if head["normalize"]:  # sentence-transformers truncates after its Normalize module
+            # encode(truncate_dim=dim) is this slice of the full vector (after its Normalize module)
+            ref = full[:, :dim]
+            if head["normalize"]:
                 ref = ref / np.linalg.norm(ref, axis=1, keepdims=True)
             cos = np.sum(ours * ref, axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
             worst_cos = min(worst_cos, float(cos.min()))
