@@ -35,6 +35,9 @@ def add_options(parser: argparse.ArgumentParser, command: str, kind: str) -> Non
                              "int8-dynamic = ONNX Runtime dynamic quantization (approximate)")
     parser.set_defaults(layers=[], dimensions=[], pooling=None, normalize=None, thresholds=None)
     if command != "export":
+        if kind in SOURCE_KINDS:
+            parser.add_argument("--full-size", action="store_true",
+                                help="the real model's depth and embedding rows too (GBs; for measurements)")
         return
     parser.add_argument("--max-input-tokens", type=int, help="input limit (default: as the model declares)")
     parser.add_argument("--base", type=Path, help="a LoRA adapter's base model directory (default: the "
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> ExportResult | None:
 
         from converters.encoder.source_fixtures import write_source_fixture
 
-        path = write_source_fixture(args.kind, args.out, seed=args.seed)
+        path = write_source_fixture(args.kind, args.out, seed=args.seed, full_size=args.full_size)
         print(json.dumps({"path": str(path), **({"cache_dir": str(path.with_name(path.name + "-hub"))}
                                                  if args.kind == "lora-source" else {})}))
         return None

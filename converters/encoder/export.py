@@ -367,11 +367,13 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         log(f"parity fp32: max |onnx - torch| = {parity.max_abs_diff:.3g} (tolerance {tolerance:g}) "
             f"over {parity.cases} cases, lengths {parity.lengths}")
         vectors = None
-        if source.st is not None:
+        st = source.st
+        if st is not None and st.pooling is not None and opts.pooling in (None, st.pooling) \
+                and opts.normalize in (None, st.normalize):  # read as sentence-transformers reads it
             from converters.encoder.vectors import check_vectors
 
             with build.step("vectors", "checking vectors against sentence-transformers (prompts, dimensions)"):
-                vectors = check_vectors(source.src_dir, session, source.tokenizer, source.head, source.st,
+                vectors = check_vectors(source.src_dir, session, source.tokenizer, source.head, st,
                                         source.max_tokens, source.pad_id)
             log(f"vectors: least cosine to sentence-transformers {vectors['min_cosine']} over {vectors['cases']} "
                 f"(input types {vectors['input_types']}, dimensions {vectors['dimensions']})")

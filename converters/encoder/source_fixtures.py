@@ -42,13 +42,24 @@ LORA_RANK = 32
 _ST = "sentence_transformers.models."
 
 
-def write_source_fixture(kind: str, out: Path, seed: int = 0) -> Path:
-    """Write the ``kind`` source fixture into the new directory ``out``; returns ``out``."""
+#: kind -> (layers, vocabulary rows) of the real model, for ``full_size`` (catalogue §3)
+FULL_SIZE = {"qwen3-embedding-source": (28, 151669), "embeddinggemma-source": (24, 262144),
+             "lora-source": (22, 256000)}
+
+
+def write_source_fixture(kind: str, out: Path, seed: int = 0, full_size: bool = False) -> Path:
+    """Write the ``kind`` source fixture into the new directory ``out``; returns ``out``. ``full_size``
+    keeps the real model's depth and embedding rows too (the tokenizer stays tiny), for measurements."""
     out = source_fixture_out(out)
     writer = {"qwen3-embedding-source": _qwen3, "embeddinggemma-source": _gemma, "lora-source": _lora}[kind]
     out.mkdir(parents=True)
-    writer(out, seed)
+    writer(out, seed, FULL_SIZE[kind] if full_size else None)
     return out
+
+
+def _size(full: tuple[int, int] | None, layers: int, tok: Any) -> dict[str, int]:
+    """num_hidden_layers and vocab_size: the shrunk ones, or the real model's."""
+    return {"num_hidden_layers": full[0] if full else layers, "vocab_size": full[1] if full else tok.get_vocab_size()}
 
 
 def _randomized(model: Any, seed: int, bf16: bool = False) -> dict[str, Any]:
@@ -127,14 +138,14 @@ def _pooling(hidden: int, mode: str) -> dict[str, Any]:
             "include_prompt": True}
 
 
-def _qwen3(out: Path, seed: int) -> None:
+def _qwen3(out: Path, seed: int, full: tuple[int, int] | None) -> None:
     from transformers import Qwen3Config, Qwen3Model
 
     tok = _tokenizer(out, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|endoftext|>",
                      eos_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=131072,
                      padding_side="left")
-    config = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=1024, intermediate_size=3072, num_hidden_layers=2,
-                         num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
+    config = Qwen3Config(**_size(full, 2, tok), hidden_size=1024, intermediate_size=3072, num_attention_heads=16,
+                         num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
                          rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, torch_dtype="bfloat16",
                          eos_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=tok.token_to_id("<|endoftext|>"))
     model = Qwen3Model(config)
@@ -144,7 +155,7 @@ def _qwen3(out: Path, seed: int) -> None:
                            QWEN3_PROMPTS, None)
 
 
-def _gemma(out: Path, seed: int) -> None:
+def _gemma(out: Path, seed: int, full: tuple[int, int] | None) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import Gemma3TextConfig, Gemma3TextModel
@@ -153,8 +164,8 @@ def _gemma(out: Path, seed: int) -> None:
                      eos_token="<eos>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
                      model_max_length=2048)
     config = Gemma3TextConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=768, intermediate_size=1152, num_hidden_layers=6,
-        num_attention_heads=3, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+        **_size(full, 6, tok), hidden_size=768, intermediate_size=1152, num_attention_heads=3,
+        num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
         max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0,
         sliding_window=GEMMA_SLIDING_WINDOW, use_bidirectional_attention=True, hidden_activation="gelu_pytorch_tanh",
         pad_token_id=0, eos_token_id=1, bos_token_id=2, torch_dtype="float32")
@@ -173,7 +184,7 @@ def _gemma(out: Path, seed: int) -> None:
                   str(out / folder / "model.safetensors"))
 
 
-def _lora(out: Path, seed: int) -> None:
+def _lora(out: Path, seed: int, full: tuple[int, int] | None) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import ModernBertConfig, ModernBertForMaskedLM
@@ -188,8 +199,8 @@ def _lora(out: Path, seed: int) -> None:
                "mask_token": "<mask>", "cls_token": "<bos>", "sep_token": "<eos>", "model_max_length": 8192}
     tok = _tokenizer(base, specials, "<bos>", "<eos>", **framing)
     config = ModernBertConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=768, intermediate_size=1152, num_hidden_layers=4,
-        num_attention_heads=12, global_attn_every_n_layers=3, local_attention=8, global_rope_theta=160000.0,
+        **_size(full, 4, tok), hidden_size=768, intermediate_size=1152, num_attention_heads=12,
+        global_attn_every_n_layers=3, local_attention=8, global_rope_theta=160000.0,
         local_rope_theta=160000.0, max_position_embeddings=32768, norm_bias=False, mlp_bias=False,
         attention_bias=False, classifier_pooling="mean", classifier_bias=False, hidden_activation="gelu",
         pad_token_id=0, eos_token_id=1, bos_token_id=2, cls_token_id=2, sep_token_id=1, tie_word_embeddings=True,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_runtime.packages import CARD_FILE, FamilyCard, PackageError, schema_fragment, tokenizer_files
+from edge_runtime.packages.reader import HEAD_FILE
 
 #: kind -> the surfaces it serves
 KINDS: dict[str, tuple[str, ...]] = {
@@ -39,10 +40,6 @@ def check_encoder_card(card: dict[str, Any]) -> None:
         raise bad("head.thresholds must have exactly one threshold per label")
     if kind == "token-classification" and "O" not in labels:
         raise bad("BIO labels must include 'O'")
-
-
-#: an embedding head's dense projections keep their weights here
-HEAD_FILE = "head.npz"
 
 
 def encoder_files(card: dict[str, Any]) -> dict[str, str]:
