@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from converters.command_line import kind_parser
+from converters.encoder.source_fixtures import KINDS as ENCODER_SOURCE_KINDS
 from converters.errors import ConversionError
 from converters.package_writer import ExportResult
 
@@ -28,14 +29,15 @@ MULTIMODAL_KINDS = ("image-text-embedding", "audio-embedding")
 KIND_CHOICES = (*ENCODER_KINDS, "decision-codes", *MULTIMODAL_KINDS, "vela2", "decision2", "decision-vision",
                 "decision3", "task-heads")
 #: fixture kinds beyond the export kinds: upstream-format sources that `export` then converts
+#: (ENCODER_SOURCE_KINDS: the Router catalogue's Qwen3-Embedding, EmbeddingGemma and PEFT LoRA layouts)
 SOURCE_FIXTURE_KINDS = ("vela2-source", "decision2-source", "decision2-lora-source", "decision3-source",
-                        "task-heads-source")
+                        "task-heads-source", *ENCODER_SOURCE_KINDS)
 
 #: The converter of every kind `export` and `fixture` take: the module (converters/<family>/cli.py) whose
 #: ``add_options(parser, command, kind)`` adds the kind's options and whose ``run(args)`` returns the written
 #: package's result for the summary, or None when it printed its own.
 CONVERTERS: dict[str, str] = {
-    **dict.fromkeys(ENCODER_KINDS, "converters.encoder.cli"),
+    **dict.fromkeys((*ENCODER_KINDS, *ENCODER_SOURCE_KINDS), "converters.encoder.cli"),
     **dict.fromkeys(MULTIMODAL_KINDS, "converters.multimodal.cli"),
     "decision-codes": "converters.decision_codes.cli",
     "decision-vision": "converters.decision_vision.cli",
@@ -59,8 +61,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
                        description="python -m converters fixture --kind KIND --out DIR [--seed N] "
                                    "[the kind's options]; `fixture --kind KIND --help` lists the kind's options")
     f.add_argument("--kind", choices=KIND_CHOICES + SOURCE_FIXTURE_KINDS,
-                   help="vela2-source, decision2-source, decision2-lora-source, decision3-source and "
-                        "task-heads-source write upstream-format sources (the input of export)")
+                   help="the *-source kinds write upstream-format sources (the input of export): vela2, "
+                        "decision2(-lora), decision3, the ModernBERT task heads, and the Router's "
+                        "Qwen3-Embedding, EmbeddingGemma and PEFT LoRA layouts")
     for command in (e, f):
         command.add_argument("--out", type=Path)  # read here too, so that its value is never taken for SRC
     d = sub.add_parser("default", help="build the embedded default packages offline")

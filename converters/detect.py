@@ -20,6 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from converters import lora
+from converters import sentence_transformers as st_source
 from converters.decision2 import source as decision2_source
 from converters.decision3 import source as decision3_source
 from converters.errors import ConversionError
@@ -67,14 +69,6 @@ class Source:
     def architectures(self) -> list[str]:
         archs = self.config.get("architectures")
         return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
-
-    @cached_property
-    def st_modules(self) -> list[str]:
-        """The sentence-transformers module types modules.json lists (empty: not such a package)."""
-        modules = self.json("modules.json")
-        if not isinstance(modules, list):
-            return []
-        return [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
 
     def declares(self) -> str:
         """``config.json model_type X, architectures [..], problem_type Y`` for a reason line."""
@@ -156,10 +150,18 @@ def task_heads(src: Source) -> Detection | None:
 # -- Hugging Face encoders (converters/encoder/) ------------------------------------------------------------
 
 def sentence_transformers(src: Source) -> Detection | None:
-    """A sentence-transformers package (any backbone the encoder converter exports): an embedding."""
-    if not src.st_modules:
+    """A sentence-transformers package that pools (Qwen3-Embedding, EmbeddingGemma, MiniLM, ...): an
+    embedding, whatever backbone the encoder converter exports."""
+    if st_source.detect(src.path) is None:
         return None
-    return Detection("embedding", f"modules.json lists sentence-transformers modules over {src.declares()}")
+    return Detection("embedding", f"modules.json lists a Pooling module over {src.declares()}")
+
+
+def lora_adapter(src: Source) -> Detection | None:
+    """A PEFT LoRA adapter directory: the kind its task_type names (the base is read from its config)."""
+    kind = lora.detect(src.path)
+    return Detection(kind, f"adapter_config.json: a PEFT LoRA adapter, task_type {lora.task_type(src.path)}") \
+        if kind else None
 
 
 def encoder_head(src: Source) -> Detection | None:
@@ -197,6 +199,7 @@ DETECTORS: tuple[tuple[str, Detector], ...] = (
     ("vela2", _upstream(vela2_source, "config.json format_version and model_type")),
     ("decision2", _upstream(decision2_source, "config.json's pointer fields")),
     ("decision3", _upstream(decision3_source, "decision_config.json format_id and prompt")),
+    ("lora", lora_adapter),
     ("task-heads", task_heads),
     ("sentence-transformers", sentence_transformers),
     ("encoder-head", encoder_head),

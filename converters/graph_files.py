@@ -6,6 +6,7 @@ ONNX Runtime reads a graph's external data relative to the graph file, so a pack
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -63,10 +64,10 @@ def gather_graph(path: Path, external_above: int = EXTERNAL_DATA_BYTES) -> list[
     partial = target.with_name(target.name + ".partial")
     sources: set[Path] = set()
     with open(partial, "wb") as out:
-        for tensor in model.graph.initializer:
+        for tensor, initializer in _tensors(model.graph):
             external = uses_external_data(tensor)
-            if not external and len(tensor.raw_data) < INLINE_TENSOR_BYTES:
-                continue  # small, or held in typed fields rather than raw bytes: stays in the graph
+            if not external and (not initializer or len(tensor.raw_data) < INLINE_TENSOR_BYTES):
+                continue  # small, held in typed fields, or a node's inline constant: stays in the graph
             out.write(b"\0" * (-out.tell() % ALIGNMENT))
             offset = out.tell()
             if external:
@@ -91,6 +92,20 @@ def gather_graph(path: Path, external_above: int = EXTERNAL_DATA_BYTES) -> list[
     for source in sources - {target}:
         source.unlink()
     return [path, target]
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[tuple[TensorProto, bool]]:
+    """Every tensor of a graph and its subgraphs, and whether it is an initializer (the others are node
+    attributes: an exporter may write a large Constant's value to the external file too)."""
+    for tensor in graph.initializer:
+        yield tensor, True
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t, False
+            yield from ((t, False) for t in attribute.tensors)
+            for sub in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                yield from _tensors(sub)
 
 
 def _copy(src: BinaryIO, dst: BinaryIO, length: int | None) -> int:

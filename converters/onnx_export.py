@@ -1,7 +1,8 @@
 """ONNX export through Optimum, with earlier encoder layers as extra graph outputs when asked.
 
 The graph keeps Optimum's inputs (input_ids, attention_mask, token_type_ids when the model has
-them) and its dynamic batch and sequence axes; the opset is pinned to 18.
+them; never position_ids: rows are right-padded, so a decoder's positions are its own 0..n-1) and its
+dynamic batch and sequence axes; the opset is pinned to 18.
 """
 
 from __future__ import annotations
@@ -61,11 +62,19 @@ class _HiddenStatesPatcher(ModelPatcher):
         self.patched_forward = patched_forward
 
 
-def _hidden_states_config(model: Any, task: str, layers: Sequence[int]) -> Any:
+def _custom_config(model: Any, task: str, layers: Sequence[int]) -> Any | None:
+    """Optimum's export config for ``model`` and ``task`` without a ``position_ids`` input (a decoder read
+    as an encoder, Qwen3-Embedding: right-padded rows, so positions are 0..n-1, which the model computes
+    itself) and with the ``layers`` as extra outputs; None when Optimum's own config is that already."""
     ctor = TasksManager.get_exporter_config_constructor(
         exporter="onnx", model=model, task=task, library_name="transformers")
     base = ctor(model.config, int_dtype="int64", float_dtype="fp32")
     base_cls = type(base)
+    if not layers and "position_ids" not in base.inputs:
+        return None
+
+    def inputs(self: Any) -> dict[str, dict[int, str]]:
+        return OrderedDict((k, v) for k, v in base_cls.inputs.fget(self).items() if k != "position_ids")
 
     def outputs(self: Any) -> dict[str, dict[int, str]]:
         common = OrderedDict(base_cls.outputs.fget(self))
@@ -73,9 +82,10 @@ def _hidden_states_config(model: Any, task: str, layers: Sequence[int]) -> Any:
             common[hidden_state_output(k)] = {0: "batch_size", 1: "sequence_length"}
         return common
 
-    sub = type(f"{base_cls.__name__}WithHiddenStates", (base_cls,),
-               {"outputs": property(outputs), "_MODEL_PATCHER": _HiddenStatesPatcher,
-                "EXTRA_LAYERS": tuple(layers)})
+    members: dict[str, Any] = {"inputs": property(inputs)}
+    if layers:
+        members.update(outputs=property(outputs), _MODEL_PATCHER=_HiddenStatesPatcher, EXTRA_LAYERS=tuple(layers))
+    sub = type(f"{base_cls.__name__}ForEdgeRuntime", (base_cls,), members)
     return sub(model.config, task=base.task, int_dtype="int64", float_dtype="fp32")
 
 
@@ -86,7 +96,8 @@ def export_onnx(model: Any, kind: str, work: Path, layers: Sequence[int] = ()) -
     Optimum's own validation is skipped: the caller verifies the graph against PyTorch itself.
     """
     task = TASKS[kind]
-    custom = {"model": _hidden_states_config(model, task, layers)} if layers else None
+    config = _custom_config(model, task, layers)
+    custom = {"model": config} if config is not None else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TracerWarnings and deprecations: noise, not information
         onnx_export_from_model(

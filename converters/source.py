@@ -1,17 +1,15 @@
 """Where a model comes from: a local Hugging Face directory or a hub id, what it declares, and its
 tokenizer as a package holds it.
 
-Reads the sentence-transformers configuration (modules.json, 1_Pooling, sentence_bert_config.json)
-as data; nothing from the source directory is imported or executed.
+Nothing from the source directory is imported or executed (a sentence-transformers directory's
+declarations: converters/sentence_transformers.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +24,6 @@ _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 #: what an export reads from a hub repository (not its ONNX, TF or Flax copies)
 _HUB_PATTERNS = ["*.json", "*.txt", "*.safetensors", "pytorch_model.bin", "*.model", "README.md", "LICENSE*",
                  "NOTICE*"]
-_ST_TRANSFORMER = "sentence_transformers.models.Transformer"
-_ST_POOLING = "sentence_transformers.models.Pooling"
-_ST_NORMALIZE = "sentence_transformers.models.Normalize"
 
 
 def _offline() -> bool:
@@ -63,70 +58,10 @@ def resolve_source(src: str) -> Path:
         raise ConversionError(f"{src}: no such directory, and the hub download failed: {first_line(e)}") from None
 
 
-@dataclass(frozen=True)
-class SentenceTransformerInfo:
-    """What a sentence-transformers directory declares about its embedding."""
-
-    transformer_dir: Path
-    pooling: str | None       # mean | cls | last
-    normalize: bool
-    max_seq_length: int | None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConversionError(f"{path}: unreadable JSON ({e})") from None
-    if not isinstance(obj, (dict, list)):
-        raise ConversionError(f"{path}: unexpected JSON")
-    return obj
-
-
-def _pooling_mode(cfg: dict, where: Path) -> str:
-    modes = {k: bool(v) for k, v in cfg.items() if k.startswith("pooling_mode_")}
-    chosen = [k for k, v in modes.items() if v]
-    table = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_lasttoken": "last"}
-    if len(chosen) != 1 or chosen[0] not in table:
-        raise ConversionError(f"{where}: pooling {chosen or 'none'} is not supported (one of mean, CLS or last)")
-    if cfg.get("include_prompt") is False:
-        raise ConversionError(f"{where}: include_prompt=false is not supported")
-    return table[chosen[0]]
-
-
-def read_sentence_transformer(src: Path) -> SentenceTransformerInfo | None:
-    """The sentence-transformers declaration of ``src`` (None when it has no modules.json)."""
-    modules_path = src / "modules.json"
-    if not modules_path.is_file():
-        return None
-    modules = _read_json(modules_path)
-    if not isinstance(modules, list):
-        raise ConversionError(f"{modules_path}: expected a list of modules")
-    transformer_dir, pooling, normalize = None, None, False
-    for m in sorted(modules, key=lambda m: m.get("idx", 0)):
-        kind, rel = m.get("type", ""), m.get("path", "")
-        if kind == _ST_TRANSFORMER:
-            transformer_dir = (src / rel).resolve()
-        elif kind == _ST_POOLING:
-            cfg_path = src / rel / "config.json"
-            pooling = _pooling_mode(_read_json(cfg_path), cfg_path)
-        elif kind == _ST_NORMALIZE:
-            normalize = True
-        else:
-            raise ConversionError(f"{modules_path}: module {kind!r} is not supported by this converter")
-    if transformer_dir is None:
-        raise ConversionError(f"{modules_path}: no {_ST_TRANSFORMER} module")
-    max_len = None
-    for cfg_path in (src / "sentence_bert_config.json", transformer_dir / "sentence_bert_config.json"):
-        if cfg_path.is_file():
-            max_len = _read_json(cfg_path).get("max_seq_length")
-            break
-    return SentenceTransformerInfo(transformer_dir, pooling, normalize, int(max_len) if max_len else None)
-
-
-def source_stamp(src: Path, model_dir: Path) -> str:
-    """A sha256 over the source's weights and configuration files, to tell whether a package is current."""
-    files: dict[str, str] = {}
+def source_stamp(src: Path, model_dir: Path, extra: Mapping[str, Path] | None = None) -> str:
+    """A sha256 over the source's weights and configuration files, to tell whether a package is current;
+    ``extra`` names further files it is made from (a Dense module's weights, an adapter's base)."""
+    files: dict[str, str] = {name: file_sha256(p) for name, p in (extra or {}).items()}
     for base in {src, model_dir}:
         for rel in _STAMPED + _WEIGHTS:
             p = base / rel

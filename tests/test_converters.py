@@ -237,20 +237,40 @@ def _st_dir(d: Path, modules: list[dict[str, Any]], pooling: dict[str, Any] | No
 
 
 def test_sentence_transformers_declarations(tmp_path: Path) -> None:
-    from converters.source import read_sentence_transformer
+    from converters.sentence_transformers import read_sentence_transformer
 
     tr = {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"}
     po = {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
-    no = {"idx": 2, "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+    no = {"idx": 3, "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}
     dense = {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
     cls = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
     info = read_sentence_transformer(_st_dir(tmp_path / "a", [tr, po, no], cls))
     assert info is not None and (info.pooling, info.normalize, info.max_seq_length) == ("cls", True, None)
+    assert info.dense == () and info.prompts == {} and info.dimension is None
     assert read_sentence_transformer(tmp_path) is None  # no modules.json: not a sentence-transformers dir
-    with pytest.raises(ConversionError, match="Dense"):
-        read_sentence_transformer(_st_dir(tmp_path / "b", [tr, po, dense], cls))
+    with pytest.raises(ConversionError, match="Dense.* before Pooling"):
+        read_sentence_transformer(_st_dir(tmp_path / "b", [tr, {**dense, "idx": 0}, po], cls))
+    with pytest.raises(ConversionError, match="after Normalize"):
+        read_sentence_transformer(_st_dir(tmp_path / "c", [tr, po, {**no, "idx": 2}, {**dense, "idx": 3}], cls))
     with pytest.raises(ConversionError, match="pooling_mode_max_tokens"):
-        read_sentence_transformer(_st_dir(tmp_path / "c", [tr, po], {"pooling_mode_max_tokens": True}))
+        read_sentence_transformer(_st_dir(tmp_path / "d", [tr, po], {"pooling_mode_max_tokens": True}))
+    # a Dense module whose weights are only pickled is never loaded; a known one is read with its prompts
+    d = _st_dir(tmp_path / "e", [tr, po, dense, no], cls)
+    (d / "2_Dense").mkdir()
+    (d / "2_Dense" / "config.json").write_text(json.dumps(
+        {"in_features": 4, "out_features": 2, "bias": True, "activation_function": "torch.nn.modules.activation.Tanh"}))
+    (d / "2_Dense" / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ConversionError, match="never loaded"):
+        read_sentence_transformer(d)
+    from safetensors.numpy import save_file
+
+    save_file({"linear.weight": np.ones((2, 4), np.float32), "linear.bias": np.zeros(2, np.float32)},
+              str(d / "2_Dense" / "model.safetensors"))
+    (d / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "q: ", "Clustering": "c: "}, "default_prompt_name": "query"}))
+    info = read_sentence_transformer(d)
+    assert info is not None and info.dimension == 2 and info.dense[0].activation == "tanh"
+    assert info.input_prompts == {"query": "q: "} and info.default_prompt_name == "query"
 
 
 def test_export_refuses_to_overwrite_non_package(tmp_path: Path) -> None:

@@ -68,3 +68,20 @@ def test_inline_weights_move_out_above_the_threshold_and_stay_below_it(tmp_path)
     assert np.array_equal(_run(path), want)
     assert gather_graph(path, external_above=0) == [path, data_file(path)]  # again: the same files
     assert np.array_equal(_run(path), want)
+
+
+def test_constants_written_as_external_data_move_too(tmp_path: Path) -> None:
+    """An exporter may write a large Constant node's value to the data file too (Optimum does for
+    Qwen3-Embedding-0.6B); it moves with the weights, so no tensor points at a removed file."""
+    model = _graph()
+    value = numpy_helper.from_array(np.random.default_rng(2).standard_normal((48, 8)).astype(np.float32), "c")
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["w2c"], value=value))
+    model.graph.node[-1].input[1] = "w2c"
+    del model.graph.initializer[1]  # w2 now comes from the Constant node
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx_data", size_threshold=1024, convert_attribute=True)
+    expected = _run(path)
+    assert gather_graph(path, external_above=1 << 40) == [path, data_file(path)]
+    assert {p.name for p in tmp_path.iterdir()} == {"model.onnx", "model.onnx.data"}
+    assert np.array_equal(_run(path), expected)

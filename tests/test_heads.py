@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edge_runtime.heads.activations import sigmoid, softmax
-from edge_runtime.heads.pooling import embed, pool
+from edge_runtime.heads.pooling import embed, pool, project
 from edge_runtime.heads.tokens import decode_bio
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
 
@@ -40,6 +40,18 @@ def test_pooling_modes_and_matryoshka() -> None:
     assert v[1] / v[0] == pytest.approx(2.0)
     with pytest.raises(ValueError):
         pool(hidden, "max")
+
+
+def test_dense_projections_come_before_truncation() -> None:
+    """sentence-transformers' order: pool, Dense modules, then Matryoshka truncation and normalisation."""
+    hidden = np.array([[1.0, -2.0], [3.0, 0.0]], dtype=np.float32)  # mean [2, -1]
+    up = (np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32), np.array([0.0, 0.0, 1.0]), "tanh")
+    down = (np.array([[2.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32), None, "identity")
+    assert project(pool(hidden, "mean"), [up, down]) == pytest.approx([2 * np.tanh(2.0), np.tanh(2.0)])
+    v = embed(hidden, "mean", True, 1, [up, down])
+    assert v.tolist() == [1.0]  # the first channel after both projections, renormalised
+    with pytest.raises(ValueError):
+        project(pool(hidden, "mean"), [(up[0], None, "relu")])
 
 
 def test_decode_bio_spans_offsets_and_probability() -> None:

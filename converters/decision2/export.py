@@ -43,6 +43,7 @@ from converters.decision2.verify import (
 )
 from converters.errors import ConversionError
 from converters.identity import PackageIdentity, identity_card, sanitize_name
+from converters.lora import LoraFactor, merge
 from converters.package_writer import ExportResult, PackageBuild, card_start, json_bytes
 from converters.progress import log
 from converters.verify import create_session, rounded, torch_reference
@@ -95,8 +96,8 @@ def build_model(cfg: dict[str, Any], weights: dict[str, Any]) -> Any:
     return load_backbone(Qwen3Model, Qwen3Config, cfg, weights, "the backbone")
 
 
-def lora_factors(source: Decision2Source) -> tuple[dict[str, tuple[Any, Any]], float]:
-    """{target module: (A [r, in], B [out, r])} and the scaling alpha / r, checked against the contract."""
+def lora_factors(source: Decision2Source) -> dict[str, LoraFactor]:
+    """{target module: its A [r, in], B [out, r] and scaling alpha / r}, checked against the contract."""
     from safetensors.torch import load_file
 
     contract = source.config.get("lora") or {}
@@ -106,6 +107,7 @@ def lora_factors(source: Decision2Source) -> tuple[dict[str, tuple[Any, Any]], f
             or acfg.get("lora_alpha") != contract.get("alpha"):
         raise ConversionError("adapter_config.json differs from the decision_config.json LoRA contract")
     tensors = load_file(str(source.root / "adapter" / "adapter_model.safetensors"))
+    scaling = float(contract["alpha"]) / float(contract["rank"])
     factors = {}
     dims = contract.get("target_dimensions") or {}
     for t in targets:
@@ -115,21 +117,10 @@ def lora_factors(source: Decision2Source) -> tuple[dict[str, tuple[Any, Any]], f
         inn, out = dims.get(t, [None, None])
         if list(a.shape) != [contract["rank"], inn] or list(b.shape) != [out, contract["rank"]]:
             raise ConversionError(f"adapter: {t} factors have shapes {list(a.shape)}, {list(b.shape)}")
-        factors[t] = (a, b)
+        factors[t] = LoraFactor(a, b, scaling)
     if len(tensors) != 2 * len(factors):
         raise ConversionError("adapter: tensors beyond the contract's target modules")
-    return factors, float(contract["alpha"]) / float(contract["rank"])
-
-
-def merge_lora(model: Any, factors: dict[str, tuple[Any, Any]], scaling: float) -> None:
-    import torch
-
-    modules = dict(model.named_modules())
-    with torch.no_grad():
-        for target, (a, b) in factors.items():
-            if target not in modules:
-                raise ConversionError(f"adapter target {target} is not a module of the backbone")
-            modules[target].weight += scaling * (b @ a)
+    return factors
 
 
 # ---- export --------------------------------------------------------------------------------------
@@ -160,12 +151,12 @@ def _backbone(source: Decision2Source) -> Decision2Backbone:
         assert source.base is not None
         weights = _load_weights(sorted(source.base.glob("*.safetensors")))
         model = build_model(source.backbone_config, weights)
-        factors, scaling = lora_factors(source)
+        factors = lora_factors(source)
         tok0 = Tokenizer.from_file(str(source.root / "tokenizer.json"))
         probe = render(tok0, GOLDEN_STATE, "choice", GOLDEN_QUESTIONS[0][1], GOLDEN_QUESTIONS[0][2],
                        int(source.manifest["max_input_tokens"])).ids
-        unmerged = unmerged_hidden(model, factors, scaling, probe)
-        merge_lora(model, factors, scaling)
+        unmerged = unmerged_hidden(model, factors, probe)
+        merge(model, factors)
         with torch.no_grad():
             merged = model(input_ids=torch.tensor([probe])).last_hidden_state[0]
         merge_diff = float((merged - unmerged).abs().max())

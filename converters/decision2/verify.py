@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from converters.decision2.source import (
     Decision2Source,
 )
 from converters.errors import ConversionError
+from converters.lora import LoraFactor, unmerged
 from edge_runtime.families.decision2.candidate import CandidateHead
 from edge_runtime.families.decision2.pipeline import Decision2Assets, pad_rows
 from edge_runtime.families.decision2.prompt import PromptRow
@@ -35,22 +36,12 @@ GOLDEN_QUESTIONS: list[tuple[str, str, list[tuple[str, Any]]]] = [
 ]
 
 
-def unmerged_hidden(model: Any, factors: dict[str, tuple[Any, Any]], scaling: float, ids: Sequence[int]) -> Any:
+def unmerged_hidden(model: Any, factors: Mapping[str, LoraFactor], ids: Sequence[int]) -> Any:
     """last_hidden_state with LoRA applied as base(x) + B(A(x)) * scaling (hooks, no merge)."""
     import torch
 
-    modules = dict(model.named_modules())
-    hooks = []
-    for target, (a, b) in factors.items():
-        def hook(mod: Any, inputs: Any, output: Any, a: Any = a, b: Any = b) -> Any:
-            return output + (inputs[0] @ a.T @ b.T) * scaling
-        hooks.append(modules[target].register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            return model(input_ids=torch.tensor([list(ids)])).last_hidden_state[0]
-    finally:
-        for h in hooks:
-            h.remove()
+    with unmerged(model, factors), torch.no_grad():
+        return model(input_ids=torch.tensor([list(ids)])).last_hidden_state[0]
 
 
 def torch_head_logits(head: dict[str, np.ndarray], hidden: Any, row: PromptRow) -> np.ndarray:

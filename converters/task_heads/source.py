@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from converters.errors import ConversionError
-from converters.source import read_sentence_transformer
+from converters.sentence_transformers import read_sentence_transformer
 from edge_runtime.packages.manifest import file_sha256
 
 SEQUENCE = "ModernBertForSequenceClassification"
@@ -218,6 +218,9 @@ def _pooled(root: Path, config: dict[str, Any]) -> Pooled:
     st = read_sentence_transformer(root)
     if st is None or st.pooling is None:
         raise ConversionError(f"{root}: modules.json declares no pooling")
+    if st.dense or st.prompts:
+        raise ConversionError(f"{root}: a pooled task-heads package reads no Dense modules or prompts "
+                              "(convert it with --kind embedding)")
     model_config = read_json(st.transformer_dir / "config.json") if st.transformer_dir != root else config
     if set(model_config.get("architectures") or [ENCODER]) != {ENCODER}:
         raise ConversionError(f"{root}: a sentence-transformers package over {model_config.get('architectures')}, "

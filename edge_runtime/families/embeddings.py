@@ -15,13 +15,13 @@ from edge_runtime.families.items import InputUsage, failed_item, request_usage
 
 
 def embedding_card(dimensions: Iterable[int], layers: Iterable[int], pooling: str | None, normalized: bool,
-                   modalities: Iterable[str]) -> dict[str, Any]:
+                   modalities: Iterable[str], input_types: Iterable[str] = ()) -> dict[str, Any]:
     """The card's ``embedding`` block: the dimensions (full first) and layers a request may ask for,
-    pooling, normalization, modalities, and the input types read differently (none: no model here
-    has query or document prompts, so it reads both alike)."""
+    pooling, normalization, modalities, and the input types that have a prompt of their own (none:
+    the model reads queries and documents alike)."""
     return {"embedding": {"dimensions": sorted(set(dimensions), reverse=True), "layers": sorted(layers),
                           "pooling": pooling, "normalized": normalized, "modalities": list(modalities),
-                          "input_types": []}}
+                          "input_types": sorted(input_types)}}
 
 
 #: One input's outcome: its vector and coverage, or its error.

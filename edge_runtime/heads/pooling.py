@@ -1,10 +1,17 @@
-"""Sentence embeddings from token states: pooling, Matryoshka truncation, L2 normalisation."""
+"""Sentence embeddings from token states: pooling, dense projections, Matryoshka truncation, L2 normalisation."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 POOLINGS = ("mean", "cls", "last")
+#: the activations a dense projection may end with
+ACTIVATIONS = ("identity", "tanh")
+#: One dense projection after pooling (a sentence-transformers Dense module): weight [out, in], bias [out]
+#: or None, activation.
+Dense = tuple[np.ndarray, np.ndarray | None, str]
 
 
 def pool(hidden: np.ndarray, mode: str) -> np.ndarray:
@@ -39,9 +46,27 @@ def normalize(vector: np.ndarray) -> np.ndarray:
     return (vector.astype(np.float64) / norm).astype(np.float32)
 
 
-def embed(hidden: np.ndarray, mode: str, normalized: bool, dimensions: int | None) -> np.ndarray:
-    """Pool, truncate to ``dimensions`` (Matryoshka), then normalise when the model does."""
+def project(vector: np.ndarray, layers: Sequence[Dense]) -> np.ndarray:
+    """A pooled vector through dense projections in order, ``activation(weight @ x + bias)``, in float64."""
+    x = vector.astype(np.float64)
+    for weight, bias, activation in layers:
+        x = weight.astype(np.float64) @ x
+        if bias is not None:
+            x = x + bias
+        if activation == "tanh":
+            x = np.tanh(x)
+        elif activation != "identity":
+            raise ValueError(f"unknown activation {activation!r}")
+    return x.astype(np.float32)
+
+
+def embed(hidden: np.ndarray, mode: str, normalized: bool, dimensions: int | None,
+          dense: Sequence[Dense] = ()) -> np.ndarray:
+    """Pool, project through ``dense``, truncate to ``dimensions`` (Matryoshka), then normalise when the
+    model does."""
     vector = pool(hidden, mode)
+    if dense:
+        vector = project(vector, dense)
     if dimensions is not None:
         vector = vector[:dimensions]
     return normalize(vector) if normalized else vector

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edge_runtime.packages import CARD_FILE, FamilyCard, PackageError, schema_fragment
+from edge_runtime.packages import CARD_FILE, FamilyCard, PackageError, schema_fragment, tokenizer_files
+from edge_runtime.packages.reader import HEAD_FILE
 
 #: kind -> the surfaces it serves
 KINDS: dict[str, tuple[str, ...]] = {
@@ -41,5 +42,13 @@ def check_encoder_card(card: dict[str, Any]) -> None:
         raise bad("BIO labels must include 'O'")
 
 
+def encoder_files(card: dict[str, Any]) -> dict[str, str]:
+    """The tokenizer, and head.npz where the embedding head projects through dense layers."""
+    files = tokenizer_files(card)
+    if (card.get("head") or {}).get("dense"):
+        files[HEAD_FILE] = "the dense projections' weights"
+    return files
+
+
 CARD = FamilyCard(kinds=KINDS, schema=schema_fragment(Path(__file__).with_name("card.schema.json")),
-                  check=check_encoder_card)
+                  check=check_encoder_card, files=encoder_files)

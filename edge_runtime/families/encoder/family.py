@@ -16,7 +16,7 @@ from edge_runtime.families.base import Plan, random_row, token_budget
 from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
 from edge_runtime.families.items import InputUsage, failed_item, outcome, ran, request_usage
 from edge_runtime.heads.activations import sigmoid, softmax
-from edge_runtime.heads.pooling import embed
+from edge_runtime.heads.pooling import Dense, embed
 from edge_runtime.heads.tokens import decode_bio
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
 from edge_runtime.packages import Package
@@ -24,6 +24,24 @@ from edge_runtime.requests.common import Options, Overflow
 from edge_runtime.requests.embedding_inputs import modality_unsupported
 from edge_runtime.requests.encoder import ClassifyRequest, EmbeddingsRequest, RerankRequest, TextItem
 from edge_runtime.text import Encoded, InputError, TextEncoder, Window
+
+
+def _dense_layers(spec: list[dict[str, Any]], weights: dict[str, np.ndarray], dimension: int | None) -> list[Dense]:
+    """The card's dense projections with their head.npz weights; ValueError when a weight is missing or
+    the widths do not chain into the head's dimension."""
+    layers: list[Dense] = []
+    for i, layer in enumerate(spec):
+        weight, bias = weights.get(f"dense.{i}.weight"), weights.get(f"dense.{i}.bias")
+        if weight is None or weight.ndim != 2 or (bias is None) == bool(layer["bias"]):
+            raise ValueError(f"head.npz: dense.{i} does not match the card's head.dense[{i}]")
+        if layers and layers[-1][0].shape[0] != weight.shape[1]:
+            raise ValueError(f"head.npz: dense.{i} takes {weight.shape[1]} inputs after {layers[-1][0].shape[0]}")
+        layers.append((weight, bias, str(layer["activation"])))
+    if layers and layers[-1][0].shape[0] != dimension:
+        raise ValueError(f"head.npz: the dense projections end at {layers[-1][0].shape[0]}, the head's dimension "
+                         f"is {dimension}")
+    return layers
+
 
 #: The card kind of each classify head, as the Router's cards name them.
 HEAD_KINDS = {"sequence-classification": "sequence", "multi-label": "scores", "token-classification": "token"}
@@ -53,6 +71,9 @@ class EncoderFamily:
         self.layers: dict[int, str] = {int(k): v for k, v in (self.head.get("layers") or {}).items()}
         self.dimension: int | None = self.head.get("dimension")
         self.dimensions: list[int] = sorted(set(self.head.get("dimensions") or []), reverse=True)
+        # sentence-transformers prompts by input_type, and dense projections after pooling
+        self.prompts: dict[str, str] = dict(self.head.get("prompts") or {})
+        self.dense = _dense_layers(self.head.get("dense") or [], package.head_weights(), self.dimension)
         self.digest = package.digest
         outputs = sorted(set(self.layers.values())) if self.kind == "embedding" else [
             self.head.get("output", "logits")
@@ -90,7 +111,7 @@ class EncoderFamily:
             return {"heads": [head]}
         if self.kind == "embedding":
             return embedding_card([*self.dimensions, *([self.dimension] if self.dimension else [])], self.layers,
-                                  self.head.get("pooling"), bool(self.head.get("normalize")), ["text"])
+                                  self.head.get("pooling"), bool(self.head.get("normalize")), ["text"], self.prompts)
         return {"rerank": {"default": dict(self.rerank_exit), "exits": [dict(self.rerank_exit)]}}
 
     # -- planning ---------------------------------------------------------------------------
@@ -233,7 +254,9 @@ class EncoderFamily:
         output = self.layers.get(layer, "last_hidden_state") if layer is not None else "last_hidden_state"
         if req.options.overflow == "window":
             raise invalid_request("embeddings take overflow reject or truncate")
-        encoded, rows, owners = self._encode_all([(t, None) for t in req.inputs], req.options, "reject")
+        # the input_type's prompt leads each text, as sentence-transformers reads it; none without input_type
+        prompt = self.prompts.get(req.input_type, "") if req.input_type is not None else ""
+        encoded, rows, owners = self._encode_all([(prompt + t, None) for t in req.inputs], req.options, "reject")
         pooling = self.head.get("pooling", "mean")
         normalized = bool(self.head.get("normalize", False))
         dims = req.dimensions if req.dimensions != full else None
@@ -245,7 +268,7 @@ class EncoderFamily:
                 if isinstance(enc, ItemError):
                     items.append(enc)
                     continue
-                vector = embed(ran(outputs)[own[0]][output], pooling, normalized, dims)
+                vector = embed(ran(outputs)[own[0]][output], pooling, normalized, dims, self.dense)
                 items.append((vector, InputUsage.of(enc)))
             return embeddings_body(items, req.encoding_format)
 
