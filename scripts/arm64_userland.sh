@@ -44,6 +44,11 @@ onnx = [p for p in project["optional-dependencies"]["convert"] if p.startswith("
 print(" ".join(project["dependencies"] + onnx))
 EOF
 )
+stamp="$ROOT/opt/venv/.edge-runtime-pins"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pins" ]; then
+    log "ready: $ROOT has the aarch64 venv at these pins"
+    exit 0
+fi
 wheels="$ROOT/tmp/wheels"
 mkdir -p "$wheels"
 log "pip download (aarch64, cp311): $pins"
@@ -59,4 +64,5 @@ in_root /usr/bin/python3 -m venv /opt/venv
 in_root PIP_DISABLE_PIP_VERSION_CHECK=1 /opt/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels $pins
 rm -rf "$wheels"
 in_root /opt/venv/bin/python -c "import onnxruntime, onnx, tokenizers, numpy, sanic; print('aarch64 venv:', onnxruntime.__version__)"
+printf '%s' "$pins" >"$stamp"
 log "ready in $(( $(date +%s) - start ))s: $ROOT ($(du -sh --one-file-system "$ROOT" | cut -f1))"

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's edge_runtime and converters, whatever the venv has installed
 #: The x86 CPU features the report names (numpy reads them with CPUID, so an emulated CPU reports its own).
 FEATURES = ("AVX2", "FMA3", "AVX512F", "AVX512_VNNI", "AVX512VNNI", "AVXVNNI", "AVX512_BF16", "AMX_INT8")
 #: Where scripts/arm64_userland.sh builds the aarch64 userland unless told otherwise.
@@ -153,19 +154,35 @@ def softmax_tail_probe(longest: int = 24, extra: int = 17) -> dict[str, int]:
 
 
 def _integer_checks(package_dir: Path) -> dict[str, Any]:
-    from converters.quantize import Int8Recipe, check_integer_products
+    """Every exact (per-token) int8 graph's integer products against numpy's: an encoder's on 17 real
+    sentences, any other graph (decision backbones, multimodal towers) on its own golden cases' feeds."""
+    from converters.quantize import Int8Recipe, check_integer_products, check_integer_products_on
     from edge_runtime.families.registry import read_package
+    from edge_runtime.packages.golden import read_golden
 
     package = read_package(package_dir)
+    card = package.card.raw
+    graphs = {v: (package.graph(v), package.golden(v), e) for v, e in card["variants"].items()
+              if e.get("quantization") == "per-token"}
+    recipes = {v: e["recipe"] for v, (_, _, e) in graphs.items()}
+    for tower, spec in card.get("towers", {}).items():  # a multimodal package's other towers
+        for v, own in spec.get("variants", {}).items():
+            if v in recipes and own["graph"] != card["variants"][v]["file"]:
+                graphs[f"{v}:{tower}"] = (package.file(own["graph"]), read_golden(package.file(own["golden"])),
+                                          {"recipe": recipes[v]})
     found: dict[str, Any] = {}
-    for variant, entry in package.card.raw["variants"].items():
-        if entry.get("quantization") != "per-token":
-            continue
+    for name, (graph, cases, entry) in graphs.items():
         recipe = Int8Recipe.from_card(entry["recipe"])
         try:
-            found[variant] = check_integer_products(package.graph(variant), package.file("tokenizer.json"), recipe)
+            if card["family"] == "encoder":
+                found[name] = check_integer_products(graph, package.file("tokenizer.json"), recipe)
+            else:
+                checks = [check_integer_products_on(graph, case.feeds, recipe) for case in cases]
+                found[name] = {"gemms": checks[0]["gemms"], "rows": sum(c["rows"] for c in checks),
+                               "max_relative_error": max(c["max_relative_error"] for c in checks),
+                               "pair_sum_bound": checks[0]["pair_sum_bound"], "on": "golden feeds"}
         except ValueError as exc:
-            found[variant] = {"error": str(exc)}
+            found[name] = {"error": str(exc)}
     return found
 
 
@@ -206,7 +223,7 @@ def report(packages: list[Path], rows: dict[str, Any] | None = None,
     from edge_runtime.families.registry import read_package
 
     here = cpu.cpu_class()
-    result: dict[str, Any] = {"machine": cpu.machine(), "arch_class": here["arch_class"],
+    result: dict[str, Any] = {"machine": cpu.machine(), "arch_class": cpu.arch_class(),
                               "row_multiple": cpu.row_multiple(), "int8_instructions": here["int8_instructions"]}
     probe = pair_sum_probe()
     result["pair_sums"] = {**probe, "saturates": probe["weight_127"] != 255 * 127 * 64,
@@ -227,7 +244,7 @@ def report(packages: list[Path], rows: dict[str, Any] | None = None,
             key = f"{p.name}/{variant}"
             given = (rows or {}).get(key, {}).get("rows")
             variants[variant], ran[key] = variant_report(p, variant, given, outputs)
-        integer = _integer_checks(p) if (p / "tokenizer.json").is_file() else {}
+        integer = _integer_checks(p)
         result["packages"][str(p)] = {"integer_products": integer, "variants": variants}
     return result, ran
 

@@ -38,20 +38,13 @@ from edge_runtime.engine import cpu
 from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.families.registry import read_package
 from edge_runtime.packages.golden import check_tolerance
+from tests.support.scripts import load_script
 from tests.support.server_harness import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from cpu_class_check import (  # noqa: E402
-    ARM_CPUS,
-    DEFAULT_ARM64_ROOT,
-    DEFAULT_PACKAGES,
-    arm64_missing,
-    build_fixtures,
-    compare_outputs,
-)
-
 SCRIPT = ROOT / "scripts" / "cpu_class_check.py"
-ARM_MISSING = arm64_missing(DEFAULT_ARM64_ROOT)
+CHECK = load_script(SCRIPT)
+ARM_CPUS: dict[str, str] = CHECK.ARM_CPUS
+ARM_MISSING = CHECK.arm64_missing(CHECK.DEFAULT_ARM64_ROOT)
 needs_arm = pytest.mark.skipif(ARM_MISSING is not None, reason=f"aarch64 emulation: {ARM_MISSING}")
 #: per emulated ARM class: its architecture class, and whether ONNX Runtime runs the plain-NEON X8S8 kernel
 ARM_CLASSES = {"neon": ("aarch64", True), "udot": ("aarch64", False), "i8mm": ("aarch64", False),
@@ -145,11 +138,11 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Path
     into models/ when missing), and their report and probe-row outputs on this CPU."""
     if ARM_MISSING is not None:
         pytest.skip(f"aarch64 emulation: {ARM_MISSING}")
-    packages = build_fixtures(ROOT / ".cache" / "cpu-classes")
-    if not all((ROOT / "models" / name / "MANIFEST.json").is_file() for name in DEFAULT_PACKAGES):
+    packages = CHECK.build_fixtures(ROOT / ".cache" / "cpu-classes")
+    if not all((ROOT / "models" / name / "MANIFEST.json").is_file() for name in CHECK.DEFAULT_PACKAGES):
         subprocess.run([sys.executable, "-m", "converters", "default", "--out", str(ROOT / "models")],
                        cwd=ROOT, check=True)
-    packages += [ROOT / "models" / name for name in DEFAULT_PACKAGES]
+    packages += [ROOT / "models" / name for name in CHECK.DEFAULT_PACKAGES]
     outputs = tmp_path_factory.mktemp("native") / "outputs.pickle"
     report, done = _check("--outputs", str(outputs), *map(str, packages))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -171,7 +164,7 @@ def test_every_kind_and_default_on_an_emulated_arm_class(name: str, native: tupl
     assert (report["softmax_tail"]["differ"] > 0) is (arch == "aarch64")
     assert report["softmax_tail"]["differ_padded_to_8"] == 0
     ran = pickle.loads(outputs.read_bytes())
-    across = compare_outputs(pickle.loads(here_outputs.read_bytes()), ran)
+    across = CHECK.compare_outputs(pickle.loads(here_outputs.read_bytes()), ran)
     for package in map(str, packages):
         checked, native_variants = report["packages"][package], here["packages"][package]["variants"]
         assert not any("error" in v for v in checked["integer_products"].values()), checked["integer_products"]

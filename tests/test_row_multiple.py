@@ -40,10 +40,9 @@ def test_the_architecture_class_and_its_row_multiple() -> None:
 
 def test_this_machine_is_classed_as_its_cpu_says() -> None:
     here = cpu.cpu_class()
-    assert here["arch_class"] == cpu.arch_class() == cpu.classify(cpu.machine(), set(here["int8_instructions"])
-                                                                  | set(cpu.hwcap_flags()))
+    assert cpu.arch_class() == cpu.classify(cpu.machine(), set(here["int8_instructions"]) | cpu.hwcap_flags())
     if cpu.machine() == "x86_64":
-        assert here["arch_class"] == "x86_64" and cpu.row_multiple() == 1
+        assert cpu.arch_class() == "x86_64" and cpu.row_multiple() == 1
         assert cpu.hwcap_flags() == set()  # x86's auxiliary vector bits mean other things
 
 

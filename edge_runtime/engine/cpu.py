@@ -133,10 +133,9 @@ def _here() -> tuple[str, str, list[str]]:
 
 
 def cpu_class() -> dict[str, Any]:
-    """This machine's CPU model, int8 instructions and architecture class:
-    ``{"model": ..., "int8_instructions": [...], "arch_class": ...}``."""
-    model, arch, flags = _here()
-    return {"model": model, "int8_instructions": [f for f in flags if f in INT8_FLAGS], "arch_class": arch}
+    """This machine's CPU model and int8 instructions: ``{"model": ..., "int8_instructions": [...]}``."""
+    model, _, flags = _here()
+    return {"model": model, "int8_instructions": [f for f in flags if f in INT8_FLAGS]}
 
 
 def arch_class() -> str:

@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edge_runtime.engine.batching import padded_width
-
 if TYPE_CHECKING:  # importable without onnxruntime
     from edge_runtime.engine.session import GraphSession
 
@@ -399,7 +397,7 @@ class VisionLanguageForward:
         lengths = np.array([len(b) for b in row.branches], dtype=np.int64)
         if lengths.min() < 1:
             raise ValueError("every branch needs at least one token")
-        width, n = padded_width(past + int(lengths.max()), self.text.row_multiple) - past, len(row.branches)
+        width, n = int(lengths.max()), len(row.branches)
         ids = np.zeros((n, width), dtype=np.int64)
         bias = np.full((n, 1, width, past + width), MASKED, dtype=np.float32)
         bias[:, :, :, :past] = 0.0
