@@ -133,7 +133,7 @@ class Inputs:
 
 def make_inputs(package: Path) -> Inputs:
     """A state of about STATE_TOKENS tokens and the eight questions, tokenized as the family does."""
-    from edge_runtime.families.decision_codes.family import CodesPrompt
+    from edge_runtime.families.codes_prompt import CodesPrompt
     from edge_runtime.requests.decisions import parse_decisions_request
 
     prompt = CodesPrompt.from_files(package / "tokenizer.json",

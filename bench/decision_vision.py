@@ -216,8 +216,8 @@ def load_torch(source: Path, package: Path, threads: int) -> Answer:
     from tokenizers import Tokenizer
     from transformers import Qwen3VLForConditionalGeneration
 
-    from edge_runtime.families.decision_codes.family import READOUT
-    from edge_runtime.families.decision_vision.family import VisionPlanner
+    from edge_runtime.families.codes_prompt import READOUT
+    from edge_runtime.families.decision_vision.planner import VisionPlanner
     from edge_runtime.families.registry import read_package
     from edge_runtime.heads.decisions import select_temperature
     from edge_runtime.questions import answer

@@ -1,5 +1,7 @@
 """Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch, Optimum and bare ONNX
-Runtime in-process, then image and audio embeddings against the same towers in PyTorch (bench/media.py).
+Runtime in-process, at batch 1, 8 and 32, then image and audio embeddings against the same towers in
+PyTorch (bench/media.py). Our own exact int8 graph also runs in-process (a bare session, tokenizers and
+numpy pooling) beside the server, so what the server adds around the forward is a number per batch.
 
 Every contestant has the same intra-op thread count. Rounds are interleaved in a rotating order so
 that drift on a shared machine spreads over every contestant alike. Our int8 is the exact
@@ -22,13 +24,12 @@ from bench.harness.stats import Summary, ratio, summarize
 from bench.harness.texts import sentences
 
 BATCH = 32
-CALLS_BATCH1 = 30   # timed calls per round at batch 1
-CALLS_BATCH32 = 6   # timed calls per round at batch 32
-WARMUP_BATCH1 = 5
-WARMUP_BATCH32 = 2
+#: Batch size -> (timed calls per round, untimed calls before the first round).
+BATCHES = {1: (30, 5), 8: (12, 3), BATCH: (6, 2)}
 SETTLE_S = 0.3      # idle gap between contestants, so spinning pools of the previous one go quiet
 REFERENCE = "torch"
 ORT = "onnxruntime"
+ORT_INT8 = "onnxruntime-int8"
 #: Issue 13's targets for exact int8 over HTTP at batch 32.
 TARGET_VS_TORCH = 2.0
 TARGET_VS_ORT = 1.5
@@ -38,14 +39,21 @@ TARGET_VS_ORT = 1.5
 class Result:
     key: str
     contestant: Contestant
-    batch1: Summary
-    batch32: Summary
+    by_batch: dict[int, Summary]
+
+    @property
+    def batch1(self) -> Summary:
+        return self.by_batch[1]
+
+    @property
+    def batch32(self) -> Summary:
+        return self.by_batch[BATCH]
 
 
 def _contestants(lab: Lab) -> dict[str, Contestant]:
     """Start everything in parallel (loading dominates), then wait for each."""
     servers = {v: lab.start_server(v) for v in ("fp32", "int8")}
-    workers = {k: lab.start_worker(k) for k in ("sentence-transformers", "optimum", ORT)}
+    workers = {k: lab.start_worker(k) for k in ("sentence-transformers", "optimum", ORT, ORT_INT8)}
     for server in servers.values():
         server.wait_ready()
     for worker in workers.values():
@@ -57,6 +65,7 @@ def _contestants(lab: Lab) -> dict[str, Contestant]:
         REFERENCE: workers["sentence-transformers"],
         "optimum": workers["optimum"],
         ORT: workers[ORT],
+        ORT_INT8: workers[ORT_INT8],
     }
 
 
@@ -68,30 +77,48 @@ def alone_vs_batched(contestant: HttpContestant, texts: list[str]) -> int:
 
 
 def run(lab: Lab) -> list[Table]:
-    """Measure, then return the headline, latency, throughput and agreement tables."""
+    """Measure, then return the headline, latency, throughput, overhead and agreement tables."""
     rounds = lab.settings.rounds
     contestants = _contestants(lab)
-    one = sentences(1, seed=7)
-    batch = sentences(BATCH, seed=11)
+    texts = {size: sentences(size, seed=7 if size == 1 else 11) for size in BATCHES}
     for c in contestants.values():
-        c.time(one, WARMUP_BATCH1)
-        c.time(batch, WARMUP_BATCH32)
+        for size, (_, warmup) in BATCHES.items():
+            c.time(texts[size], warmup)
     keys = list(contestants)
-    b1: dict[str, list[list[float]]] = {k: [] for k in keys}
-    b32: dict[str, list[list[float]]] = {k: [] for k in keys}
+    timed: dict[str, dict[int, list[list[float]]]] = {k: {size: [] for size in BATCHES} for k in keys}
     for r in range(rounds):
         order = keys[r % len(keys):] + keys[: r % len(keys)]
         for key in order:
             time.sleep(SETTLE_S)
-            b1[key].append(contestants[key].time(one, CALLS_BATCH1))
-            b32[key].append(contestants[key].time(batch, CALLS_BATCH32))
-    results = {k: Result(k, contestants[k], summarize(b1[k]), summarize(b32[k])) for k in keys}
+            for size, (calls, _) in BATCHES.items():
+                timed[key][size].append(contestants[key].time(texts[size], calls))
+    results = {k: Result(k, contestants[k], {size: summarize(v) for size, v in timed[k].items()}) for k in keys}
+    batch = texts[BATCH]
     vectors = {k: contestants[k].embed(batch) for k in keys}
     identical = {k: alone_vs_batched(contestants[k], batch)  # type: ignore[arg-type]
                  for k in ("ours-fp32", "ours-int8")}
     tables = [int8_table(results, vectors, identical), latency_table(results, lab.settings.threads, rounds),
-              throughput_table(results), agreement_table(results, vectors)]
+              throughput_table(results), overhead_table(results), agreement_table(results, vectors)]
     return tables + media.run(lab)  # image and audio rows: SigLIP base vision, Whisper tiny.en
+
+
+def overhead_table(results: dict[str, Result]) -> Table:
+    """What the server adds around the forward: each of our variants over HTTP (base64 for int8, exact
+    bytes) against the same graph in-process, at every batch size."""
+    rows = []
+    for http_key, local_key in (("ours-int8-b64", ORT_INT8), ("ours-fp32", ORT)):
+        for size in BATCHES:
+            http, local = results[http_key].by_batch[size], results[local_key].by_batch[size]
+            rows.append([results[http_key].contestant.label, str(size), fmt_ms(local.median), fmt_ms(http.median),
+                         fmt_ms(http.median - local.median), fmt_ratio(ratio(local.median, http.median))])
+    return Table(
+        "Embeddings: the server around the forward (HTTP against the same graph in-process)",
+        ["served", "batch", "in-process median ms", "HTTP median ms", "server + HTTP ms", "in-process / HTTP"],
+        rows,
+        ["In-process: a bare ONNX Runtime session on the package's graph with the same pinned settings and "
+         "threads, the package's tokenizer and numpy mean pooling. HTTP: the client's wall time, so the "
+         "difference holds the client's own encoding and decoding as well as the server's work."],
+    )
 
 
 def int8_table(results: dict[str, Result], vectors: dict[str, np.ndarray], identical: dict[str, int]) -> Table:
@@ -131,7 +158,7 @@ def latency_table(results: dict[str, Result], threads: int, rounds: int) -> Tabl
         fmt_ratio(ratio(ours.median, r.batch1.median)),
     ] for r in results.values()]
     return Table(
-        f"Embeddings, batch 1: latency (all-MiniLM-L6-v2, {threads} threads, {rounds} rounds × {CALLS_BATCH1} calls)",
+        f"Embeddings, batch 1: latency (all-MiniLM-L6-v2, {threads} threads, {rounds} rounds × {BATCHES[1][0]} calls)",
         ["contestant", "median ms", "p90 ms", "round medians ms (best–worst)", "speed vs torch",
          "speed vs torch (best rounds)", "speed vs ours fp32"],
         rows,

@@ -5,7 +5,7 @@ Exporting the whole vision forward fails three ways (the grid is baked in or dat
 docs/reference/multimodal-feasibility.md §1), so the tower is traced as a grid-free core with the
 TorchScript tracer at opset 18: ``patches``, ``pos_idx``, ``pos_w``, ``rowcol`` in, ``image_embeds``
 (and ``deepstack_embeds`` where the tower has deepstack mergers) out; everything grid-shaped is computed
-by the server in numpy (edge_runtime.families.decision_vision.vision_lm).
+by the server in numpy (edge_runtime.vision_lm.grid).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def export_vision_core(visual: Any, vcfg: Any, path: Path) -> dict[str, Any]:
     deepstack) to ``path`` (TorchScript, opset 18); returns its shapes as the card records them."""
     import torch
 
-    from edge_runtime.families.decision_vision.vision_lm import position_taps, rowcol
+    from edge_runtime.vision_lm.grid import position_taps, rowcol
 
     deepstack = len(vcfg.deepstack_visual_indexes)
     n = 16  # a 4x4 patch grid; nothing in the graph depends on it
@@ -90,7 +90,7 @@ def export_vision_core(visual: Any, vcfg: Any, path: Path) -> dict[str, Any]:
 def vision_golden(session: Any, patches: Any, side: int, merge: int) -> dict[str, np.ndarray]:
     """The vision core's golden case on ``patches`` (an image through the server's processor), as the
     package's VISION_GOLDEN file holds it: the feeds under ``in/<name>``, the outputs under ``out/<name>``."""
-    from edge_runtime.families.decision_vision.vision_lm import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
+    from edge_runtime.vision_lm.grid import PATCHES, POS_IDX, POS_W, ROWCOL, position_taps, rowcol
 
     idx, w = position_taps(patches.grid_h, patches.grid_w, side, merge)
     feeds = {PATCHES: patches.patches, POS_IDX: idx, POS_W: w, ROWCOL: rowcol(patches.grid_h, patches.grid_w, merge)}

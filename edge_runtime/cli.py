@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+# Nothing here imports numpy before main() has read --threads: numpy's BLAS sizes its pool once, at import.
 from edge_runtime import config as cfg
 from edge_runtime.config import ConfigError, EntryDefaults, ServeConfig
-from edge_runtime.models_file import ENGINES, check_device, command_line_models, load_models_file
 
 #: Flags of upstream's ``vllm-srun serve`` that this runtime refuses, and why.
 REFUSED_FLAGS: dict[str, str] = {
@@ -63,7 +63,7 @@ def _whole(text: str) -> int:
 
 def _device(text: str) -> str:
     try:
-        return check_device(text, "--device")
+        return cfg.check_device(text, "--device")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -190,6 +190,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_config(args: argparse.Namespace) -> ServeConfig:
+    from edge_runtime.models_file import ENGINES, command_line_models, load_models_file
+
     if args.engine not in ENGINES:
         raise ConfigError(f"--engine {args.engine!r} is not served here: edge-runtime runs ONNX Runtime "
                           f"(engine {' or '.join(ENGINES)})")

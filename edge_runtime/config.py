@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,9 @@ DEFAULT_LOAD_RETRY_SECONDS = 5.0
 MAX_LOAD_RETRY_SECONDS = 300.0
 UPDATE_POLICIES = ("beside", "replace")
 SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
-DEVICES = ("cpu", "cuda", "auto")  # and cuda:N (models_file.check_device)
 BATCHING = ("exact", "padded")
+# cpu, cuda (its first device), cuda:N (device N) or auto (CUDA when it loads, else the CPU).
+_DEVICE = re.compile(r"^(cpu|auto|cuda(:[0-9]+)?)$")
 # variant "auto": the package's exact int8 on the CPU when it has one, else fp32 (loading.py).
 AUTO_VARIANT = "auto"
 
@@ -237,6 +239,14 @@ def update_rules(raw: Any, where: str) -> UpdateRules:
             raise ConfigError(f"{where}.{key} must be a number from 0 to 1, not {value!r}")
         values[key] = float(value)
     return UpdateRules(**values)
+
+
+def check_device(device: Any, where: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``auto``; other accelerators are named in the refusal."""
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise ConfigError(f"{where} must be cpu, cuda, cuda:N or auto, not {device!r} (edge-runtime runs ONNX "
+                          "Runtime on the CPU, or on NVIDIA GPUs through its CUDA provider)")
+    return device
 
 
 def served_names(models: tuple[ModelConfig, ...]) -> str:

@@ -27,6 +27,7 @@ from edge_runtime.engine.devices import resolve_device
 from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
 from edge_runtime.engine.probe import PROBE_LENGTHS, finite_or_none
 from edge_runtime.engine.result_cache import ResultCache
+from edge_runtime.engine.threads import ThreadChoice, choose_threads
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family, read_package
 from edge_runtime.packages import Package, PackageError
@@ -106,6 +107,7 @@ class ServedModel:
     numerics_max_abs_diff: float | None = None  # approximate only: the probe's batch vs rows alone
     self_check: dict[str, Any] = field(default_factory=lambda: {"status": "unverified"})
     result_cache: ResultCache | None = None  # this version's row outputs (engine/result_cache.py)
+    thread_choice: ThreadChoice | None = None  # the thread count each forward size takes (engine/threads.py)
     retryable: bool = False  # the last load failed for a reason that may pass (memory, a device, a file)
     attempts: int = 0  # loads tried
     artifact_note: str | None = None  # how an artifact became its package (reused or converted)
@@ -200,6 +202,7 @@ class ServedModel:
                     "max_queue": self.config.max_queue,
                     "grouping": self.grouping,
                     **self._batching_args(),
+                    **({"threads_by_tokens": self.thread_choice.describe()} if self.thread_choice else {}),
                 },
                 numerics=self.numerics,
             )
@@ -290,6 +293,11 @@ def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | 
         forward = model.family.forward
         if chosen.grouping == "buckets" and chosen.probe is not None and chosen.probe.buckets is not None:
             forward = forward.bucketed(chosen.probe.buckets)  # type: ignore[attr-defined]
+        _check_stop(stop)
+        model.thread_choice = choose_threads(model.session, forward, model.family.probe_row,
+                                             model.family.max_input_tokens, batches=chosen.grouping != "alone")
+        if model.thread_choice is not None:
+            model.session.use_threads(model.thread_choice.plan)
         model.executor = ModelExecutor(
             model.name, forward, model.grouping, cfg.max_queue, max_batch_tokens=cfg.max_batch_tokens, metrics=metrics,
             inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off

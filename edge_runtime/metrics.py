@@ -21,6 +21,9 @@ TOKEN_BUCKETS = tuple(64 * 2**i for i in range(13))
 
 #: The figures of an agreement report exported per model (edge_runtime/updates/agreement.py).
 AGREEMENT_FIGURES = ("max_abs_dp", "argmax_agreement", "min_cosine", "mean_cosine", "cases")
+#: The label values of edge_runtime_model_swaps_total and edge_runtime_model_rollbacks_total.
+SWAP_RESULTS = ("succeeded", "failed", "waiting", "held")
+ROLLBACK_REASONS = ("verify", "load", "self_check", "memory", "agreement", "explicit", "error_rate", "p99")
 
 
 class Metrics:
@@ -80,8 +83,11 @@ class Metrics:
                              "(succeeded, failed, waiting: a package not yet complete, held: an output space "
                              "change kept standby).", ["model", "result"],
                              registry=r)
+        self.drain_timeouts = Counter(f"{PREFIX}_model_drain_timeouts", "Versions released at "
+                                      "--update-drain-seconds while requests still held them (what was queued "
+                                      "was answered 503).", ["model"], registry=r)
         self.rollbacks = Counter(f"{PREFIX}_model_rollbacks", "Versions not promoted or rolled back, by reason "
-                                 "(verify, load, self_check, memory, agreement, explicit, error_rate, p99).",
+                                 f"({', '.join(ROLLBACK_REASONS)}).",
                                  ["model", "reason"],
                                  registry=r)
         self.load_duration = Histogram(f"{PREFIX}_model_load_duration_seconds", "Loading and verifying one version.",
@@ -98,6 +104,12 @@ class Metrics:
         self.memory_budget = Gauge(f"{PREFIX}_memory_budget_bytes", "Memory a new version may use: the cgroup "
                                    "v2 limit minus usage, else MemAvailable, less the configured reserve.",
                                    registry=r)
+        self.memory_limit = Gauge(f"{PREFIX}_memory_limit_bytes", "Memory the process may use in all: the "
+                                  "cgroup v2 memory.max under a limit, else MemTotal.", registry=r)
+        # Read from the runtime at each scrape once watch_runtime is called, as edge_runtime_ready is
+        # then and edge_runtime_model_failed always (_FailedModels).
+        self.live = Gauge(f"{PREFIX}_live", "1 while /health/live answers alive, 0 while a forward has run "
+                          "past --forward-timeout-seconds or a model's worker thread is gone.", registry=r)
         self.agreement = Gauge(f"{PREFIX}_model_agreement", "The last agreement report per model (a new version "
                                "against the active one on the golden cases): max_abs_dp, argmax_agreement, "
                                "min_cosine, mean_cosine, cases.", ["model", "figure"], registry=r)
@@ -211,6 +223,14 @@ class Metrics:
     def set_ready(self, ready: bool) -> None:
         self.ready.set(1.0 if ready else 0.0)
 
+    def watch_runtime(self, runtime: Any) -> None:
+        """Read ``runtime`` (a Runtime) at every scrape: edge_runtime_ready from its status (which
+        otherwise changes only when /health is asked), edge_runtime_live from its stall check, and
+        edge_runtime_model_failed for its served names whose version failed."""
+        self.ready.set_function(lambda: 1.0 if runtime.status() == "ready" else 0.0)
+        self.live.set_function(lambda: 0.0 if runtime.stalled() else 1.0)
+        self.registry.register(_FailedModels(lambda: runtime.models.values()))
+
     def model_info(self, model: Any) -> None:
         card = model.package.card
         self.info.labels(model.name, card.family, card.kind, model.config.variant, model.dtype(),
@@ -234,6 +254,13 @@ class Metrics:
         if version is not None:
             self._active_versions[model] = version
             self.active_version.labels(model, version).set(1.0)
+            # A counter child first seen at 1 shows Prometheus no increase (there is no earlier
+            # sample), so an alert on increase() would miss a model's first rollback: start at 0.
+            for result in SWAP_RESULTS:
+                self._child(self.swaps, model, result)
+            for reason in ROLLBACK_REASONS:
+                self._child(self.rollbacks, model, reason)
+            self._child(self.drain_timeouts, model)
 
     def set_agreement(self, model: str, report: dict[str, Any]) -> None:
         """The figures of ``model``'s last agreement report; a figure it does not have is removed."""
@@ -255,14 +282,41 @@ class _CacheSizes:
     def __init__(self, read: Callable[[], dict[str, tuple[int, int]]]) -> None:
         self._read = read
 
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._families()
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        sizes = self._read()
-        entries = GaugeMetricFamily(f"{PREFIX}_result_cache_entries", "Row outputs the result caches hold.",
-                                    labels=["model"])
-        held = GaugeMetricFamily(f"{PREFIX}_result_cache_bytes", "Bytes of row outputs the result caches hold.",
-                                 labels=["model"])
-        for model, (count, size) in sorted(sizes.items()):
+        entries, held = self._families()
+        for model, (count, size) in sorted(self._read().items()):
             entries.add_metric([model], count)
             held.add_metric([model], size)
         yield entries
         yield held
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (GaugeMetricFamily(f"{PREFIX}_result_cache_entries", "Rows and answers the result caches hold.",
+                                  labels=["model"]),
+                GaugeMetricFamily(f"{PREFIX}_result_cache_bytes", "Bytes the result caches hold.",
+                                  labels=["model"]))
+
+
+class _FailedModels:
+    """edge_runtime_model_failed{model, reason}: 1 for each served name whose version failed to load
+    (reason: load, verify or self_check, as ServedModel.reason_code); no sample while none has."""
+
+    name = f"{PREFIX}_model_failed"
+    documentation = "1 for a served model whose version failed to load, by why (load, verify, self_check)."
+
+    def __init__(self, models: Callable[[], Any]) -> None:
+        self.models = models
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.documentation, labels=["model", "reason"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=["model", "reason"])
+        for model in list(self.models()):
+            if model.status == "failed":
+                family.add_metric([model.name, model.reason_code or "load"], 1.0)
+        yield family

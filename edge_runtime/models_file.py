@@ -6,7 +6,6 @@ a missing one fails its model alone when the models load."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,10 @@ from edge_runtime.config import (
     EntryDefaults,
     ModelConfig,
     ServeConfig,
+    check_device,
     update_rules,
 )
 
-# cpu, cuda (its first device), cuda:N (device N) or auto (CUDA when it loads, else the CPU).
-_DEVICE = re.compile(r"^(cpu|auto|cuda(:[0-9]+)?)$")
 _MODEL_KEYS = {
     "name", "package", "variant", "device", "threads", "max_queue", "batching", "limits", "aliases", "spinning",
     "tf32", "update", "result_cache_entries",
@@ -49,14 +47,6 @@ def _whole(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{where} must be a whole number of at least 0, not {value!r}")
     return value
-
-
-def check_device(device: Any, where: str) -> str:
-    """``cpu``, ``cuda``, ``cuda:N`` or ``auto``; other accelerators are named in the refusal."""
-    if not isinstance(device, str) or not _DEVICE.match(device):
-        raise ConfigError(f"{where} must be cpu, cuda, cuda:N or auto, not {device!r} (edge-runtime runs ONNX "
-                          "Runtime on the CPU, or on NVIDIA GPUs through its CUDA provider)")
-    return device
 
 
 def _model(entry: Any, index: int, base: Path, defaults: EntryDefaults) -> ModelConfig:

@@ -235,6 +235,7 @@ class Runtime:
                 # api/statuses.py gives each its code and status.
                 result = await executor.submit(rows, deadline, refusable=not admitted_whole())
             except DeadlineExceeded:
+                plan.complete = False
                 outputs = ItemError("deadline_exceeded", "options.deadline_ms passed before the input was run")
             else:
                 outputs = result.outputs if lookup is None else lookup.complete(result.outputs)

@@ -11,7 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from edge_runtime.engine.errors import EngineError, ForwardError
+from edge_runtime.engine.result_cache import KeptAnswer, answer_key
 from edge_runtime.errors import ApiError
 from edge_runtime.families.base import Plan
 from edge_runtime.loading import ServedModel
@@ -70,11 +73,50 @@ def deadline_at(deadline_ms: float | None, started: float) -> float | None:
     return None if deadline_ms is None else started + deadline_ms / 1000.0
 
 
+def _kept(runtime: Runtime, surface: str, body: Any, key: bytes, started: float) -> dict[str, Any] | None:
+    """The request's answer from its model's result cache (engine/result_cache.py), when it was answered
+    before by the version that would answer it now; None otherwise (the request then takes the whole
+    path, which also says what is wrong with a request that cannot be answered)."""
+    name = body.get("model") if isinstance(body, dict) else None
+    if name is not None and not isinstance(name, str):
+        return None
+    try:
+        model = runtime.resolve(surface, name)
+    except ApiError:
+        return None
+    try:
+        cache = model.result_cache
+        kept = cache.answer(key) if cache is not None else None
+        if kept is None:
+            return None
+        answer: dict[str, Any] = {"model": model.name, **orjson.loads(kept.body)}
+    finally:
+        model.release()
+    model.stats.record(time.monotonic() - started, False)
+    _answered(runtime, model, surface, body, kept.input_tokens)
+    return answer
+
+
+def _answered(runtime: Runtime, model: ServedModel, surface: str, body: Any, input_tokens: int) -> None:
+    if runtime.on_answered is not None:
+        runtime.on_answered(model, surface, body)
+    if runtime.metrics is not None and input_tokens:
+        runtime.metrics.input_tokens.labels(model.name).inc(input_tokens)
+
+
 async def serve(
     runtime: Runtime, surface: str, body: Any, timing: Timing, bundle_deadline: float | None = None
 ) -> dict[str, Any]:
-    """Answer one surface request; raises ApiError (or an engine error) for request-level failures."""
+    """Answer one surface request; raises ApiError (or an engine error) for request-level failures.
+
+    A small request answered before by the same version is answered from its result cache; a large
+    one is not hashed on the loop (its rows still are, where they are planned)."""
     started = time.monotonic()
+    key = None if offloaded() else answer_key(surface, body)
+    if key is not None:
+        kept = _kept(runtime, surface, body, key, started)
+        if kept is not None:
+            return kept
     with timing.phase("tokenize"):
         if offloaded():  # a large body: all of it in one hand-off
             request, model, plan = await runtime.work.run(_prepare, runtime, surface, body)
@@ -101,10 +143,12 @@ async def serve(
     finally:
         model.release()
         model.stats.record(time.monotonic() - started, failed)
-    if runtime.on_answered is not None:
-        runtime.on_answered(model, surface, body)
-    if runtime.metrics is not None and plan.input_tokens:
-        runtime.metrics.input_tokens.labels(model.name).inc(plan.input_tokens)
+    _answered(runtime, model, surface, body, plan.input_tokens)
+    if plan.usage is not None:  # counted while planning (the decision families): not in their answers
+        answer = {**answer, "usage": plan.usage}
+    cache = model.result_cache
+    if key is not None and cache is not None and plan.complete and not request.options.return_meta:
+        cache.keep_answer(key, KeptAnswer(orjson.dumps(answer), len(plan.rows), plan.input_tokens))
     out: dict[str, Any] = {"model": model.name, **answer}
     if request.options.return_meta:
         out["meta"] = model.meta(timing, plan.extras)

@@ -83,3 +83,16 @@ def test_the_tree_names_every_converter_folder_and_module() -> None:
     assert set(documented) == set(actual), sorted(set(documented) ^ set(actual))
     for folder, modules in actual.items():
         assert modules == documented[folder], (folder or "converters", sorted(modules ^ documented[folder]))
+
+
+_PATH = re.compile(r"(?<![\w/.])((?:[a-z_0-9.-]+/)+[a-z_0-9.-]+\.(?:py|md|yaml|json|sh|txt))\b")
+
+
+def test_every_path_the_document_names_exists() -> None:
+    """A path with a folder in it (tests/test_import_rules.py, api/openapi.yaml, bench/harness/load.py)
+    names a file of the checkout, of edge_runtime, or of converters."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(_PATH.findall(text))
+    assert len(named) > 10  # the parser reads the document's paths
+    missing = sorted(p for p in named if not any((base / p).exists() for base in (ROOT, PACKAGE, ROOT / "converters")))
+    assert not missing, missing

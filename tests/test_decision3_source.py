@@ -23,7 +23,8 @@ from converters.decision3.tokenizer import (
     tokenizer_mismatches,
 )
 from converters.errors import ConversionError
-from edge_runtime.families.decision3.prompt import D3Prompt, PromptTokens, describe, option_texts, refusal
+from edge_runtime.families.code_options import option_texts
+from edge_runtime.families.decision3.prompt import D3Prompt, PromptTokens, describe, refusal
 from edge_runtime.questions import Question, parse_question
 from tests.support.d3_models import needs_reference, reference_environment
 

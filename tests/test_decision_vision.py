@@ -22,9 +22,9 @@ from converters.decision_vision.fixture import build_decision_vision_fixture_res
 from converters.errors import ConversionError
 from edge_runtime.errors import ApiError
 from edge_runtime.families.decision_vision.family import DecisionVisionFamily
-from edge_runtime.families.decision_vision.vision_lm import Block, position_taps, rope_positions, rowcol, torch_linspace
 from edge_runtime.families.registry import read_package
 from edge_runtime.requests.decisions import parse_decisions_request
+from edge_runtime.vision_lm.grid import Block, position_taps, rope_positions, rowcol, torch_linspace
 from tests.support.vision import BODY_QUESTIONS, png_b64, png_url, sample_image
 
 PROBABILITY_TOLERANCE = 1e-5
@@ -240,7 +240,7 @@ def test_state_once_equals_each_question_alone(family) -> None:
 def test_video_answers_equal_transformers(family, torch_vlm) -> None:
     import torch
 
-    from edge_runtime.families.decision_vision.processor import VideoClip, pair_frames
+    from edge_runtime.vision_lm.processor import VideoClip, pair_frames
     from tests.support.media_samples import encode_video
 
     data = encode_video("mp4", seconds=2.0, fps=10, size=(96, 64))
@@ -604,8 +604,9 @@ def test_a_box_locates_the_image_its_instructions_reference(family) -> None:
 def test_the_vision_core_is_self_checked_when_the_graphs_open(built) -> None:
     from edge_runtime.engine import create_session
     from edge_runtime.families.base import Graph, open_graphs
-    from edge_runtime.families.decision_vision.family import VISION_FILE, graphs, vision_golden
+    from edge_runtime.families.decision_vision.family import graphs
     from edge_runtime.packages import GoldenCase
+    from edge_runtime.vision_lm.golden import VISION_GRAPH, vision_golden
 
     package = read_package(built["result"].path)
     text = create_session(package.graph("fp32"), "cpu", 1)
@@ -614,7 +615,7 @@ def test_the_vision_core_is_self_checked_when_the_graphs_open(built) -> None:
     assert checks["vision"]["max_abs_diff"] <= 1e-3
     off = [GoldenCase(c.feeds, {k: v + 0.01 for k, v in c.outputs.items()}) for c in vision_golden(package)]
     with pytest.raises(RuntimeError, match="vision graph golden outputs differ"):
-        open_graphs(package, [Graph("vision", VISION_FILE, lambda _: off)], text)
+        open_graphs(package, [Graph("vision", VISION_GRAPH, lambda _: off)], text)
 
 
 def test_batched_trees_read_what_each_tree_reads_alone(family) -> None:

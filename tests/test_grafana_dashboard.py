@@ -4,7 +4,6 @@ server exports on /metrics (plus the target labels Prometheus adds to every scra
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,26 +12,13 @@ import promql_parser
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.dashboards import DASHBOARDS, INTERVALS, LABEL_VALUES, VARIABLE, panels
 from tests.support.server_harness import Server
 
-ROOT = Path(__file__).resolve().parent.parent
-DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
 # Prometheus attaches these to every series it scrapes; they are not in /metrics.
 TARGET_LABELS = frozenset({"job", "instance"})
-# Grafana's interval variables stand for durations; any one makes the query parse as it will run.
-INTERVALS = re.compile(r"\$__(rate_interval|interval|range)\b|\$\{__(rate_interval|interval|range)\}")
-# A dashboard variable: $name, ${name}, ${name:format} or [[name]].
-VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
-LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\s*\)$")
 
 Exported = dict[str, set[str]]  # sample name -> label names seen on it
-
-
-def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Every panel, including those inside (collapsed) rows."""
-    for panel in items:
-        yield panel
-        yield from panels(panel.get("panels", []))
 
 
 def queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:

@@ -1,7 +1,8 @@
 """The server runs without torch, transformers or optimum, and the layers keep their import rules:
-api -> service/runtime/loading -> requests -> families -> questions -> engine, heads, text, packages,
-media; the bottom layers import none of one another, and the leaves (errors, config, timing, work,
-metrics) import none of our modules."""
+api -> service/runtime/loading -> requests -> families -> questions, vision_lm -> engine, heads, text,
+packages, media; the bottom layers import none of one another, the leaves (errors, config, timing, work,
+metrics) import none of our modules, and no family imports another family (what two share lives
+outside the family folders)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,10 @@ ALLOWED: dict[str, set[str]] = {
     # where an artifact's package is, and converting a source once (in a subprocess)
     "artifacts": {"packages"},
     "requests": {"questions", "media"},  # media: the contract's asset and data-URL limits
-    "families": {"requests", "questions"} | BOTTOM,
+    "families": {"requests", "questions", "vision_lm"} | BOTTOM,
     "questions": {"heads"},
+    # what the families reading images through a Qwen-VL tower share: its processor, grid and files
+    "vision_lm": {"media", "packages"},
     # HTTP only: it reaches the models through service and runtime, and the engine for its error types
     "api": {"service", "runtime", "loading", "requests", "engine", "updates"},
     # the bottom layers are generic and stand alone: none imports another (nor a family)
@@ -121,6 +124,83 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from edge_runtime.api.statuses import status_of\nfrom edge_runtime import API_VERSION\n")
     assert _our_layers(module) == {"api", "__init__"}
+
+
+FAMILIES = PACKAGE / "families"
+#: The one module that names every family: the card family -> class table.
+REGISTRY = FAMILIES / "registry.py"
+
+
+def _module_name(path: Path) -> str:
+    """The dotted name of a module file (a package's ``__init__`` keeps its name, as its relative imports
+    resolve against the package itself)."""
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def _imported(source: str, module: str) -> set[str]:
+    """Every module a source imports, at any depth (inside functions too), relative imports resolved
+    against ``module`` (its dotted name); ``from a import b`` counts ``a`` and ``a.b``."""
+    package = module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def _families() -> set[str]:
+    """The family folders: every package directly under edge_runtime/families."""
+    return {p.parent.name for p in FAMILIES.glob("*/__init__.py")}
+
+
+def _families_imported(source: str, module: str, families: set[str]) -> set[str]:
+    """The family folders a module imports, its own excepted."""
+    own = module.split(".")[2] if module.startswith("edge_runtime.families.") else None
+    named = {m.split(".")[2] for m in _imported(source, module)
+             if m.startswith("edge_runtime.families.") and len(m.split(".")) > 2}
+    return (named & families) - {own}
+
+
+def test_no_family_imports_another() -> None:
+    """A family is changed or removed without reading its neighbours: what two families share lives
+    beside them (families/*.py, edge_runtime/vision_lm, the engine), and only the registry names them."""
+    families = _families()
+    wrong = []
+    for path in sorted(FAMILIES.rglob("*.py")):
+        if path == REGISTRY:
+            continue
+        siblings = _families_imported(path.read_text(encoding="utf-8"), _module_name(path), families)
+        wrong += [f"{path.relative_to(ROOT)} imports the {name} family" for name in sorted(siblings)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_family_check_sees_sibling_imports_at_any_depth() -> None:
+    families = {"decision3", "decision_vision", "decision_codes", "vela2"}
+    source = (
+        "from edge_runtime.families.decision3.prompt import D3Prompt\n"  # its own: allowed
+        "from edge_runtime.families import decision_plan\n"  # shared, not a family
+        "def graphs():\n"
+        "    from edge_runtime.families.decision_vision.family import vision_golden\n"
+        "    import edge_runtime.families.decision_codes.family\n"
+        "    return vision_golden\n"
+        "class F:\n"
+        "    def plan(self):\n"
+        "        from ..vela2 import layout\n"
+        "        from . import video\n"
+    )
+    assert _families_imported(source, "edge_runtime.families.decision3.family", families) == {
+        "decision_vision", "decision_codes", "vela2"}
+    assert _families_imported("from edge_runtime.families import vela2\n", "edge_runtime.families.items",
+                              families) == {"vela2"}
+    assert _imported("from .. import base\n", "edge_runtime.families.vela2.family") == {
+        "edge_runtime.families", "edge_runtime.families.base"}
 
 
 def test_no_test_module_imports_another_and_none_imports_a_star() -> None:

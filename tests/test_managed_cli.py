@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,19 @@ def test_devices_prints_what_the_router_reads() -> None:
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["auto"] in report["devices"] and report["devices"][0] == "cpu"
+
+
+def test_threads_size_the_math_libraries_before_numpy_loads(tmp_path: Path) -> None:
+    """--threads reaches OpenMP/OpenBLAS/MKL through their environment, which they read once, when numpy
+    loads: the command line must not load numpy before it has read --threads."""
+    code = (
+        "import os, sys\n"
+        "from edge_runtime import cli\n"
+        "assert 'numpy' not in sys.modules, 'numpy loaded with the command line'\n"
+        f"code = cli.main(['check', '--threads', '3', '--device', 'cpu', '--models', {str(tmp_path / 'no.yaml')!r}])\n"
+        "print(code, *(os.environ[n] for n in cli.THREAD_ENV))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in cli.THREAD_ENV}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "3", "3", "3"]  # the models file is missing (2); every pool gets 3

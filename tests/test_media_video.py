@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from edge_runtime.errors import ApiError
-from edge_runtime.families.decision_vision.processor import ImageProcessor, ProcessorSettings, pair_frames
 from edge_runtime.media.video import (
     VideoLimits,
     decode_video,
@@ -17,6 +16,7 @@ from edge_runtime.media.video import (
     sample_frames,
     sniff_container,
 )
+from edge_runtime.vision_lm.processor import ImageProcessor, ProcessorSettings, pair_frames
 from tests.support.media_samples import Pipe, encode_video, write_clip
 
 LIMITS = VideoLimits(max_bytes=4_000_000, max_seconds=10, source_max_pixels=200 * 200, fps=2, max_frames=16)

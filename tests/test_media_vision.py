@@ -1,4 +1,4 @@
-"""Image intake (edge_runtime.media.image) and the Qwen2-VL processor (edge_runtime.families.decision_vision.processor):
+"""Image intake (edge_runtime.media.image) and the Qwen2-VL processor (edge_runtime.vision_lm.processor):
 exact against the slow Qwen2VLImageProcessor, and every refusal with its fixed reason."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from edge_runtime.errors import ApiError
-from edge_runtime.families.decision_vision.processor import ImageProcessor, ProcessorSettings, smart_resize
 from edge_runtime.media.image import ImageLimits, decode_image, decode_image_url, upright_rgb
+from edge_runtime.vision_lm.processor import ImageProcessor, ProcessorSettings, smart_resize
 
 LIMITS = ImageLimits(max_bytes=1 << 20, source_max_pixels=4_000_000)
 

@@ -166,7 +166,8 @@ def test_a_small_request_with_media_is_planned_on_the_pool() -> None:
             raise ApiError("invalid_request", "planned")
 
     runtime = Runtime(ServeConfig(models_file=Path("m.yaml"), models=()))
-    runtime.resolve = lambda surface, name: SimpleNamespace(family=Family(), release=lambda: None)  # type: ignore[method-assign]
+    runtime.resolve = lambda surface, name: SimpleNamespace(  # type: ignore[method-assign]
+        family=Family(), release=lambda: None, result_cache=None)
     questions = {"q": {"type": "noul", "instructions": "x"}}
 
     async def request(body: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ carried across a version swap."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import numpy as np
 import orjson
 import pytest
 
-from edge_runtime.config import ModelConfig, ServeConfig
+from edge_runtime.config import ModelConfig, ServeConfig, UpdateRules
 from edge_runtime.engine.result_cache import ResultCache, row_key
 from edge_runtime.metrics import Metrics
 from edge_runtime.runtime import Runtime
@@ -170,3 +171,54 @@ def test_a_request_runs_only_its_misses(runtime: Runtime) -> None:
     assert model.executor.forwards == forwards + 1  # every row kept: no forward at all
     _answer(runtime, "embedding", "embeddings", {"input": ["x", "a new text", "x"]})
     assert model.executor.forwards == forwards + 2
+
+
+def test_whole_answers_are_kept_but_not_one_a_deadline_cut_nor_one_with_timings(runtime: Runtime) -> None:
+    model = runtime.models["sequence-classification"]
+    assert model.executor is not None and model.result_cache is not None
+    body = {"input": ["an answer kept whole", "and its second input"]}
+    first = _answer(runtime, "sequence-classification", "classify", body)
+    entries = model.result_cache.size()[0]
+    forwards = model.executor.forwards
+    assert _answer(runtime, "sequence-classification", "classify", body) == first
+    assert model.executor.forwards == forwards and model.result_cache.size()[0] == entries  # nothing planned or run
+    cut = {"input": ["a deadline that passes at once"], "options": {"deadline_ms": 1e-6}}
+    cut_answer = json.loads(_answer(runtime, "sequence-classification", "classify", cut))
+    assert cut_answer["results"][0]["error"] == "deadline_exceeded"
+    again = json.loads(_answer(runtime, "sequence-classification", "classify", cut))
+    assert again["results"][0]["error"] == "deadline_exceeded"  # not answered from an earlier cut
+    timed = {"input": ["with its timings"], "options": {"return_meta": True}}
+    metas = [json.loads(_answer(runtime, "sequence-classification", "classify", timed))["meta"] for _ in range(2)]
+    assert all("timings" in meta for meta in metas)
+
+
+def test_a_swap_never_answers_from_the_old_versions_cache(tmp_path: Path) -> None:
+    from converters.encoder.fixture import build_fixture
+    from edge_runtime.updates import Updates, UpdateSettings
+
+    old, new = (build_fixture("embedding", tmp_path / f"emb-{seed}", seed=seed) for seed in (0, 1))
+    body = {"input": ["the same request, before and after the swap"]}
+
+    def served(package: Path, entries: int) -> Runtime:
+        runtime = Runtime(ServeConfig(models_file=None, models=(
+            ModelConfig(name="emb", package=package, device="cpu", threads=1, result_cache_entries=entries),)),
+            Metrics())
+        runtime.load_all()
+        return runtime
+
+    runtime = served(old, 16_384)
+    fresh = served(new, 0)
+    updates = Updates(runtime, UpdateSettings(drain_seconds=5.0, watch_seconds=0.0), runtime.metrics)
+    updates.start()
+    try:
+        before = _answer(runtime, "emb", "embeddings", body)
+        assert _answer(runtime, "emb", "embeddings", body) == before  # kept by the old version
+        entry = runtime.models["emb"].config
+        op = updates.load(dataclasses.replace(entry, package=new, update=UpdateRules(allow_space_change=True)))
+        assert op.done.wait(60) and op.state == "succeeded", op.describe()
+        after = _answer(runtime, "emb", "embeddings", body)
+        assert after == _answer(fresh, "emb", "embeddings", body) != before
+    finally:
+        updates.stop()
+        runtime.close()
+        fresh.close()

@@ -10,7 +10,6 @@ the pending-jobs trace bench/scaling.py recorded.
 from __future__ import annotations
 
 import math
-import re
 import subprocess
 import threading
 import time
@@ -24,7 +23,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import jsonschema
-import kubernetes_validate
 import promql_parser
 import pytest
 import yaml
@@ -35,23 +33,25 @@ from edge_runtime.config import ConfigError
 from edge_runtime.engine.executor import ExecutorLoad
 from edge_runtime.metrics import Metrics
 from edge_runtime.models_file import load_models_file
+from tests.support.manifests import (
+    BASE,
+    DEPLOY,
+    K8S,
+    KSERVE,
+    ROOT,
+    manifest_targets,
+    only,
+    scaled_objects,
+    scaler_queries,
+    selectors,
+    validate,
+    yaml_docs,
+)
 from tests.support.server_harness import Server, write_models_file
 
-ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "deploy"
-K8S = DEPLOY / "k8s"
-BASE = K8S / "base"
-KSERVE = DEPLOY / "kserve"
-CRDS = Path(__file__).resolve().parent / "data" / "crds"
 TRACE = Path(__file__).resolve().parent / "data" / "scaling" / "pending-trace.json"
-OVERLAYS = [BASE, K8S, K8S / "keda", K8S / "keda-prometheus", K8S / "prometheus-adapter", KSERVE]
-# The oldest Kubernetes KEDA 2.20 supports and the newest kubernetes-validate knows.
-KUBERNETES_VERSIONS = ("1.32", "1.37")
-CRD_FILES = {
-    ("keda.sh", "ScaledObject"): "keda.sh_scaledobjects.yaml",
-    ("serving.kserve.io", "ServingRuntime"): "serving.kserve.io_servingruntimes.yaml",
-    ("serving.kserve.io", "InferenceService"): "serving.kserve.io_inferenceservices.yaml",
-}
+OVERLAYS = [BASE, K8S, K8S / "keda", K8S / "keda-prometheus", K8S / "prometheus-adapter", KSERVE,
+            DEPLOY / "prometheus"]
 # Trigger metadata names KEDA reads (its scalers' `keda:"name=..."` tags at v2.20.2); a trigger's
 # metadata is a map of strings in the CRD, so a misspelt key would pass the schema unnoticed.
 KEDA_METADATA = {
@@ -66,16 +66,6 @@ DISCOVERY_LABELS = {"namespace", "pod"}
 
 # -- loading and validating manifests --------------------------------------------------------------
 
-def yaml_docs(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
-
-
-def only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d.get("kind") == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    return found[0]
-
-
 @cache
 def kustomize(directory: Path) -> tuple[dict[str, Any], ...]:
     """What `kubectl kustomize DIR` renders, parsed."""
@@ -85,54 +75,12 @@ def kustomize(directory: Path) -> tuple[dict[str, Any], ...]:
     return tuple(d for d in yaml.safe_load_all(done.stdout) if d is not None)
 
 
-def _close(schema: Any) -> Any:
-    """A copy of an OpenAPI v3 schema in which objects with listed properties refuse unknown fields."""
-    if isinstance(schema, list):
-        return [_close(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _close(v) for k, v in schema.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
-        out["additionalProperties"] = False
-    return out
-
-
-@cache
-def crd_schema(group: str, kind: str, version: str) -> dict[str, Any]:
-    """spec.versions[name == version].schema.openAPIV3Schema of the shipped CRD, closed."""
-    (crd,) = yaml_docs(CRDS / CRD_FILES[(group, kind)])
-    assert (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == (group, kind)
-    versions = {v["name"]: v for v in crd["spec"]["versions"]}
-    assert version in versions, f"{kind}: {version} is not among {sorted(versions)}"
-    assert versions[version]["served"], f"{kind} {version} is not served"
-    schema: dict[str, Any] = _close(versions[version]["schema"]["openAPIV3Schema"])
-    return schema
-
-
-def validate(doc: dict[str, Any]) -> None:
-    """A custom resource against its CRD, anything else against Kubernetes' schemas (strict)."""
-    group, _, version = doc["apiVersion"].rpartition("/")
-    if (group, doc["kind"]) in CRD_FILES:
-        jsonschema.Draft7Validator(crd_schema(group, doc["kind"], version)).validate(doc)
-        return
-    for k8s in KUBERNETES_VERSIONS:
-        kubernetes_validate.validate(doc, k8s, strict=True)
-
-
 def kustomization_files(directory: Path) -> tuple[list[Path], list[Path]]:
     """The resource files a kustomization lists (not directories) and its patch files."""
     kustomization = only(yaml_docs(directory / "kustomization.yaml"), "Kustomization")
     resources = [directory / n for n in kustomization["resources"] if (directory / n).is_file()]
     patches = [directory / p["path"] for p in kustomization.get("patches", []) if "path" in p]
     return resources, patches
-
-
-def quantity(text: str) -> Decimal:
-    """A Kubernetes quantity without binary suffixes ("1.5", "1500m")."""
-    match = re.fullmatch(r"([0-9.]+)(m?)", text)
-    assert match, f"not a plain decimal quantity: {text!r}"
-    return Decimal(match.group(1)) / (1000 if match.group(2) else 1)
 
 
 # -- the manifests validate --------------------------------------------------------------------------
@@ -152,9 +100,10 @@ def test_every_yaml_under_the_kubernetes_folders_is_validated_somewhere() -> Non
     """Listed manifests validate as written; patches once rendered into their overlay (below)."""
     patches = {f for d in OVERLAYS for f in kustomization_files(d)[1]}
     kustomizations = {d / "kustomization.yaml" for d in OVERLAYS}
-    # Not a Kubernetes object: a Helm values file (its rule is checked against /metrics below).
-    other = {K8S / "prometheus-adapter" / "adapter-values.yaml"}
-    present = set(K8S.rglob("*.yaml")) | set(KSERVE.rglob("*.yaml"))
+    # Not Kubernetes objects: a Helm values file (its rule is checked against /metrics below) and a
+    # Prometheus rules file (tests/test_prometheus_rules.py).
+    other = {K8S / "prometheus-adapter" / "adapter-values.yaml", DEPLOY / "prometheus" / "edge-runtime.rules.yaml"}
+    present = set(K8S.rglob("*.yaml")) | set(KSERVE.rglob("*.yaml")) | set((DEPLOY / "prometheus").rglob("*.yaml"))
     assert present == set(LISTED) | patches | kustomizations | other
 
 
@@ -203,11 +152,6 @@ def base_hpa() -> dict[str, Any]:
     return only(yaml_docs(BASE / "hpa.yaml"), "HorizontalPodAutoscaler")
 
 
-def scaled_objects() -> dict[str, dict[str, Any]]:
-    return {name: only(yaml_docs(K8S / name / "scaledobject.yaml"), "ScaledObject")
-            for name in ("keda", "keda-prometheus")}
-
-
 def test_scaled_objects_target_the_deployment_one_to_eight_with_the_hpa_behaviour() -> None:
     deployment = only(yaml_docs(BASE / "deployment.yaml"), "Deployment")
     for name, scaled in scaled_objects().items():
@@ -242,20 +186,6 @@ def test_metrics_api_trigger_reads_every_ready_endpoint_of_the_service() -> None
     assert url.port == service["spec"]["ports"][0]["port"]
     deployment = only(yaml_docs(BASE / "deployment.yaml"), "Deployment")
     assert url.path == deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"]
-
-
-def manifest_targets() -> dict[str, Decimal]:
-    """The pending-jobs target as each scaler states it."""
-    keda = scaled_objects()
-    isvc = only(yaml_docs(KSERVE / "inferenceservice.yaml"), "InferenceService")
-    (metric,) = isvc["spec"]["predictor"]["autoScaling"]["metrics"]
-    adapter_hpa = only(yaml_docs(K8S / "prometheus-adapter" / "hpa-pending-jobs.yaml"), "HorizontalPodAutoscaler")
-    return {
-        "keda": quantity(keda["keda"]["spec"]["triggers"][0]["metadata"]["targetValue"]),
-        "keda-prometheus": quantity(keda["keda-prometheus"]["spec"]["triggers"][0]["metadata"]["threshold"]),
-        "kserve": quantity(metric["external"]["target"]["value"]),
-        "prometheus-adapter": quantity(adapter_hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]),
-    }
 
 
 @cache
@@ -366,7 +296,9 @@ def live(minilm_package: Path, fixture_package: Callable[..., Path],
                "spinning": False, "max_queue": 64},
               {"name": "cls", "package": str(fixture_package("sequence-classification")), "device": "cpu",
                "threads": 1, "spinning": False}]
-    server = Server(write_models_file(tmp_path_factory.mktemp("scaling") / "models.yaml", models))
+    # No result cache: the load repeats one body, which a cache would answer without queueing.
+    server = Server(write_models_file(tmp_path_factory.mktemp("scaling") / "models.yaml", models),
+                    "--result-cache-entries", "0")
     try:
         server.wait()
         yield server
@@ -438,45 +370,17 @@ def test_metrics_api_value_location_is_zero_idle_and_rises_under_load(live: Serv
     assert keda_value(after, "edge_runtime_saturation") == 0.0
 
 
-def queries() -> dict[str, str]:
-    """Every PromQL expression the manifests hand to Prometheus (adapter templates filled in)."""
-    (prom,) = scaled_objects()["keda-prometheus"]["spec"]["triggers"]
-    isvc = only(yaml_docs(KSERVE / "inferenceservice.yaml"), "InferenceService")
-    (metric,) = isvc["spec"]["predictor"]["autoScaling"]["metrics"]
-    adapter = yaml.safe_load((K8S / "prometheus-adapter" / "adapter-values.yaml").read_text(encoding="utf-8"))
-    (rule,) = adapter["rules"]["custom"]
-    series = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", rule["seriesQuery"])
-    assert series
-    filled = (rule["metricsQuery"].replace("<<.Series>>", series.group(1))
-              .replace("<<.LabelMatchers>>", 'namespace="default",pod=~"edge-runtime-.+"')
-              .replace("<<.GroupBy>>", "pod"))
-    return {"keda-prometheus": prom["metadata"]["query"], "kserve": metric["external"]["metric"]["query"],
-            "adapter series": rule["seriesQuery"], "adapter metrics": filled}
-
-
-def selectors(query: str) -> list[Any]:
-    found: list[Any] = []
-
-    def visit(node: Any) -> bool:
-        if isinstance(node, promql_parser.VectorSelector):
-            found.append(node)
-        return True
-
-    promql_parser.walk(promql_parser.parse(query), visit)
-    return found
-
-
 def test_every_metric_a_query_names_is_on_metrics_with_those_labels(live: Server) -> None:
     families = {f.name: f for f in text_string_to_metric_families(scrape(live))}
     served_labels = {name: {k for s in f.samples for k in s.labels} for name, f in families.items()}
-    for where, query in queries().items():
+    for where, query in scaler_queries().items():
         found = selectors(query)
         assert found, where
         for selector in found:
             assert selector.name in families, f"{where}: {selector.name} is not on /metrics"
             labels = {m.name for m in selector.matchers.matchers if m.name != "__name__"}
             assert labels <= served_labels[selector.name] | DISCOVERY_LABELS, (where, selector.name, labels)
-    assert selectors(queries()["keda-prometheus"])[0].name == "edge_runtime_pending_jobs_mean"
+    assert selectors(scaler_queries()["keda-prometheus"])[0].name == "edge_runtime_pending_jobs_mean"
     adapter = yaml.safe_load((K8S / "prometheus-adapter" / "adapter-values.yaml").read_text(encoding="utf-8"))
     assert adapter["rules"]["custom"][0]["name"]["as"] == \
         only(yaml_docs(K8S / "prometheus-adapter" / "hpa-pending-jobs.yaml"),

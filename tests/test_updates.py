@@ -218,6 +218,7 @@ def test_a_request_accepted_before_the_switch_finishes_on_the_old_version(
     assert state_during == "draining"
     wait_for(lambda: old.version_state == "retired")
     assert answer(runtime)["meta"]["version_id"] == runtime.models["emb"].version_id != old.version_id
+    assert metric(runtime, "edge_runtime_model_drain_timeouts_total", model="emb") == 0  # drained in time
 
 
 def test_drain_deadline_answers_what_is_left_503_never_drops_it(served: Any, packages: dict[str, Path]) -> None:
@@ -229,6 +230,7 @@ def test_drain_deadline_answers_what_is_left_503_never_drops_it(served: Any, pac
     with pytest.raises(ApiError) as caught:
         asyncio.run(runtime.execute(old, _plan_for(old), None, Timing()))
     assert caught.value.code == "not_ready"  # 503 with Retry-After (api/statuses.py)
+    assert metric(runtime, "edge_runtime_model_drain_timeouts_total", model="emb") == 1
     old.release()
 
 

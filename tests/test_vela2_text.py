@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from edge_runtime.engine.batching import greedy_batches
 from edge_runtime.families.vela2.layout import (
     MARKERS,
     UNCOVERED_LOGIT,
@@ -18,7 +19,6 @@ from edge_runtime.families.vela2.layout import (
     combine,
     encode_parts,
     fit,
-    greedy_batches,
     pad_batch,
     sequences,
     split_outputs,

@@ -76,14 +76,17 @@ class Lab:
         return server
 
     def start_worker(self, kind: str) -> WorkerContestant:
-        """The shared worker of a kind ('sentence-transformers', 'optimum' or 'onnxruntime'), started if needed."""
+        """The shared worker of a kind ('sentence-transformers', 'optimum', 'onnxruntime', or
+        'onnxruntime-int8': the package's exact int8 graph in a bare session), started if needed."""
         if kind not in self._workers:
             labels = {"sentence-transformers": "sentence-transformers (torch, in-process)",
                       "optimum": "Optimum ORTModelForFeatureExtraction (in-process)",
-                      "onnxruntime": "ONNX Runtime fp32 (in-process, tokenizers + numpy)"}
-            onnx = self.settings.package / "model.onnx" if kind in ("optimum", "onnxruntime") else None
-            self._workers[kind] = WorkerContestant(labels[kind], kind, self.settings.threads, minilm_source(),
-                                                   onnx, self.log_dir / f"{kind}.log")
+                      "onnxruntime": "ONNX Runtime fp32 (in-process, tokenizers + numpy)",
+                      "onnxruntime-int8": "ONNX Runtime, our exact int8 graph (in-process, tokenizers + numpy)"}
+            graphs = {"optimum": "model.onnx", "onnxruntime": "model.onnx", "onnxruntime-int8": "model.int8.onnx"}
+            onnx = self.settings.package / graphs[kind] if kind in graphs else None
+            self._workers[kind] = WorkerContestant(labels[kind], kind.removesuffix("-int8"), self.settings.threads,
+                                                   minilm_source(), onnx, self.log_dir / f"{kind}.log")
         return self._workers[kind]
 
     def stop_all(self) -> None:

@@ -70,14 +70,21 @@ class Response:
         return parse_server_timing(self.headers.get("server-timing", ""))
 
 
+#: serve's flag that turns the result cache off (engine/result_cache.py).
+NO_RESULT_CACHE = ("--result-cache-entries", "0")
+
+
 class ServerProcess:
     """One server serving one package variant as `name`, with `threads` intra-op threads on the CPU."""
 
     def __init__(self, package: Path, variant: str, threads: int, name: str = "minilm-embedding",
                  log_dir: Path | None = None, batching: str = "exact",
-                 models: list[dict[str, Any]] | None = None, args: tuple[str, ...] = ()) -> None:
+                 models: list[dict[str, Any]] | None = None, args: tuple[str, ...] = (),
+                 result_cache: bool = False) -> None:
         """Serve one package as `name`, or, with `models`, those models.yaml entries as they are;
-        `args` are more `serve` options (--max-request-bytes ...)."""
+        `args` are more `serve` options (--max-request-bytes ...). The comparisons repeat their inputs
+        round after round, which the result cache would answer without a forward: the server runs
+        without it unless ``result_cache`` (bench/managed.py measures the cache itself)."""
         self.name = name
         self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="bench-server-", dir=log_dir))
@@ -91,7 +98,7 @@ class ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edge_runtime", "serve", "--models", str(models_file),
-             "--host", HOST, "--port", str(self.port), *args],
+             "--host", HOST, "--port", str(self.port), *(() if result_cache else NO_RESULT_CACHE), *args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
         self._conn: http.client.HTTPConnection | None = None

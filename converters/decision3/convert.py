@@ -48,10 +48,11 @@ from converters.identity import PackageIdentity, identity_card, notice_files, sa
 from converters.package_writer import ExportResult, PackageBuild, card_start, json_bytes
 from converters.progress import log
 from converters.verify import rounded
-from edge_runtime.families.decision3.family import QUESTION_TYPES, VISION_GOLDEN
+from edge_runtime.families.decision3.family import QUESTION_TYPES
 from edge_runtime.families.decision3.prompt import D3Prompt
 from edge_runtime.families.decision3.vision import MAX_PIXELS
 from edge_runtime.packages.golden import npz_bytes
+from edge_runtime.vision_lm.golden import VISION_GOLDEN
 
 KIND = "decision3"
 #: The image intake's limits (upstream-formats.md §3.8): decoded bytes, source pixels, the resized budget.

@@ -43,9 +43,9 @@ from edge_runtime.families.decision3.vision import (
     expand_ids,
     image_row,
 )
-from edge_runtime.families.decision_vision.processor import ProcessorSettings
 from edge_runtime.heads.decisions import code_probabilities
 from edge_runtime.questions import Question, parse_question
+from edge_runtime.vision_lm.processor import ProcessorSettings
 
 PROCESSOR_TYPES = ("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast")
 GOLDEN_STATE = "Describe the attached image."

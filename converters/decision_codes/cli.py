@@ -9,7 +9,7 @@ from typing import Any
 
 from converters.command_line import identity
 from converters.package_writer import ExportResult
-from edge_runtime.families.decision_codes.family import ATTENTION_MODES
+from edge_runtime.families.codes_prompt import ATTENTION_MODES
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -59,16 +59,16 @@ from converters.progress import log
 from converters.source import package_tokenizer, resolve_source
 from converters.verify import rounded, torch_reference
 from edge_runtime.families.code_options import SYSTEM
-from edge_runtime.families.decision_codes.family import (
+from edge_runtime.families.codes_prompt import (
     ATTENTION_MODES,
     CONFIG_FORMAT,
     PROMPT,
-    QUESTION_TYPES,
     READOUT,
     READOUT_BIAS,
     CodesPrompt,
     check_config,
 )
+from edge_runtime.families.decision_codes.family import QUESTION_TYPES
 from edge_runtime.packages.golden import npz_bytes
 
 KIND = "decision-codes"

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from converters.errors import ConversionError
-from edge_runtime.families.decision_codes.family import (
+from edge_runtime.families.codes_prompt import (
     CodesPrompt,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature

@@ -10,7 +10,7 @@ graphs with the TorchScript tracer at opset 18:
   ``position_ids`` (M-RoPE, [3, B, q]), ``past_key_values.{i}.key|value`` (and
   ``deepstack_embeds``) in, ``last_hidden_state`` and ``present.{i}.*`` out;
 
-with everything grid-shaped computed by the server in numpy (edge_runtime.families.decision_vision.vision_lm). The
+with everything grid-shaped computed by the server in numpy (edge_runtime.vision_lm.grid). The
 token table goes beside them as ``embeddings.npy`` (float32, memory-mapped by the server); the
 readout is the LM-head rows of the code tokens in head.npz, as decision-codes extracts it.
 
@@ -50,10 +50,11 @@ from converters.qwen_vision import OPSET, export_vision_core, verify_image, visi
 from converters.source import package_tokenizer, resolve_source
 from converters.verify import rounded, torch_reference
 from edge_runtime.families.code_options import SYSTEM
-from edge_runtime.families.decision_codes.family import CONFIG_FORMAT, PROMPT, READOUT, check_config
+from edge_runtime.families.codes_prompt import CONFIG_FORMAT, PROMPT, READOUT, check_config
 from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
-from edge_runtime.families.decision_vision.family import BOX_READOUT, VISION_GOLDEN
+from edge_runtime.families.decision_vision.box_reader import BOX_READOUT
 from edge_runtime.packages.golden import npz_bytes
+from edge_runtime.vision_lm.golden import VISION_GOLDEN
 
 KIND = "decision-vision"
 BOX_PREFIX = '{"bbox_2d": ['
@@ -208,7 +209,7 @@ def _processor_settings(src: Path, opts: DecisionVisionOptions, vcfg: Any) -> tu
     """The slow Qwen2VLImageProcessor of the source and its settings as the card records them."""
     from transformers import Qwen2VLImageProcessor
 
-    from edge_runtime.families.decision_vision.processor import ProcessorSettings
+    from edge_runtime.vision_lm.processor import ProcessorSettings
 
     path = src / "preprocessor_config.json"
     if not path.is_file():
@@ -351,7 +352,7 @@ def _verify(source: VisionSource, planner: Any, graphs: Path, tolerance: float) 
 
 def export_decision_vision(src: str | Path, out: Path, opts: DecisionVisionOptions) -> ExportResult:
     """Export ``src`` (a Qwen3-VL directory) as a decision-vision package at ``out``."""
-    from edge_runtime.families.decision_vision.family import VisionPlanner
+    from edge_runtime.families.decision_vision.planner import VisionPlanner
 
     with PackageBuild(out, "er-decision-vision-") as build:
         src_dir = resolve_source(str(src))
@@ -440,7 +441,7 @@ def _vision_golden(vision_graph: Path, planner: Any) -> bytes:
 def _goldens(text_graph: Path, tcfg: Any) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """Golden cases of the text core (the session the runtime self-checks): two seeded inputs."""
     from edge_runtime.engine.session import create_session
-    from edge_runtime.families.decision_vision.vision_lm import causal_bias
+    from edge_runtime.families.decision_vision.forward import causal_bias
 
     session = create_session(text_graph, "cpu", 1)
     recorded = []

@@ -45,9 +45,9 @@ def verify_graphs(model: Any, hf_processor: Any, family: Any, work: Path,
     import torch
 
     from edge_runtime.engine.session import create_session
-    from edge_runtime.families.decision_vision.processor import VideoClip, pair_frames
-    from edge_runtime.families.decision_vision.vision_lm import VisionLanguageForward, vision_row
+    from edge_runtime.families.decision_vision.forward import VisionLanguageForward, vision_row
     from edge_runtime.requests.decisions import parse_decisions_request
+    from edge_runtime.vision_lm.processor import VideoClip, pair_frames
 
     fwd = VisionLanguageForward(create_session(work / "vision.onnx", "cpu", 1),
                                 create_session(work / "model.onnx", "cpu", 1), family.embeddings,
@@ -124,7 +124,7 @@ def verify_box(model: Any, hf_processor: Any, planner: Any, work: Path) -> float
     import torch
 
     from edge_runtime.engine.session import create_session
-    from edge_runtime.families.decision_vision.vision_lm import VisionLanguageForward, vision_row
+    from edge_runtime.families.decision_vision.forward import VisionLanguageForward, vision_row
     from edge_runtime.requests.decisions import parse_decisions_request
 
     fwd = VisionLanguageForward(create_session(work / "vision.onnx", "cpu", 1),

@@ -19,7 +19,7 @@ from edge_runtime.errors import ApiError
 from edge_runtime.metrics import Metrics
 from edge_runtime.runtime import Runtime
 from edge_runtime.updates import Updates, UpdateSettings
-from edge_runtime.updates.memory import budget
+from edge_runtime.updates.memory import budget, memory_limit
 
 _app_ids = itertools.count()
 log = logging.getLogger("edge_runtime.api")
@@ -31,6 +31,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     runtime = runtime or Runtime(config, metrics)
     runtime.metrics = metrics
     metrics.watch_prep_queue(runtime.work)
+    metrics.watch_runtime(runtime)  # edge_runtime_ready, _live and _model_failed read at each scrape
     app = Sanic(f"edge_runtime_{next(_app_ids)}")
     app.config.MOTD = False
     app.config.ACCESS_LOG = False
@@ -47,6 +48,7 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     # Model updates (edge_runtime/updates): started once the first versions are loaded.
     app.ctx.updates = Updates(runtime, update_settings(config), metrics)
     metrics.memory_budget.set_function(lambda: float(budget(config.memory_reserve_bytes).bytes))
+    metrics.memory_limit.set_function(lambda: float(memory_limit().bytes))
     # The admin API's own keys (never the serving ones, nor the environment's): off without a file.
     app.ctx.admin_keys = ApiKeys(config.admin_key_file, env={}) if config.admin_key_file is not None else None
     for route in ROUTES:

@@ -1,4 +1,5 @@
-"""Choosing which waiting rows share the next forward, as the model's grouping allows.
+"""Choosing which waiting rows share the next forward, as the model's grouping allows; and the sorted
+greedy batches of the upstream runtimes that the parity pipelines (vela2, decision2) reproduce.
 
 Pure functions over row lengths, so the policy is testable without threads or models.
 """
@@ -22,6 +23,11 @@ BUCKET_RATIO = 0.25
 # what one row does, issue 28).
 SMALLEST_WIDTH = 16
 BUCKET_ROWS = 32
+
+# The upstream Vela 2.0 and Decision 2.0 runtimes' exact-profile batches (tokens = longest row x rows):
+# 16,384 tokens on CPU (32,768 on GPU), 32 rows; their parity pipelines batch as they do.
+GREEDY_TOKENS_CPU = 16_384
+GREEDY_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -187,3 +193,19 @@ def _unpadded(lengths: Sequence[int], limits: BatchLimits) -> list[int]:
         chosen.append(i)
         tokens += n
     return chosen
+
+
+def greedy_batches(lengths: Sequence[int], max_tokens: int = GREEDY_TOKENS_CPU, max_rows: int = GREEDY_ROWS
+                   ) -> list[list[int]]:
+    """Indices of sequences sorted by length, cut greedily while ``longest x rows <= max_tokens``."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) >= max_rows or lengths[i] * (len(current) + 1) > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches

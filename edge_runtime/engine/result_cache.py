@@ -1,4 +1,5 @@
-"""The result cache: each row's forward output kept by the row's content, one cache per served version.
+"""The result cache: each row's forward output kept by the row's content, one cache per served version,
+and each whole answer kept by its request.
 
 Batching is exact (engine/probe.py): a row's output does not depend on the rows it ran beside, so an
 output kept from one forward is, bit for bit, what a new forward of the same row gives. A request
@@ -8,11 +9,16 @@ the version, so a swap or a reload never answers from another version's entries.
 ``batching: padded`` a row's output may move with its neighbours by the stated difference; the
 cache then keeps the first answer it was given.)
 
-A key is a BLAKE2b digest of the row's structure: dataclasses, tuples, lists, dicts, numpy arrays
+A row's key is a BLAKE2b digest of its structure: dataclasses, tuples, lists, dicts, numpy arrays
 (with their dtype and shape), strings, bytes, numbers and None. A row holding anything else (a
-callable, an object of unknown state) is never cached. The cache is bounded by entries and by bytes
-(least recently used first out); outputs are kept as read-only copies and handed out as fresh
-copies, since a family's readout may write into the outputs it is given.
+callable, an object of unknown state) is never cached. Outputs are kept as read-only copies and
+handed out as fresh copies, since a family's readout may write into the outputs it is given.
+
+An answer is as much a function of its version and its request as a row's output is of its row: a
+request seen before (its surface and its body in canonical JSON) is answered whole, as JSON kept from
+the first time, without being parsed, tokenized or read out again (the service keeps only answers
+that no deadline cut short, and none that carries timings). Rows and answers share one bound, in
+entries and in bytes, least recently used first out.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 
 
 class CacheMetrics(Protocol):
@@ -81,6 +88,27 @@ def _feed(h: Any, value: Any) -> None:
             _feed(h, getattr(value, f.name))
     else:
         raise _Uncacheable
+
+
+def answer_key(surface: str, body: Any) -> bytes | None:
+    """A request's key: its surface and its body as canonical JSON (keys sorted); None when the body
+    is not JSON-shaped."""
+    try:
+        data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+    h = hashlib.blake2b(b"answer|%s|" % surface.encode(), digest_size=20)
+    h.update(data)
+    return h.digest()
+
+
+@dataclass(frozen=True)
+class KeptAnswer:
+    """A whole answer (without ``model`` and ``meta``) as JSON, and what its request read."""
+
+    body: bytes
+    rows: int
+    input_tokens: int
 
 
 def _frozen(value: Any) -> tuple[Any, int]:
@@ -200,16 +228,35 @@ class ResultCache:
             self._metrics.on_cache_lookups(self.model, hits, len(rows) - hits)
         return Lookup(self, outputs, run, run_keys, run_positions)
 
+    def answer(self, key: bytes) -> KeptAnswer | None:
+        """The answer kept for a request's key; its rows count as hits."""
+        with self._lock:
+            kept = self._items.get(key)
+            if kept is None or not isinstance(kept[0], KeptAnswer):
+                return None
+            self._items.move_to_end(key)
+        answer: KeptAnswer = kept[0]
+        if self._metrics is not None:
+            self._metrics.on_cache_lookups(self.model, answer.rows, 0)
+        return answer
+
+    def keep_answer(self, key: bytes, answer: KeptAnswer) -> None:
+        """Keep a whole answer under its request's key."""
+        self._put(key, answer, len(answer.body) + 64)
+
     def keep(self, key: bytes, output: Any) -> None:
         """Keep a read-only copy of ``output`` under ``key``, dropping the least recently used past the bounds."""
         frozen, size = _frozen(output)
+        self._put(key, frozen, size)
+
+    def _put(self, key: bytes, value: Any, size: int) -> None:
         if size > self.max_bytes:
             return
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
                 self.bytes -= old[1]
-            self._items[key] = (frozen, size)
+            self._items[key] = (value, size)
             self.bytes += size
             while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
                 _, (_, dropped) = self._items.popitem(last=False)

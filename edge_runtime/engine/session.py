@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -148,6 +149,46 @@ class GraphSession:
         # before the family is built, to run a CPU class's padding elsewhere (tests, the x86 proof).
         self.row_multiple = 1 if device == "cuda" else cpu.row_multiple()
         self.arch_class = cpu.arch_class()  # what a CPU self-check compares goldens' classes with
+        # Threads by measurement (engine/threads.py): a session per intra-op thread count, and which
+        # count each forward's size takes. Counts are proven to give identical outputs first.
+        self._by_threads: dict[int, ort.InferenceSession] = {threads: session}
+        self._plan: tuple[tuple[int, int], ...] = ()  # (most tokens in a forward, threads), ascending
+        self._forced: int | None = None
+
+    def at_threads(self, threads: int) -> ort.InferenceSession:
+        """This graph's session with ``threads`` intra-op threads (made once, as this one was)."""
+        if threads not in self._by_threads:
+            options = session_options(threads, self.spinning)
+            self._by_threads[threads] = ort.InferenceSession(str(self.path), sess_options=options,
+                                                             providers=self.session.get_providers())
+        return self._by_threads[threads]
+
+    @contextmanager
+    def forced_threads(self, threads: int) -> Iterator[None]:
+        """Every run inside takes the ``threads`` session (measuring, before the model serves)."""
+        self.at_threads(threads)
+        self._forced = threads
+        try:
+            yield
+        finally:
+            self._forced = None
+
+    def use_threads(self, plan: Sequence[tuple[int, int]]) -> None:
+        """Serve forwards of at most N tokens with T threads, for each (N, T) of ``plan`` (ascending);
+        a larger forward takes the last T. Sessions not in the plan are let go."""
+        self._plan = tuple(plan)
+        keep = {threads for _, threads in self._plan} | {self.threads}
+        self._by_threads = {n: s for n, s in self._by_threads.items() if n in keep}
+
+    def _session_for(self, feeds: Mapping[str, np.ndarray]) -> ort.InferenceSession:
+        if self._forced is not None:
+            return self._by_threads[self._forced]
+        if not self._plan:
+            return self.session
+        # the first two-dimensional input counts the forward's tokens (ids or mask: rows x length)
+        tokens = next((v.size for v in feeds.values() if getattr(v, "ndim", 0) == 2), 0)
+        threads = next((t for most, t in self._plan if tokens <= most), self._plan[-1][1])
+        return self._by_threads[threads]
 
     @property
     def engine_args(self) -> dict[str, Any]:
@@ -171,7 +212,7 @@ class GraphSession:
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run the graph on `feeds`; return the requested outputs (all when None) by name."""
         names = list(outputs) if outputs is not None else self.output_names
-        values = self.session.run(names, dict(feeds))
+        values = self._session_for(feeds).run(names, dict(feeds))
         return dict(zip(names, values))
 
     def bind(self, values: Mapping[str, np.ndarray]) -> BoundInputs:

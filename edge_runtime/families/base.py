@@ -16,17 +16,23 @@ from edge_runtime.packages.golden import GoldenCase, require_passed, self_check
 class Plan:
     """Rows for one request on one model, and how to turn their outputs into the response body.
 
-    ``finish`` receives one output per row, in row order, and returns the body without ``meta``.
-    A plan without rows (every item failed validation) is finished with an empty list.
+    ``finish`` receives one output per row, in row order, and returns the answers: the body without
+    ``model`` and ``meta`` (the service adds them), and without ``usage`` where ``usage`` is set.
+    ``usage``: the request's usage when planning counted it (the decision families); None where the
+    answers carry their own (the encoder surfaces count only the inputs answered). A plan without rows
+    (every item failed validation) is finished with an empty list.
     ``keys`` are the rows' result-cache keys (engine/result_cache.py), set by the service when the
-    model keeps a cache; None: every row runs.
+    model keeps a cache; None: every row runs. ``complete`` turns False when a deadline cut the
+    request short: its answer then says so, and is not kept.
     """
 
     rows: list[Any]
     finish: Callable[[list[Any]], dict[str, Any]]
     input_tokens: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
     keys: list[bytes | None] | None = None
+    complete: bool = True
 
 
 class ModelFamily(Protocol):

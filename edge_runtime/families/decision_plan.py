@@ -5,9 +5,11 @@ A decisions request becomes one :class:`Entry` per state (one for a standard req
 engine to run, or an answer decided in place while planning (an invalid or refused question, a
 question too long, a refused batch entry). A Set owns one label slot per label instead of a row,
 each a Noul under ``<id>.<label>`` with its own row (and branch), which runs like any question's.
-:func:`assemble` turns the engine's outputs back into the body: ``{model, answers, usage}`` plus
-``sets`` and ``thresholds`` when a Set was answered, or ``{model, states, usage}`` for a batch. A
-family supplies only how one row's output becomes a question's answer (``read``), typically through
+:func:`assemble` turns the engine's outputs back into the answers: ``{answers}`` plus ``sets`` and
+``thresholds`` when a Set was answered (and ``spans`` for a Span), or ``{states}`` for a batch, each
+state answered as its own request is (with its ``model`` and ``usage``); the service adds the
+request's ``model`` and ``usage`` (:attr:`DecisionPlan.usage`, counted while planning). A family
+supplies only how one row's output becomes a question's answer (``read``), typically through
 :func:`edge_runtime.questions.answer`; a Set's labels are read the same way, as Nouls.
 """
 
@@ -19,7 +21,6 @@ from typing import Any, Generic, TypeVar
 
 from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Plan, token_budget
-from edge_runtime.media.assets import Assets
 from edge_runtime.packages.card import Card
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer
 from edge_runtime.questions.answers import DecisionAnswers
@@ -31,9 +32,13 @@ from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoV
 class Slot:
     """One question of one entry: a row (and branch) to read, or an answer decided in place.
 
-    ``branch`` is the question's branch of a state-once row, ``ids`` its question tokens while it is
-    planned; families that need neither leave them None. ``labels`` are a Set's label slots, one
-    Noul question each: a Set with labels has no row of its own, and is answered from theirs.
+    ``row`` indexes the engine rows' outputs (vela2: its row's first window, where the windows'
+    combined output is read). ``branch`` is the question's branch of a state-once row, ``ids`` its
+    question tokens while it is planned, ``reading`` what the family reads the answer with beside the
+    output (decision2: the row's prompt; a track: where its trees and branches start; vela2: the
+    engine question and its row); families that need none leave them None. ``labels`` are a Set's
+    label slots, one Noul question each: a Set with labels has no row of its own, and is answered from
+    theirs.
     """
 
     question: Question | InvalidQuestion
@@ -42,6 +47,7 @@ class Slot:
     branch: int | None = None
     ids: list[int] | None = None
     labels: list[Slot] = field(default_factory=list)
+    reading: Any = None
 
 
 @dataclass
@@ -58,6 +64,11 @@ class Entry:
     temperature: float = 1.0
     tokens_lower_bound: bool = False
 
+    @property
+    def usage(self) -> dict[str, Any]:
+        """The tokens this state's questions read; ``tokens_lower_bound`` when it was read only in part."""
+        return _usage(self.tokens, self.tokens_lower_bound)
+
 
 @dataclass
 class DecisionPlan:
@@ -72,16 +83,29 @@ class DecisionPlan:
         """The tokens the request reads: every entry's, each state counted as its family runs it."""
         return sum(e.tokens for e in self.entries)
 
-    def engine_plan(self, finish: Callable[[DecisionPlan, list[Any] | ItemError], dict[str, Any]]) -> Plan:
-        """The runtime's Plan: these rows, finished by ``finish(self, outputs)``."""
-        return Plan(self.rows, lambda outputs: finish(self, outputs), self.input_tokens)
+    @property
+    def usage(self) -> dict[str, Any]:
+        """The request's usage, the service's to add: every entry's tokens."""
+        return _usage(self.input_tokens, any(e.tokens_lower_bound for e in self.entries))
+
+
+def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
+    """``{input_tokens, output_tokens: 0}``, with ``tokens_lower_bound`` when a state was read in part."""
+    out: dict[str, Any] = {"input_tokens": tokens, "output_tokens": 0}
+    if lower_bound:
+        out["tokens_lower_bound"] = True
+    return out
 
 
 #: How a family answers a question from its row's output: ``read(question, slot, entry, output)``.
 Read = Callable[[Question, Slot, Entry, Any], dict[str, Any]]
+#: How a family adds a question's answer: ``add(answers, question, slot, entry, outputs)``, outputs
+#: every row's, in row order.
+Add = Callable[[DecisionAnswers, Question, Slot, Entry, Sequence[Any]], None]
 #: How a family plans one entry: ``plan_entry(name, entry, rows)`` appends the entry's rows to ``rows``
-#: and returns its Entry, or (None and) the ApiError that refuses the entry as a whole.
-PlanEntry = Callable[[str | None, DecisionState, list[Any]], tuple[Entry | None, ApiError | None]]
+#: and returns its Entry, or raises the ApiError that refuses the entry as a whole (a medium it
+#: cannot decode, a state-once request over its limit).
+PlanEntry = Callable[[str | None, DecisionState, list[Any]], Entry]
 
 
 def plan_entries(request: DecisionsRequest, model: str, modalities: frozenset[str],
@@ -97,16 +121,16 @@ def plan_entries(request: DecisionsRequest, model: str, modalities: frozenset[st
     refusals: list[ApiError] = []
     for name, entry in request.entries():
         refusal = media_refusal(model, modalities, entry, request)
-        planned = None
         if refusal is None:
-            planned, refusal = plan_entry(name, entry, plan.rows)
-        if refusal is not None:
-            if not request.is_batch:
-                raise refusal
-            refusals.append(refusal)
-            planned = refused_entry(name, entry, refusal)
-        assert planned is not None
-        plan.entries.append(planned)
+            try:
+                plan.entries.append(plan_entry(name, entry, plan.rows))
+                continue
+            except ApiError as e:
+                refusal = e
+        if not request.is_batch:
+            raise refusal
+        refusals.append(refusal)
+        plan.entries.append(refused_entry(name, entry, refusal))
     if refusals and len(refusals) == len(plan.entries):
         raise refusals[0]
     if last_check is not None:
@@ -135,17 +159,11 @@ def media_refusal(model: str, modalities: frozenset[str], entry: DecisionState,
     return None
 
 
-def question_images_refusal(model: str, q: Question, assets: Assets, used: list[str] | None) -> InvalidQuestion | None:
-    """question_images_unsupported for a question whose instructions or options use an asset, for
-    models that place images in the state only (moving one there would change the other answers)."""
-    refs = assets.used_in([q.instructions, *(o.description for o in q.options)])
-    if not refs:
-        return None
-    if used is not None:
-        used.extend(refs)  # referenced, so not unreferenced, though this question cannot read it
-    return InvalidQuestion(q.id, q.type, "question_images_unsupported",
-                           f"model {model!r} reads images in the state only (image_placements: state); "
-                           "put an image the questions share in the state")
+def input_limit(card: Card, setting: int | None) -> int:
+    """The tokens one row may read: the card's ``limits.max_input_tokens``, at most the models.yaml
+    entry's own ``max_input_tokens`` (``setting``)."""
+    limit = int(card.limits["max_input_tokens"])
+    return limit if setting is None else min(limit, int(setting))
 
 
 def answered_types(card: Card, family_types: Sequence[str]) -> tuple[str, ...]:
@@ -154,13 +172,16 @@ def answered_types(card: Card, family_types: Sequence[str]) -> tuple[str, ...]:
     return tuple(t for t in card.question_types or family_types if t in family_types)
 
 
-def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str, read: Read) -> dict[str, Any]:
-    """The body: ``{model, answers, usage}`` (with ``sets`` and ``thresholds`` when a Set was
-    answered), or ``{model, states, usage}`` for a batch.
+def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str, add: Add,
+             read: Read) -> dict[str, Any]:
+    """The answers: ``{answers}`` (with ``sets`` and ``thresholds`` when a Set was answered, ``spans``
+    for a Span), or ``{states}`` for a batch, each state as its own request is answered (its
+    ``model``, answers and ``usage``). The request's ``model`` and ``usage`` are the service's.
 
     ``outputs`` holds one output per row, in row order, or one ItemError for the whole job (a
     deadline), which every question still to be read then carries. Invalid questions and answers
-    decided while planning are added as they are; a Set is answered from its label slots' rows.
+    decided while planning are added as they are; a Set with label slots is answered from their
+    rows, each label ``read`` as a Noul; every other question is ``add``-ed from the outputs.
     """
     bodies = []
     for entry in plan.entries:
@@ -177,13 +198,11 @@ def assemble(plan: DecisionPlan, outputs: Sequence[Any] | ItemError, model: str,
                 _add_set(answers, q, slot, entry, outputs, read)
             else:
                 assert slot.row is not None  # planning gives every unanswered question a row
-                answers.add(q.id, read(q, slot, entry, outputs[slot.row]))
-        bodies.append({"model": model, **answers.body(),
-                       "usage": _usage(entry.tokens, entry.tokens_lower_bound)})
+                add(answers, q, slot, entry, outputs)
+        bodies.append(answers.body())
     if not plan.request.is_batch:
         return bodies[0]
-    return {"model": model, "states": {e.name: b for e, b in zip(plan.entries, bodies)},
-            "usage": _usage(plan.input_tokens, any(e.tokens_lower_bound for e in plan.entries))}
+    return {"states": {e.name: {"model": model, **b, "usage": e.usage} for e, b in zip(plan.entries, bodies)}}
 
 
 def _add_set(answers: DecisionAnswers, q: Question, slot: Slot, entry: Entry, outputs: Sequence[Any],
@@ -204,15 +223,6 @@ def _add_set(answers: DecisionAnswers, q: Question, slot: Slot, entry: Entry, ou
     answers.add_set(q.id, [o.key for o in q.options], probabilities, threshold_of(q))
 
 
-def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
-    usage: dict[str, Any] = {"input_tokens": tokens, "output_tokens": 0}
-    if lower_bound:
-        usage["tokens_lower_bound"] = True
-    return usage
-
-
-
-
 #: The decisions surface, the one every decision family serves.
 SURFACE = "decisions"
 ForwardT = TypeVar("ForwardT")
@@ -221,10 +231,12 @@ ForwardT = TypeVar("ForwardT")
 class DecisionFamily(Generic[ForwardT]):
     """What every decision family shares: the surface, the guard of a family built without a
     session (converters and benches plan with it), the card's question types, the token budget of a
-    request, and the plan of a request as its entries' rows finished by the family's ``finish``.
+    request, the plan of a request as its entries' rows, and its answers assembled from their outputs.
 
     A family sets ``name``, ``question_types``, ``max_input_tokens`` and ``_forward`` and supplies
-    ``plan_request`` and ``finish`` (or overrides ``plan``), ``probe_row`` and, if it has one, ``warm``.
+    ``plan_request``, ``read``, ``probe_row`` and, if it has one, ``warm``. vela2, whose rows are read
+    in windows and whose Sets and Spans carry calibrated extras, overrides ``row_outputs`` and
+    ``add_answer`` too.
     """
 
     surfaces = frozenset({SURFACE})
@@ -259,19 +271,45 @@ class DecisionFamily(Generic[ForwardT]):
         return min(cap, token_budget(request.options.max_tokens, self.max_input_tokens))
 
     def plan(self, surface: str, request: DecisionsRequest) -> Plan:
-        """The runtime's entry point: the request's rows, finished by the family's ``finish``."""
+        """The runtime's entry point: the request's rows, finished into its answers; the service adds
+        the request's ``model`` and its ``usage``, counted here."""
         if surface != SURFACE:
             raise ValueError(surface)
-        return self.plan_request(request).engine_plan(self.finish)
+        planned = self.plan_request(request)
+        return Plan(planned.rows, lambda outputs: self.answers(planned, outputs), planned.input_tokens,
+                    usage=planned.usage)
 
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Every entry's rows, and the answers decided while planning."""
         raise NotImplementedError
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The response body from the rows' outputs (or one error for the whole job)."""
+    def answers(self, plan: DecisionPlan, outputs: Sequence[Any] | ItemError) -> dict[str, Any]:
+        """The answers from the rows' outputs (or one error for the whole job), without the request's
+        ``model`` and ``usage``."""
+        if not isinstance(outputs, ItemError):
+            outputs = self.row_outputs(plan, outputs)
+        return assemble(plan, outputs, self.name, self.add_answer, self.read)
+
+    def finish(self, plan: DecisionPlan, outputs: Sequence[Any] | ItemError) -> dict[str, Any]:
+        """The whole body, as the service answers it: for callers that run a family without the
+        runtime (converters, benches, tests)."""
+        return {"model": self.name, **self.answers(plan, outputs), "usage": plan.usage}
+
+    def row_outputs(self, plan: DecisionPlan, outputs: Sequence[Any]) -> Sequence[Any]:
+        """The outputs the slots' rows index: the engine's own, one per row, unless the family reads
+        a row through several engine rows (vela2's windows)."""
+        return outputs
+
+    def add_answer(self, answers: DecisionAnswers, q: Question, slot: Slot, entry: Entry,
+                   outputs: Sequence[Any]) -> None:
+        """A question's answer from its row's output, through ``read``."""
+        assert slot.row is not None
+        answers.add(q.id, self.read(q, slot, entry, outputs[slot.row]))
+
+    def read(self, q: Question, slot: Slot, entry: Entry, output: Any) -> dict[str, Any]:
+        """A question's (or a Set label's Noul's) answer from its row's output."""
         raise NotImplementedError
 
 
-__all__ = ["SURFACE", "DecisionFamily", "DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types",
-           "assemble", "media_refusal", "plan_entries", "refused_entry"]
+__all__ = ["SURFACE", "Add", "DecisionFamily", "DecisionPlan", "Entry", "PlanEntry", "Read", "Slot", "answered_types",
+           "assemble", "input_limit", "media_refusal", "plan_entries", "refused_entry"]

@@ -14,7 +14,7 @@ MPEG-TS-like offsets do not shift them). Targets more than SEEK_GAP_SECONDS apar
 seeking to the keyframe before them, which picks the same frames as decoding everything. Only the
 picked frames are converted to RGB, at once to the size the model reads them.
 
-How a model reads the frames (Qwen3-VL: in pairs) is its family's: families/decision_vision/processor.py.
+How a model reads the frames (Qwen3-VL: in pairs) is its own: edge_runtime/vision_lm/processor.py.
 """
 
 from __future__ import annotations

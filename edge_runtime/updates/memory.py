@@ -68,6 +68,20 @@ def available_memory() -> Budget:
     return Budget(int(match.group(1)) * 1024, "MemAvailable")
 
 
+def memory_limit() -> Budget:
+    """All the memory the process may use: the cgroup v2 ``memory.max`` under a limit, else MemTotal
+    (edge_runtime_memory_limit_bytes, which the memory alert divides the resident set by)."""
+    group = _cgroup_dir()
+    try:
+        limit = (group / "memory.max").read_text().strip() if group is not None else "max"
+        if limit != "max":
+            return Budget(int(limit), "cgroup v2 memory.max")
+        match = re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+    except (OSError, ValueError):
+        match = None
+    return Budget(int(match.group(1)) * 1024 if match else 0, "MemTotal")
+
+
 def budget(reserve: int) -> Budget:
     """What a new version may use now: the available memory less ``reserve``."""
     free = available_memory()

@@ -89,6 +89,8 @@ class Watch:
                             log.warning("model %s version %s: drain deadline reached with %d requests held; "
                                         "what is queued is answered 503", name, model.version_id, model.leases)
                             versions.observe_drain(tracked, now)
+                            if versions.metrics is not None:
+                                versions.metrics.drain_timeouts.labels(name).inc()
                             to_release.append(tracked)
                     elif (model.version_state == "standby" and model is not active
                           and tracked.hold_until is not None and now >= tracked.hold_until):

@@ -43,7 +43,9 @@ def overload_server(start_server: StartServer, fixture_package: Callable[..., Pa
                        "device": "cpu", "threads": 1, "max_queue": limit})
         models.append({"name": f"cls-q{limit}", "package": str(fixture_package("sequence-classification")),
                        "device": "cpu", "threads": 1, "max_queue": limit})
-    return start_server(models)
+    # No result cache: the storm repeats the bodies it was answered sequentially, which a cache would
+    # answer without queueing anything (tests/test_result_cache.py covers the cache).
+    return start_server(models, "--result-cache-entries", "0")
 
 
 def job_pool(limit: int, n: int = 48, seed: int = 11) -> list[Job]:

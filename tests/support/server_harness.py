@@ -71,14 +71,19 @@ class Server:
 
     def stop(self) -> None:
         self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        end(self.proc)
         self._log.close()
+
+
+def end(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL if it is still running after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def embed(server: Server, body: dict[str, Any], status: int = 200) -> dict[str, Any]:

@@ -14,22 +14,20 @@ reason (set, span: ``question_type_unsupported``); a question longer than the li
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edge_runtime.engine.causal import ATTENTION_MASK, HIDDEN, INPUT_IDS, POSITION_IDS, CausalRow, causal_row
-from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.decision2.pipeline import QUESTION_TYPES, Decision2Assets, pad_rows, too_long
-from edge_runtime.families.decision2.prompt import PromptRow, PromptTooLong
+from edge_runtime.families.decision2.prompt import PromptTooLong
 from edge_runtime.families.decision_plan import (
     DecisionFamily,
     DecisionPlan,
     Entry,
     Slot,
     answered_types,
-    assemble,
+    input_limit,
     plan_entries,
 )
 from edge_runtime.packages import Package
@@ -44,13 +42,6 @@ if TYPE_CHECKING:  # keeps this module importable without onnxruntime
 def option_pairs(q: Question) -> list[tuple[str, Any]]:
     """A parsed question's options as the prompt and the head take them: (key, description)."""
     return [(o.key, o.description) for o in q.options]
-
-
-@dataclass(frozen=True)
-class PromptedRow(CausalRow):
-    """A question's row and where the candidate head reads it (its prompt's positions)."""
-
-    prompt: PromptRow | None = None
 
 
 class Decision2Forward:
@@ -95,9 +86,7 @@ class Decision2Family(DecisionFamily[Decision2Forward]):
         card = package.card
         self.name = name or card.name
         self.assets = Decision2Assets.from_package(package)
-        self.max_input_tokens = int(card.limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         if session is not None:
@@ -135,7 +124,7 @@ class Decision2Family(DecisionFamily[Decision2Forward]):
                             lambda name, entry, rows: self._plan_entry(name, entry, cap, rows))
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int,
-                    rows: list[PromptedRow]) -> tuple[Entry, ApiError | None]:
+                    rows: list[CausalRow]) -> Entry:
         planned = Entry(name, [])
         for given in entry.questions:
             refused = refusal(given, self.name, self.question_types) if isinstance(given, Question) else None
@@ -152,26 +141,16 @@ class Decision2Family(DecisionFamily[Decision2Forward]):
             except ValueError as e:  # an option that encodes to no tokens: the head has no position to read
                 slot.answer = failed_answer(q.type, "invalid_question", QUESTION_MALFORMED, str(e))
                 continue
-            slot.row = len(rows)
-            rows.append(PromptedRow(causal_row(prompt.ids).ids, prompt))
+            slot.row, slot.reading = len(rows), prompt
+            rows.append(causal_row(prompt.ids))
             planned.tokens += len(prompt.ids)
-        return planned, None
+        return planned
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
-
-        ``outputs`` holds each row's hidden states ``[len, H]`` in row order (each row knows its
-        head positions), or one ItemError for the whole job (a deadline).
-        """
-        def read(q: Question, slot: Slot, entry: Entry, hidden: np.ndarray) -> dict[str, Any]:
-            assert slot.row is not None
-            prompt = plan.rows[slot.row].prompt
-            assert prompt is not None
-            return self.assets.read(q.type, option_pairs(q), prompt, hidden)
-
-        return assemble(plan, outputs, self.name, read)
+    def read(self, q: Question, slot: Slot, entry: Entry, hidden: np.ndarray) -> dict[str, Any]:
+        """A question's answer from its row's hidden states ``[len, H]``, read at its prompt's head positions."""
+        return self.assets.read(q.type, option_pairs(q), slot.reading, hidden)
 
 
-__all__ = ["Decision2Family", "Decision2Forward", "PromptedRow"]
+__all__ = ["Decision2Family", "Decision2Forward"]

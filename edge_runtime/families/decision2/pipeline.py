@@ -18,10 +18,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edge_runtime.engine.batching import padded_width
+from edge_runtime.engine.batching import GREEDY_ROWS, GREEDY_TOKENS_CPU, greedy_batches, padded_width
 from edge_runtime.families.decision2.candidate import CandidateHead, answer
 from edge_runtime.families.decision2.prompt import PromptRow, PromptTooLong, render
-from edge_runtime.families.vela2.layout import BATCH_ROWS, BATCH_TOKENS_CPU, greedy_batches
 from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT
 from edge_runtime.questions import QUESTION_MALFORMED, failed_answer
 from edge_runtime.text.bounds import BudgetReader
@@ -138,7 +137,7 @@ def pad_rows(rows: Sequence[HasIds], pad: int, multiple: int = 1) -> dict[str, n
 
 
 def run_questions(state: Any, questions: Mapping[str, Any], assets: Decision2Assets, run_hidden: RunHidden,
-                  max_batch_tokens: int = BATCH_TOKENS_CPU) -> dict[str, Any]:
+                  max_batch_tokens: int = GREEDY_TOKENS_CPU) -> dict[str, Any]:
     """``{"answers": {...}, "usage": {"input_tokens", "output_tokens": 0}}`` in question order; a
     question that cannot be rendered, or that exceeds max_input_tokens, fails alone."""
     rows: dict[str, PromptRow] = {}
@@ -155,7 +154,7 @@ def run_questions(state: Any, questions: Mapping[str, Any], assets: Decision2Ass
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             answers[qid] = failed_answer(given, "invalid_question", QUESTION_MALFORMED, str(e))
     ids = list(rows)
-    for batch in greedy_batches([len(rows[q].ids) for q in ids], max_batch_tokens, BATCH_ROWS):
+    for batch in greedy_batches([len(rows[q].ids) for q in ids], max_batch_tokens, GREEDY_ROWS):
         chosen = [rows[ids[i]] for i in batch]
         hidden = run_hidden(pad_rows(chosen, assets.pad))
         for r, i in enumerate(batch):

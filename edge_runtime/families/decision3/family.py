@@ -17,11 +17,11 @@ over ``max_input_tokens`` fails its question with ``max_length_exceeded``.
 Images (packages with a vision core, card modality ``image``): the request's ``images`` (data URLs) and the
 assets its state uses (each use one more image after ``images``, named ``[image k]`` in the state) go through
 the shared media intake (edge_runtime.media: the card's image_max_bytes and image_source_max_pixels, the same
-reasons as decision-vision), are resized and patched by decision-vision's processor within image_max_pixels,
-and are shared by every question of the entry: each prompt holds one placeholder per image in front of the user
-text (§3.6), counted as the image's tokens against ``max_input_tokens``. An asset used in a question is refused
-(question_images_unsupported: images sit in the state only). The vision core runs in the forward
-(vision.py, ImageForward). Image rows batch as text rows do (noncausal: whole rows, right-padded; causal: the
+reasons as decision-vision), are resized and patched by the Qwen-VL processor (edge_runtime.vision_lm) within
+image_max_pixels, and are shared by every question of the entry: each prompt holds one placeholder per image in
+front of the user text (§3.6), counted as the image's tokens against ``max_input_tokens``. An asset used in a
+question is refused (question_images_unsupported: images sit in the state only). The vision core runs in the
+forward (vision.py, ImageForward). Image rows batch as text rows do (noncausal: whole rows, right-padded; causal: the
 images sit in the shared prefix, which runs once).
 
 Videos (card modality ``video``): the request's ``videos`` go through the shared video intake (the card's
@@ -42,8 +42,8 @@ import numpy as np
 
 from edge_runtime.engine.causal import CausalRow, branch_row, causal_row
 from edge_runtime.engine.recurrent import CAUSAL, NONCAUSAL, RecurrentForward
-from edge_runtime.errors import ApiError, ItemError
 from edge_runtime.families.base import Graph, open_graphs
+from edge_runtime.families.code_options import check_codes
 from edge_runtime.families.decision3 import video as vid
 from edge_runtime.families.decision3.prompt import (
     IMAGE_TOKEN,
@@ -54,7 +54,6 @@ from edge_runtime.families.decision3.prompt import (
     refusal,
 )
 from edge_runtime.families.decision3.vision import (
-    VISION_GRAPH,
     ImageBranchRow,
     ImageForward,
     ImageRow,
@@ -67,31 +66,28 @@ from edge_runtime.families.decision_plan import (
     Entry,
     Slot,
     answered_types,
-    assemble,
+    input_limit,
     plan_entries,
-    question_images_refusal,
 )
-from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches
+from edge_runtime.families.state_assets import StateAssets
 from edge_runtime.heads.decisions import code_probabilities
-from edge_runtime.media.assets import Assets, check_all_used, parse_assets, state_with_assets
-from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
+from edge_runtime.media.image import ImageLimits
 from edge_runtime.media.video import VideoLimits, check_video_tokens
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, answer
 from edge_runtime.questions import refusal as type_refusal
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
+from edge_runtime.vision_lm.golden import VISION_GOLDEN, VISION_GRAPH, vision_golden
+from edge_runtime.vision_lm.processor import ImageProcessor, Patches
 
 CONFIG_FORMAT = "decision3-config/1"
 QUESTION_TYPES = ("choice", "noul", "score")
 READOUT = "readout"  # head.npz: float32 [255, hidden]
 EMBEDDINGS = "embeddings.npy"
-VISION_GOLDEN = "vision_check.npz"  # the vision core's recorded case, as decision-vision records it
 
 
 def graphs(package: Package) -> list[Graph]:
     """The vision core beside the text core, where the package has one (self-checked on its golden case)."""
-    from edge_runtime.families.decision_vision.family import vision_golden
-
     if VISION_GRAPH not in package.files:
         return []
     return [Graph("vision", VISION_GRAPH, vision_golden if VISION_GOLDEN in package.files else None)]
@@ -101,10 +97,7 @@ def check_config(config: dict[str, Any]) -> None:
     """Raise ValueError when decision_config.json is not one this family reads."""
     if config.get("format") != CONFIG_FORMAT or config.get("prompt") != "d3":
         raise ValueError(f"decision_config.json must have format {CONFIG_FORMAT!r} and prompt 'd3'")
-    codes, ids = config.get("codes"), config.get("token_ids")
-    if (not isinstance(codes, list) or not isinstance(ids, list) or len(codes) != len(ids) or len(codes) < 2
-            or len(set(codes)) != len(codes) or not all(isinstance(c, str) and c for c in codes)):
-        raise ValueError("decision_config codes must be 2 or more distinct strings, one token id each")
+    check_codes(config)
     if config.get("attention_mode") not in (CAUSAL, NONCAUSAL):
         raise ValueError(f"attention_mode must be {CAUSAL} or {NONCAUSAL}")
     t = config.get("temperature")
@@ -138,9 +131,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
         self.state_once = self.attention_mode == CAUSAL
         self.batchable = not self.state_once  # a state-once row already batches its own questions
         self.temperature = float(config["temperature"])
-        self.max_input_tokens = int(card.limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         self.question_types = answered_types(card, QUESTION_TYPES)
         self.modalities = frozenset(card.modalities)
         self._vocab = self.prompt.tokenizer.get_vocab_size()
@@ -221,37 +212,28 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Decode the images, render and tokenize every answerable question; decide the others' answers now."""
         cap = self.budget(request)
-        assets = None
-        if request.assets and "image" in self.modalities:
-            assets = parse_assets(request.assets, self.image_limits.max_bytes)
-        used: list[str] = []
-
-        def plan_entry(name: str | None, entry: DecisionState, rows: list[Any]) -> tuple[Entry | None, ApiError | None]:
-            try:  # images are decoded while planning: a refused one refuses its entry
-                return self._plan_entry(name, entry, cap, rows, assets, used)
-            except ApiError as e:
-                return None, e
-
-        return plan_entries(request, self.name, self.modalities, plan_entry,
-                            last_check=None if assets is None else lambda: check_all_used(assets, used))
+        assets = StateAssets(request, self.image_limits.max_bytes if "image" in self.modalities else None)
+        return plan_entries(request, self.name, self.modalities,
+                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows, assets),
+                            last_check=assets.check_all_used)
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[Any],
-                    assets: Assets | None = None, used: list[str] | None = None) -> tuple[Entry, ApiError | None]:
+                    assets: StateAssets) -> Entry:
         planned = Entry(name, [], temperature=self.temperature)
-        state, state_uses = state_with_assets(entry.state, len(entry.images), assets, used)
+        state, state_uses = assets.state(entry)
         answerable: list[Slot] = []
         for q in entry.questions:
             refused: InvalidQuestion | None = None
             if isinstance(q, Question):
                 refused = (type_refusal(q, self.name, self.question_types) or refusal(q, len(self.prompt.codes))
-                           or (question_images_refusal(self.name, q, assets, used) if assets is not None else None))
+                           or assets.question_refusal(self.name, q))
             slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
                 answerable.append(slot)
         if not answerable:
-            return planned, None
-        images = self._images(entry, [assets.images[r] for r in state_uses] if assets is not None else [])
+            return planned
+        images = self._images(entry, assets.images(state_uses))
         clips = self._videos(entry)
         m = self.processor.s.merge_size if images or clips else 1
         tokens = [(p.grid_h // m) * (p.grid_w // m) for p in images]
@@ -268,7 +250,7 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
             else:
                 slot.answer = got
         if not run:
-            return planned, None
+            return planned
         ids = [s.ids or [] for s in run]
         extra = sum(tokens) - len(tokens)  # each placeholder is its image's tokens (videos come expanded)
         shared = common_prefix(ids) if self.state_once and len(run) > 1 else 0
@@ -288,14 +270,14 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
                 slot.row = len(rows)
                 rows.append(ImageRow(tuple(r), tuple(images), pairs) if images or clips else causal_row(r))
             planned.tokens = sum(len(r) + extra for r in ids)
-        return planned, None
+        return planned
 
     def _images(self, entry: DecisionState, asset_images: Sequence[bytes]) -> list[Patches]:
         """The entry's images (then the assets its state uses, one image per use), decoded through the media
         intake and patched as the model reads them; MediaError (a 400 with its reason) refuses the entry."""
         if not entry.images and not asset_images:
             return []
-        return decode_images(entry.images, asset_images, self.image_limits, self._patches)
+        return self.processor.read_images(entry.images, asset_images, self.image_limits, self.image_max_pixels)
 
     def _videos(self, entry: DecisionState) -> list[list[vid.VideoPair]]:
         """The entry's videos, decoded through the shared intake and read as the d3 runtime reads them; a request
@@ -333,16 +315,9 @@ class Decision3Family(DecisionFamily[RecurrentForward | ImageForward]):
                 out.append(int(t))
         return out
 
-    def _patches(self, image: Any) -> Patches:
-        return self.processor.image(upright_rgb(image), self.image_max_pixels)
-
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch."""
-        return assemble(plan, outputs, self.name, self._read)
-
-    def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
+    def read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
         hidden = output if slot.branch is None else output[slot.branch]
         return answer(q, self.probabilities(hidden, len(q.options)))
 

@@ -31,11 +31,10 @@ from tokenizers import Tokenizer
 from edge_runtime.families.code_options import (
     DEFAULT_INSTRUCTIONS,
     EMPTY_STATE,
-    NOUL_DEFAULTS,
     REPLY,
     SYSTEM,
     describe,
-    keyed_text,
+    option_texts,
 )
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer
 from edge_runtime.questions.base import QUESTION_MALFORMED
@@ -48,15 +47,6 @@ SYSTEM_TURN = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
 ASSISTANT_OPEN = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 #: Question parts up to this many characters are cached by text (the Router repeats its questions).
 _CACHE_CHARS = 4096
-
-
-def option_texts(q: Question) -> list[str]:
-    """The question's options as listed under the codes, in request order."""
-    if q.type == "noul":
-        return [describe(o.description or NOUL_DEFAULTS[o.key]) for o in q.options]
-    if q.type == "score":
-        return [describe(o.description) for o in q.options]
-    return [keyed_text(o) for o in q.options]
 
 
 def refusal(q: Question, codes: int) -> InvalidQuestion | None:
@@ -174,4 +164,4 @@ def _too_long(q: Question, limit: int) -> dict[str, Any]:
                          "question; nothing was truncated")
 
 
-__all__ = ["D3Prompt", "PromptTokens", "common_prefix", "describe", "option_texts", "refusal", "render", "user_text"]
+__all__ = ["D3Prompt", "PromptTokens", "common_prefix", "describe", "refusal", "render", "user_text"]

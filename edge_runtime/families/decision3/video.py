@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches
 from edge_runtime.media.dataurl import parse_data_url
 from edge_runtime.media.errors import MediaError
 from edge_runtime.media.image import MAX_ASPECT_RATIO
 from edge_runtime.media.video import MIN_FRAMES, VideoLimits, open_video, rgb_image
+from edge_runtime.vision_lm.processor import ImageProcessor, Patches
 
 #: the d3 runtime's sampling rate (frames per second of video)
 SAMPLE_FPS = 2.0

@@ -1,9 +1,9 @@
 """Images in a decision3 prompt: the vision core (vision.onnx) and the rows that carry its outputs.
 
-The Qwen3.5 vision tower is Qwen3-VL's with no deepstack (upstream-formats.md §3.4, §3.9), so the graph is
-decision-vision's grid-free vision core and everything grid-shaped comes from its numpy helpers
-(families/decision_vision/vision_lm.py: bilinear position taps, rotary row/column ids, ``get_rope_index``).
-Images are preprocessed by decision-vision's :class:`~edge_runtime.families.decision_vision.processor.ImageProcessor`
+The Qwen3.5 vision tower is Qwen3-VL's with no deepstack (upstream-formats.md §3.4, §3.9), so the graph is the
+grid-free vision core decision-vision reads too, and everything grid-shaped comes from the shared numpy helpers
+(edge_runtime/vision_lm/grid.py: bilinear position taps, rotary row/column ids, ``get_rope_index``).
+Images are preprocessed by the shared :class:`~edge_runtime.vision_lm.processor.ImageProcessor`
 (§3.8: ``smart_resize`` to multiples of patch x merge, bicubic, normalised, Qwen2-VL patch layout).
 
 A question's prompt holds one ``<|image_pad|>`` per request image (prompt.py); :func:`image_row` expands each
@@ -28,23 +28,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edge_runtime.engine.recurrent import EmbedsBranchRow, EmbedsRow, RecurrentForward, embeds_row
-from edge_runtime.families.decision_vision.processor import ImageProcessor, Patches, ProcessorSettings
-from edge_runtime.families.decision_vision.vision_lm import (
-    IMAGE_EMBEDS,
-    PATCHES,
-    POS_IDX,
-    POS_W,
-    ROWCOL,
-    Block,
-    position_taps,
-    rope_positions,
-    rowcol,
-)
+from edge_runtime.vision_lm.grid import IMAGE_EMBEDS, Block, check_core, core_feeds, rope_positions
+from edge_runtime.vision_lm.processor import ImageProcessor, Patches, ProcessorSettings
 
 if TYPE_CHECKING:  # importable without onnxruntime
     from edge_runtime.engine.session import GraphSession
 
-VISION_GRAPH = "vision.onnx"
 #: §3.8: the runtime's own pixel budget for a resized image (not the preprocessor config's ``size``).
 MIN_PIXELS, MAX_PIXELS = 65_536, 1_638_400
 
@@ -72,17 +61,14 @@ class VisionCore:
     inside an image is full and never crosses images, exactly Transformers' ``cu_seqlens``)."""
 
     def __init__(self, session: GraphSession, settings: ProcessorSettings, side: int, hidden: int) -> None:
-        if not {PATCHES, POS_IDX, POS_W, ROWCOL} <= set(session.inputs) or IMAGE_EMBEDS not in session.outputs:
-            raise ValueError(f"{session.path.name} is not a vision core: inputs {session.input_names}")
+        check_core(session)
         self.session, self.settings, self.side, self.hidden = session, settings, int(side), int(hidden)
         self.processor = ImageProcessor(settings)
 
     def encode(self, patches: Patches) -> EncodedImage:
         """The vision core over one image's patches."""
         m = self.settings.merge_size
-        idx, w = position_taps(patches.grid_h, patches.grid_w, self.side, m)
-        feeds = {PATCHES: np.ascontiguousarray(patches.patches, dtype=np.float32), POS_IDX: idx, POS_W: w,
-                 ROWCOL: rowcol(patches.grid_h, patches.grid_w, m)}
+        feeds = core_feeds(patches.patches, patches.grid_h, patches.grid_w, self.side, m)
         rows = self.session.run(feeds, [IMAGE_EMBEDS])[IMAGE_EMBEDS]
         tokens = (patches.grid_h // m) * (patches.grid_w // m)
         if rows.shape != (tokens, self.hidden):
@@ -202,5 +188,5 @@ class ImageForward:
         return self.text(converted)
 
 
-__all__ = ["MAX_PIXELS", "MIN_PIXELS", "VISION_GRAPH", "EncodedImage", "ImageBranchRow", "ImageForward", "ImageRow",
+__all__ = ["MAX_PIXELS", "MIN_PIXELS", "EncodedImage", "ImageBranchRow", "ImageForward", "ImageRow",
            "VisionCore", "expand_ids", "image_row", "processor_settings", "video_starts"]

@@ -1,21 +1,7 @@
 """decision-codes family: a causal LM backbone reads the options under single-token codes.
 
-Prompt (``prompt: "codes-v1"``). Each question row is four token segments, concatenated:
-
-1. ``chat.before``: the source model's chat markup up to the user turn (system text included),
-   rendered by the converter from the model's own chat template; special tokens match in it;
-2. the state part: ``"State:\\n" + describe(state) + "\\n\\n"`` (``(empty)`` for an empty state);
-   with ``prompt_layout: header-v1`` it is preceded by ``"Questions:\\n"`` and the request's
-   questions numbered in request order, Choice and Score questions with their options and Set
-   questions with their labels (``"   - " + label``), so every question sees what else is asked;
-3. the question part: ``"Question:\\n" + instructions + "\\n\\nOptions:\\n" + "<code>: <text>"``
-   lines ``+ "\\n\\nReply with only the code of the best option."`` (``Question <n>:`` under header-v1);
-4. ``chat.after``: the markup that closes the user turn and opens the assistant's reply.
-
-Segments 2 and 3 hold request text and are tokenized with special tokens read as plain text, so a
-state cannot forge chat markup. Option texts: Choice ``key`` or ``key: description``; Noul the
-false then the true description (``No / false``, ``Yes / true`` by default), a two-option choice;
-Score each level. ``describe`` is the string itself, or ``json.dumps(value, ensure_ascii=False)``.
+The prompt is codes-v1 (edge_runtime/families/codes_prompt.py): the state part, then each question's
+part with its options under the package's single-token codes.
 
 A Set over labels L1..Ln is n Noul rows, one per label, answered under ``<id>.<label>``: label i's
 row is exactly the row of a Noul whose instructions are the Set's followed by a blank line (when it
@@ -43,32 +29,21 @@ state-once request at most ``max_request_tokens`` (the state once and every ques
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from edge_runtime.engine.causal import BranchRow, CausalForward, CausalRow, branch_row, causal_row
-from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.code_options import (
-    DEFAULT_INSTRUCTIONS,
-    EMPTY_STATE,
-    NOUL_DEFAULTS,
-    REPLY,
-    describe,
-    keyed_text,
-)
+from edge_runtime.errors import ApiError
+from edge_runtime.families.code_options import describe, keyed_text
+from edge_runtime.families.codes_prompt import READOUT, READOUT_BIAS, CodesPrompt
 from edge_runtime.families.decision_plan import (
     DecisionFamily,
     DecisionPlan,
     Entry,
     Slot,
     answered_types,
-    assemble,
+    input_limit,
     plan_entries,
 )
 from edge_runtime.heads.decisions import code_probabilities, select_temperature
@@ -77,32 +52,11 @@ from edge_runtime.questions import DecisionOption, InvalidQuestion, Question, an
 from edge_runtime.questions.noul import KEYS as NOUL_KEYS
 from edge_runtime.questions.sets import label_id
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
-from edge_runtime.text.bounds import encode_plain
 
-SURFACE = "decisions"
-CONFIG_FORMAT = "decision-codes-config/1"
-PROMPT = "codes-v1"
-ATTENTION_MODES = ("causal", "prefix_causal")
-PROMPT_LAYOUTS = (None, "header-v1")
 QUESTION_TYPES = ("choice", "noul", "score", "set")
 #: The types whose count selects a request's temperature (temperature_by_questions).
 COUNTED_TYPES = ("choice", "noul", "score")
-READOUT = "readout"        # head.npz: float32 [codes, hidden]
-READOUT_BIAS = "bias"      # head.npz, optional: float32 [codes]
-
-DEFAULT_SET_INSTRUCTIONS = "Which labels apply?"
 LABEL_ASK = "Does this label apply?"
-#: Question parts up to this many characters are cached by text (the Router repeats its questions).
-_CACHE_CHARS = 4096
-
-
-def option_texts(q: Question) -> list[str]:
-    """The question's options as listed under the codes, in request order."""
-    if q.type == "noul":
-        return [describe(o.description if o.description is not None else NOUL_DEFAULTS[o.key]) for o in q.options]
-    if q.type == "score":
-        return [describe(o.description) for o in q.options]
-    return [keyed_text(o) for o in q.options]
 
 
 def label_instructions(q: Question, label: DecisionOption) -> str:
@@ -115,129 +69,6 @@ def label_nouls(q: Question) -> list[Question]:
     """A Set's labels, each the Noul that answers it under ``<id>.<label>`` (default false/true)."""
     return [Question(label_id(q.id, o.key), "noul", label_instructions(q, o),
                      tuple(DecisionOption(k, None) for k in NOUL_KEYS)) for o in q.options]
-
-
-def check_config(config: dict[str, Any]) -> None:
-    """Raise ValueError when decision_config.json is not one this family reads."""
-    if config.get("format") != CONFIG_FORMAT or config.get("prompt") != PROMPT:
-        raise ValueError(f"decision_config.json must have format {CONFIG_FORMAT!r} and prompt {PROMPT!r}")
-    codes, ids = config.get("codes"), config.get("token_ids")
-    if (not isinstance(codes, list) or not isinstance(ids, list) or len(codes) != len(ids) or len(codes) < 2
-            or len(set(codes)) != len(codes) or not all(isinstance(c, str) and c for c in codes)):
-        raise ValueError("decision_config codes must be 2 or more distinct strings, one token id each")
-    if config.get("attention_mode") not in ATTENTION_MODES:
-        raise ValueError(f"attention_mode must be one of {list(ATTENTION_MODES)}")
-    if config.get("prompt_layout") not in PROMPT_LAYOUTS:
-        raise ValueError(f"prompt_layout must be null or 'header-v1', not {config.get('prompt_layout')!r}")
-    chat = config.get("chat")
-    if not isinstance(chat, dict) or not all(isinstance(chat.get(k), str) for k in ("before", "after")):
-        raise ValueError("decision_config chat needs the strings before and after")
-    temperature = config.get("temperature", 1.0)
-    if not _positive(temperature):
-        raise ValueError("temperature must be a finite number > 0")
-    table = config.get("temperature_by_questions")
-    if table is not None:
-        n = table.get("max_questions") if isinstance(table, dict) else None
-        t = table.get("temperature") if isinstance(table, dict) else None
-        if (not isinstance(n, list) or not isinstance(t, list) or not n or len(t) != len(n) + 1
-                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in n)
-                or any(a >= b for a, b in zip(n, n[1:])) or not all(_positive(x) for x in t)):
-            raise ValueError("temperature_by_questions must be {max_questions: [increasing ints >= 1], "
-                             "temperature: [one more temperature > 0]}")
-    softcap = config.get("logit_softcap")
-    if softcap is not None and not _positive(softcap):
-        raise ValueError("logit_softcap must be null or a number > 0")
-
-
-def _positive(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-class CodesPrompt:
-    """Renders and tokenizes the codes-v1 prompt of a package (see the module docstring)."""
-
-    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any]) -> None:
-        check_config(config)
-        self.codes: list[str] = list(config["codes"])
-        self.header = config.get("prompt_layout") == "header-v1"
-        self.markup = Tokenizer.from_str(tokenizer.to_str())
-        self.markup.no_padding()
-        self.markup.no_truncation()
-        self.text = Tokenizer.from_str(self.markup.to_str())
-        self.text.encode_special_tokens = True  # request text never becomes chat markup
-        self.before = self._markup(config["chat"]["before"])
-        self.after = self._markup(config["chat"]["after"])
-        self._normalizer = self.text.normalizer
-        # The most UTF-8 bytes a token's string holds: no text longer than budget * this (normalised)
-        # fits a budget, so such a text is refused without being tokenized.
-        self.max_token_bytes = max(len(t.encode("utf-8")) for t in self.text.get_vocab())
-        self._cached = lru_cache(maxsize=8192)(self._encode_text)
-
-    @classmethod
-    def from_files(cls, tokenizer_path: Path, config: dict[str, Any]) -> CodesPrompt:
-        return cls(Tokenizer.from_file(str(tokenizer_path)), config)
-
-    def _markup(self, text: str) -> tuple[int, ...]:
-        return tuple(self.markup.encode(text, add_special_tokens=False).ids) if text else ()
-
-    def _encode_text(self, text: str) -> tuple[int, ...]:
-        return tuple(encode_plain(self.text, text).ids)
-
-    def check_codes(self, token_ids: Sequence[int]) -> None:
-        """Raise ValueError unless every code reads as exactly its one token."""
-        for code, tid in zip(self.codes, token_ids):
-            got = self.text.encode(code, add_special_tokens=False).ids
-            if got != [tid]:
-                raise ValueError(f"code {code!r} tokenizes to {got}, not the single token [{tid}]")
-
-    # ---- text --------------------------------------------------------------------------------
-
-    def option_lines(self, q: Question, indent: str = "") -> list[str]:
-        return [f"{indent}{code}: {text}" for code, text in zip(self.codes, option_texts(q))]
-
-    def state_text(self, state: Any, listed: Sequence[Question] | None = None) -> str:
-        """The state part; ``listed`` (header-v1) are the questions numbered in front of the state."""
-        shown = EMPTY_STATE if state is None or state == "" else describe(state)
-        head = ""
-        if listed is not None:
-            lines = ["Questions:"]
-            for n, q in enumerate(listed, 1):
-                default = DEFAULT_SET_INSTRUCTIONS if q.type == "set" else DEFAULT_INSTRUCTIONS
-                lines.append(f"{n}. {describe(q.instructions) if q.instructions is not None else default}")
-                if q.type in ("choice", "score"):
-                    lines.extend(self.option_lines(q, "   "))
-                elif q.type == "set":  # labels are not under codes: each label is a row of its own
-                    lines.extend(f"   - {keyed_text(o)}" for o in q.options)
-            head = "\n".join(lines) + "\n\n"
-        return f"{head}State:\n{shown}\n\n"
-
-    def question_text(self, q: Question, number: int | None = None) -> str:
-        """The question part: instructions, the options under their codes, the reply line."""
-        title = "Question:" if number is None else f"Question {number}:"
-        instructions = describe(q.instructions) if q.instructions is not None else DEFAULT_INSTRUCTIONS
-        options = "\n".join(self.option_lines(q))
-        return f"{title}\n{instructions}\n\nOptions:\n{options}\n\n{REPLY}"
-
-    # ---- tokens ------------------------------------------------------------------------------
-
-    def _bounded(self, text: str, budget: int, cache: bool = False) -> tuple[int, ...] | None:
-        """The text's ids, or None when it cannot fit ``budget`` tokens (a long text is not tokenized)."""
-        if len(text) > budget:  # a shorter text is cheap to tokenize whatever its tokens
-            normal = self._normalizer.normalize_str(text) if self._normalizer is not None else text
-            if len(normal.encode("utf-8")) > budget * self.max_token_bytes:
-                return None
-        ids = self._cached(text) if cache and len(text) <= _CACHE_CHARS else self._encode_text(text)
-        return ids if len(ids) <= budget else None
-
-    def state_ids(self, state: Any, listed: Sequence[Question] | None, budget: int) -> list[int] | None:
-        """Chat markup and the state part, or None when they exceed ``budget`` tokens."""
-        ids = self._bounded(self.state_text(state, listed), budget - len(self.before))
-        return None if ids is None else [*self.before, *ids]
-
-    def question_ids(self, q: Question, number: int | None, budget: int) -> list[int] | None:
-        """The question part and the closing markup, or None when they exceed ``budget`` tokens."""
-        ids = self._bounded(self.question_text(q, number), budget - len(self.after), cache=True)
-        return None if ids is None else [*ids, *self.after]
 
 
 class DecisionCodesFamily(DecisionFamily[CausalForward]):
@@ -264,9 +95,7 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
         self.state_once = config["attention_mode"] == "prefix_causal"
         self.batchable = not self.state_once  # a state-once row already batches its own questions
         limits = card.limits
-        self.max_input_tokens = int(limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         validated = limits.get("validated_input_tokens")
         self.validated_input_tokens = None if validated is None else min(int(validated), self.max_input_tokens)
         request_cap = limits.get("max_request_tokens")
@@ -325,7 +154,7 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
                        f"this model reads per question{hint}")
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int,
-                    rows: list[CausalRow | BranchRow]) -> tuple[Entry, ApiError | None]:
+                    rows: list[CausalRow | BranchRow]) -> Entry:
         planned = Entry(name, [])
         answerable: list[Slot] = []
         for q in entry.questions:
@@ -337,7 +166,7 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
         planned.temperature = select_temperature(
             self.config, sum(1 for q in entry.valid if q.type in COUNTED_TYPES))
         if not answerable:
-            return planned, None
+            return planned
         # header-v1 holds for text-only requests without Box or track questions (the contract)
         header = self.prompt.header and not any(q.type in ("box", "track") for q in entry.valid)
         listed = [s.question for s in answerable] if header else None
@@ -358,12 +187,12 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
             else:
                 run.extend(reads)
         if not run:
-            return planned, None
+            return planned
         assert state_ids is not None
         if self.state_once:
             total = len(state_ids) + sum(len(s.ids or ()) for s in run)
             if total > self.max_request_tokens:
-                return planned, ApiError(
+                raise ApiError(
                     "invalid_request",
                     f"the state once and every question take {total} tokens, more than the model's "
                     f"max_request_tokens {self.max_request_tokens}",
@@ -377,23 +206,14 @@ class DecisionCodesFamily(DecisionFamily[CausalForward]):
                 slot.row = len(rows)
                 rows.append(causal_row([*state_ids, *slot.ids]))  # type: ignore[misc]
                 planned.tokens += len(state_ids) + len(slot.ids or ())
-        return planned, None
+        return planned
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
-
-        ``outputs`` holds one hidden state per CausalRow (``[hidden]``) or ``[branches, hidden]``
-        per BranchRow, in row order, or one ItemError for the whole job (a deadline).
-        """
-        return assemble(plan, outputs, self.name, self._read)
-
-    def _read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
+    def read(self, q: Question, slot: Slot, entry: Entry, output: np.ndarray) -> dict[str, Any]:
         """A question's answer from its row's hidden state (its branch's, state-once); a Set label's Noul too."""
         hidden = output if slot.branch is None else output[slot.branch]
         return answer(q, self.probabilities(hidden, len(q.options), entry.temperature))
 
 
-__all__ = ["CodesPrompt", "DecisionCodesFamily", "check_config", "describe", "label_instructions", "label_nouls",
-           "option_texts"]
+__all__ = ["DecisionCodesFamily", "label_instructions", "label_nouls"]

@@ -1,4 +1,5 @@
-"""The decision-vision family (Qwen3-VL): ``processor.py`` (the Qwen2-VL image processor and video
-frame pairs), ``vision_lm.py`` (the two graphs' forward, grid taps and M-RoPE), ``box_grid.py`` (the
-Box digit tree), ``family.py`` (the served family).
+"""The decision-vision family (Qwen3-VL): ``planner.py`` (media, the codes-v1 prompt with its vision blocks, the
+readout), ``forward.py`` (the two graphs' forward: the state once, branches and box trees from its cache),
+``box_reader.py`` and ``box_grid.py`` (Box questions and their digit tree), ``family.py`` (the served family).
+The image processor and the grid arithmetic are edge_runtime.vision_lm's.
 """

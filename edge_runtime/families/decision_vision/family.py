@@ -1,11 +1,7 @@
 """decision-vision family: a Qwen3-VL decision model reads images and videos in its state.
 
-The prompt is decision-codes' (``codes-v1``, edge_runtime.families.decision_codes.family) with the media
-in front of the state text, inside the user turn, as the upstream Decision 3.0 layout puts them:
-``chat.before``, each image as ``<|vision_start|>`` + ``<|image_pad|>`` x tokens +
-``<|vision_end|>``, then each video as its frame pairs, each ``<{t:.1f} seconds>`` followed by
-``<|vision_start|>`` + ``<|video_pad|>`` x tokens + ``<|vision_end|>``, then ``State:...``. The pad
-rows are replaced by the vision core's output (engine.vision_lm).
+The prompt, the media and the readout are planner.py's; the forward (forward.py) replaces the pad rows by
+the vision core's output and runs the state once.
 
 Every request runs state-once (``usage: state_once``): the state with its media is one block run
 once, each question a branch of its key/value cache, so ``usage.input_tokens`` counts the state
@@ -14,12 +10,11 @@ videos of a request at most ``video_max_tokens`` (400 ``video_tokens``). Images 
 decoded while planning (edge_runtime.media), on the worker that tokenizes; a malformed or
 over-limit one fails the request with 400 and its fixed reason (a batch entry fails in place).
 
-Box questions (where the package carries ``box`` in decision_config.json and ``box_readout`` in
-head.npz) read the state's only image: each is a tree branch of the same row, four forwards deep
-(one per edge, heads.box_grid), answered as edges over 0..1000 and the card's confidence formula.
-With ``at`` a box reads the state's only video at that moment ("At <t> seconds: ..."), and a track
-reads every moment k / rate up to the clip's end: a box tree and a ``visible`` Noul branch each.
-Their trees run one after another (no batching across moments yet).
+Box questions (box_reader.py, where the package reads boxes) read the state's only image: each is a
+tree branch of the same row, four forwards deep (one per edge), answered as edges over 0..1000 and the
+card's confidence formula. With ``at`` a box reads the state's only video at that moment ("At <t>
+seconds: ..."), and a track reads every moment k / rate up to the clip's end: a box tree and a
+``visible`` Noul branch each. Their trees run one after another (no batching across moments yet).
 
 Rows run alone (``batchable`` False): a row already batches its own questions, and rows of
 different media share nothing worth padding for. Answers: ``softmax(R[:K] @ h / T)``, R the LM-head
@@ -31,259 +26,55 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from tokenizers import Tokenizer
 
-from edge_runtime.errors import ApiError, ItemError
+from edge_runtime.errors import ApiError
 from edge_runtime.families.base import Graph, open_graphs
-from edge_runtime.families.decision_codes.family import READOUT, CodesPrompt
+from edge_runtime.families.codes_prompt import READOUT
 from edge_runtime.families.decision_plan import (
     DecisionFamily,
     DecisionPlan,
     Entry,
     Slot,
     answered_types,
-    assemble,
+    input_limit,
     plan_entries,
-    question_images_refusal,
 )
-from edge_runtime.families.decision_vision.box_grid import (
-    CONFIDENCE_FORMULA,
-    digit_tree,
-    edge_distribution,
-    pick,
-    window_probability,
-)
-from edge_runtime.families.decision_vision.processor import (
-    ImageProcessor,
-    Patches,
-    ProcessorSettings,
-    VideoClip,
-    pair_frames,
-)
-from edge_runtime.families.decision_vision.vision_lm import (
-    Block,
+from edge_runtime.families.decision_vision.box_grid import CONFIDENCE_FORMULA
+from edge_runtime.families.decision_vision.box_reader import BOX_READOUT
+from edge_runtime.families.decision_vision.forward import (
     TreeBranch,
     VisionLanguageForward,
     VisionOutput,
     VisionRow,
     vision_row,
 )
-from edge_runtime.heads.decisions import code_probabilities, select_temperature
-from edge_runtime.media.assets import Assets, check_all_used, parse_assets, replace_in, state_with_assets
-from edge_runtime.media.image import ImageLimits, decode_images, upright_rgb
-from edge_runtime.media.video import VideoLimits, check_video_tokens, decode_video
+from edge_runtime.families.decision_vision.planner import StateTooLong, VisionPlanner
+from edge_runtime.families.state_assets import StateAssets
+from edge_runtime.heads.decisions import select_temperature
+from edge_runtime.media.assets import replace_in
 from edge_runtime.packages import Package
-from edge_runtime.packages.golden import GoldenCase
 from edge_runtime.questions import InvalidQuestion, Question, answer, failed_answer, parse_question, refusal
-from edge_runtime.questions.box import box_answer
 from edge_runtime.questions.track import track_answer
 from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
+from edge_runtime.vision_lm.golden import VISION_GOLDEN, VISION_GRAPH, vision_golden
+from edge_runtime.vision_lm.processor import VideoClip
 
 QUESTION_TYPES = ("choice", "noul", "score", "box", "track")
 CODE_TYPES = ("choice", "noul", "score")
 EMBEDDINGS_FILE = "embeddings.npy"
-VISION_FILE = "vision.onnx"
-VISION_GOLDEN = "vision_check.npz"  # the vision core's recorded case: in/<input>, out/<output>
-BOX_READOUT = "box_readout"  # head.npz: LM-head rows of the digits 0-9, the separator and the end
-BOX_REPLY = ('Reply with only its bounding box as JSON {"bbox_2d": [x1, y1, x2, y2]}, each coordinate '
-             "from 0 to 1000.")
-BOX_EDGES = 4
 #: Where this family reads images: in the state only. A question's own image would need its own
 #: vision block after the shared state, and moving it into the state would change the other answers.
 IMAGE_PLACEMENTS = ("state",)
 
 
-class BoxReader:
-    """Box questions as Qwen3-VL writes boxes: ``{"bbox_2d": [x1, y1, x2, y2]}`` on the 0..1000 grid.
-
-    The question part is ``Question:\n<instructions>\n\n<BOX_REPLY>``, the chat markup, then the
-    forced ``{"bbox_2d": [``; each edge is one forward of the digit tree (heads.box_grid) whose
-    terminator is the separator's first token (the end's for the last edge). The picked edge's
-    digits and the separator are committed before the next edge; right >= left, bottom >= top.
-    """
-
-    def __init__(self, prompt: CodesPrompt, box: dict[str, Any], readout: np.ndarray) -> None:
-        self.prompt = prompt
-        self.digit_ids = np.asarray(box["digit_ids"], dtype=np.int64)
-        self.prefix_ids = [int(i) for i in box["prefix_ids"]]
-        self.separator_ids = [int(i) for i in box["separator_ids"]]
-        self.readout = np.ascontiguousarray(readout, dtype=np.float32)  # [12, H]
-        if self.readout.shape[0] != 12 or len(self.digit_ids) != 10:
-            raise ValueError("the box readout needs 10 digits, the separator and the end")
-        self.tree = digit_tree()
-
-    def question_ids(self, q: Question, budget: int, time: float | None = None) -> list[int] | None:
-        what = q.instructions if isinstance(q.instructions, str) else json.dumps(q.instructions)
-        # a moment of the video is named as the pairs' timestamps name it
-        text = f"Question:\n{'' if time is None else f'At {time:.1f} seconds: '}{what}"
-        ids = self.prompt._bounded(f"{text}\n\n{BOX_REPLY}", budget - len(self.prompt.after) - len(self.prefix_ids),
-                                   cache=True)
-        return None if ids is None else [*ids, *self.prompt.after, *self.prefix_ids]
-
-    def tokens(self, question: Sequence[int]) -> int:
-        """Tokens a box reads: its question part and the tree once per edge (committed digits aside)."""
-        return len(question) + BOX_EDGES * len(self.tree.digits)
-
-    def distribution(self, edge: int, hidden: np.ndarray, temperature: float) -> np.ndarray:
-        """P(v), v = 0..1000, of one edge from its forward's ``[1 + T, H]``."""
-        rows = self.readout[[*range(10), 10 if edge < BOX_EDGES - 1 else 11]]
-        return edge_distribution(hidden @ rows.T, self.tree, temperature)
-
-    def edges(self, hiddens: Sequence[np.ndarray], temperature: float) -> tuple[list[int], list[np.ndarray]]:
-        """The picked edges and their distributions, edge by edge as the forwards committed them."""
-        picks: list[int] = []
-        dists = []
-        for edge, hidden in enumerate(hiddens):
-            p = self.distribution(edge, hidden, temperature)
-            picks.append(pick(p, picks[edge - 2] if edge >= 2 else 0))  # x2 >= x1, y2 >= y1
-            dists.append(p)
-        return picks, dists
-
-    def branch(self, question: Sequence[int], temperature: float) -> TreeBranch:
-        def advance(hiddens: Sequence[np.ndarray]) -> list[int]:
-            v = self.edges(hiddens, temperature)[0][-1]  # the edge just read, masked by the earlier ones
-            return [*(int(self.digit_ids[int(d)]) for d in str(v)), *self.separator_ids]
-
-        return TreeBranch(np.asarray(question, dtype=np.int64), self.digit_ids[self.tree.digits],
-                          self.tree.parents, self.tree.depths, BOX_EDGES, advance)
-
-    def answer(self, hiddens: np.ndarray, temperature: float, time: float | None = None) -> dict[str, Any]:
-        (x1, y1, x2, y2), dists = self.edges(list(hiddens), temperature)
-        windows = [window_probability(p, v) for p, v in zip(dists, (x1, y1, x2, y2))]
-        confidence = float(np.prod(windows) ** (1 / len(windows)))
-        return box_answer(x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000, confidence, time)
-
-
-class VisionPlanner:
-    """Prompt, processor and readout of a decision-vision package: everything but the sessions."""
-
-    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
-                 embeddings: np.ndarray, readout: np.ndarray, box_readout: np.ndarray | None = None) -> None:
-        vision = config.get("vision")
-        if not isinstance(vision, dict):
-            raise ValueError("decision_config.json has no vision member")
-        self.config = config
-        self.prompt = CodesPrompt(tokenizer, config)
-        self.prompt.check_codes(config["token_ids"])
-        self.settings = ProcessorSettings.from_card(vision["processor"])
-        self.processor = ImageProcessor(self.settings)
-        tokens = vision["tokens"]
-        self.start, self.end = int(tokens["<|vision_start|>"]), int(tokens["<|vision_end|>"])
-        self.image_pad, self.video_pad = int(tokens["<|image_pad|>"]), int(tokens["<|video_pad|>"])
-        self.timestamp = str(vision.get("timestamp", "<{t:.1f} seconds>"))
-        self.side = int(vision["position_side"])
-        self.embeddings = embeddings
-        self.readout = np.ascontiguousarray(readout, dtype=np.float32)
-        if self.readout.shape != (len(self.prompt.codes), embeddings.shape[1]):
-            raise ValueError(f"head.npz readout has shape {self.readout.shape}, expected "
-                             f"[{len(self.prompt.codes)}, {embeddings.shape[1]}]")
-        self.box = (BoxReader(self.prompt, config["box"], box_readout)
-                    if box_readout is not None and isinstance(config.get("box"), dict) else None)
-        self.limits = limits
-        self.image_max_pixels = int(limits["image_max_pixels"])
-        self.video_max_pixels = int(limits["video_max_pixels"])
-        self.video_max_tokens = int(limits["video_max_tokens"])
-        self.image_limits = ImageLimits(int(limits["image_max_bytes"]), int(limits["image_source_max_pixels"]))
-        self.video_limits = VideoLimits(int(limits["video_max_bytes"]), float(limits["video_max_seconds"]),
-                                        int(limits["video_source_max_pixels"]), float(limits["video_fps"]),
-                                        int(limits["video_max_frames"]))
-
-    @classmethod
-    def from_parts(cls, tokenizer: Tokenizer, config: dict[str, Any], limits: dict[str, Any],
-                   embeddings: np.ndarray, readout: np.ndarray,
-                   box_readout: np.ndarray | None = None) -> VisionPlanner:
-        return cls(tokenizer, config, limits, embeddings, readout, box_readout)
-
-    def probabilities(self, hidden: np.ndarray, count: int, temperature: float) -> np.ndarray:
-        """The first ``count`` codes' probabilities for one last-token hidden state."""
-        return code_probabilities(hidden, self.readout, count, temperature, None, None)
-
-    def video_ids(self, clip: VideoClip) -> tuple[list[int], list[tuple[int, Patches]]]:
-        """A clip's tokens and, per pair, the offset of its pads within them."""
-        ids: list[int] = []
-        blocks = []
-        for pair in clip.pairs:
-            ids.extend(self.prompt.text.encode(self.timestamp.format(t=pair.time), add_special_tokens=False).ids)
-            ids.append(self.start)
-            blocks.append((len(ids), pair.patches))
-            ids.extend([self.video_pad] * self._tokens(pair.patches))
-            ids.append(self.end)
-        return ids, blocks
-
-    def _tokens(self, p: Patches) -> int:
-        m = self.settings.merge_size
-        return (p.grid_h // m) * (p.grid_w // m)
-
-    def state_with_media(self, state: Any, images: Sequence[Patches], videos: Sequence[VideoClip],
-                         budget: int = 1 << 30) -> tuple[list[int], list[Block]]:
-        """The state's ids (chat markup, media, state text) and its vision blocks."""
-        ids = list(self.prompt.before)
-        blocks: list[Block] = []
-        for image in images:
-            ids.append(self.start)
-            blocks.append(Block(len(ids), image.patches, image.grid_h, image.grid_w))
-            ids.extend([self.image_pad] * self._tokens(image))
-            ids.append(self.end)
-        for clip in videos:
-            vids, at = self.video_ids(clip)
-            blocks.extend(Block(len(ids) + off, p.patches, p.grid_h, p.grid_w) for off, p in at)
-            ids.extend(vids)
-        text = self.prompt._bounded(self.prompt.state_text(state), budget - len(ids))
-        if text is None:
-            raise _TooLong()
-        return [*ids, *text], blocks
-
-    def read_media(self, entry: DecisionState,
-                   asset_images: Sequence[bytes] = ()) -> tuple[list[Patches], list[VideoClip]]:
-        """The entry's images (then the assets its state uses, one image per use) and videos,
-        decoded, checked and processed; ApiError with the reason."""
-        images = decode_images(entry.images, asset_images, self.image_limits, self._patches)
-        videos = []
-        used = 0
-        # the fewest tokens a pair's timestamp takes: a clip refused on this bound is refused undecoded
-        stamp = len(self.prompt.text.encode(self.timestamp.format(t=0.0), add_special_tokens=False).ids)
-
-        def before_decode(frames: int, width: int, height: int) -> None:
-            pair = self.processor.tokens(height, width, self.video_max_pixels) + stamp + 2
-            check_video_tokens(self.video_max_tokens, used + (frames + 1) // 2 * pair)
-
-        for url in entry.videos:
-            # frames are kept at the size the model reads them (resized once, from the source, as
-            # the processor would), so many large frames never sit in memory together
-            frames = decode_video(url, self.video_limits, before_decode,
-                                  lambda h, w: self.processor.target_size(h, w, self.video_max_pixels))
-            clip = VideoClip(pair_frames(self.processor, frames.images, frames.times, self.video_max_pixels),
-                             frames.seconds, frames.measured)
-            used += len(self.video_ids(clip)[0])
-            check_video_tokens(self.video_max_tokens, used)
-            videos.append(clip)
-        return images, videos
-
-    def _patches(self, image: Image.Image) -> Patches:
-        """A decoded image as the model reads it: upright, RGB, resized to image_max_pixels."""
-        return self.processor.image(upright_rgb(image), self.image_max_pixels)
-
-
-def vision_golden(package: Package) -> list[GoldenCase]:
-    """The vision core's recorded case (``vision_check.npz``: ``in/<input>``, ``out/<output>``)."""
-    with np.load(package.file(VISION_GOLDEN), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    return [GoldenCase({k[3:]: v for k, v in arrays.items() if k.startswith("in/")},
-                       {k[4:]: v for k, v in arrays.items() if k.startswith("out/")})]
-
-
 def graphs(package: Package) -> list[Graph]:
     """The vision core beside the text core (model.onnx), self-checked when the package records it."""
-    return [Graph("vision", VISION_FILE, vision_golden if VISION_GOLDEN in package.files else None)]
-
-
-class _TooLong(Exception):
-    """The state does not fit the question budget."""
+    return [Graph("vision", VISION_GRAPH, vision_golden if VISION_GOLDEN in package.files else None)]
 
 
 class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
@@ -304,9 +95,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                                      dict(card.limits), embeddings, weights[READOUT], weights.get(BOX_READOUT))
         self.config = config
         limits = card.limits
-        self.max_input_tokens = int(limits["max_input_tokens"])
-        if max_input_tokens is not None:
-            self.max_input_tokens = min(self.max_input_tokens, int(max_input_tokens))
+        self.max_input_tokens = input_limit(card, max_input_tokens)
         self.max_request_tokens = int(limits.get("max_request_tokens", self.max_input_tokens))
         types = CODE_TYPES
         if self.planner.box is not None:
@@ -349,38 +138,28 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
     def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
         """Decode media, render and tokenize every answerable question; decide the others now."""
         cap = self.budget(request)
-        assets = None
-        if request.assets and "image" in self.modalities:
-            assets = parse_assets(request.assets, self.planner.image_limits.max_bytes)
-        used: list[str] = []
-
-        def plan_entry(name: str | None, entry: DecisionState, rows: list[Any]) -> tuple[Entry | None, ApiError | None]:
-            try:  # media are decoded while planning: a refused one refuses its entry
-                return self._plan_entry(name, entry, cap, rows, assets, used), None
-            except ApiError as e:
-                return None, e
-
-        return plan_entries(request, self.name, self.modalities, plan_entry,
-                            last_check=None if assets is None else lambda: check_all_used(assets, used))
+        assets = StateAssets(request, self.planner.image_limits.max_bytes if "image" in self.modalities else None)
+        return plan_entries(request, self.name, self.modalities,
+                            lambda name, entry, rows: self._plan_entry(name, entry, cap, rows, assets),
+                            last_check=assets.check_all_used)
 
     def _plan_entry(self, name: str | None, entry: DecisionState, cap: int, rows: list[VisionRow],
-                    assets: Assets | None = None, used: list[str] | None = None) -> Entry:
+                    assets: StateAssets) -> Entry:
         planned = Entry(name, [])
         answerable: list[Slot] = []
-        state, state_uses = state_with_assets(entry.state, len(entry.images), assets, used)
+        state, state_uses = assets.state(entry)
         targeted: set[str] = set()
         for q in entry.questions:
             refused = None if isinstance(q, InvalidQuestion) else self._unsupported(q)
-            if (refused is None and assets is not None and isinstance(q, Question) and q.type == "box"
-                    and q.at is None):
-                aimed = self._box_asset_target(q, assets, state_uses, len(entry.images), used)
+            if refused is None and isinstance(q, Question) and q.type == "box" and q.at is None:
+                aimed = self._box_asset_target(q, assets, state_uses, len(entry.images))
                 if isinstance(aimed, InvalidQuestion):
                     refused = aimed
                 elif aimed is not None:
                     q = aimed
                     targeted.add(q.id)
-            if refused is None and assets is not None and isinstance(q, Question) and q.id not in targeted:
-                refused = question_images_refusal(self.name, q, assets, used)
+            if refused is None and isinstance(q, Question) and q.id not in targeted:
+                refused = assets.question_refusal(self.name, q)
             slot = Slot(refused or q)
             planned.slots.append(slot)
             if isinstance(slot.question, Question):
@@ -394,10 +173,10 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
         answerable = [s for s in answerable if isinstance(s.question, Question)]
         if not answerable:
             return planned
-        images, videos = self.planner.read_media(entry, [assets.images[r] for r in state_uses] if assets else [])
+        images, videos = self.planner.read_media(entry, assets.images(state_uses))
         try:
             state_ids, blocks = self.planner.state_with_media(state, images, videos, cap)
-        except _TooLong:
+        except StateTooLong:
             for slot in answerable:
                 slot.answer = self._too_long(slot.question, cap)  # type: ignore[arg-type]
             return planned
@@ -458,7 +237,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
             assert box is not None
             slot.row = row
             # where its trees and its visible branches start, and how many moments (at k / rate)
-            slot.ids = [len(trees), len(branches), len(times)]
+            slot.reading = (len(trees), len(branches), len(times))
             trees.extend(box.branch(ids, temperature) for ids in tree_ids)
             branches.extend(noul_ids)
             total += sum(box.tokens(ids) for ids in tree_ids) + sum(len(ids) for ids in noul_ids)
@@ -512,15 +291,16 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                                    f"this question has {len(q.options)}")
         return refused
 
-    def _box_asset_target(self, q: Question, assets: Assets, state_uses: list[str], images: int,
-                          used: list[str] | None) -> Question | InvalidQuestion | None:
+    def _box_asset_target(self, q: Question, assets: StateAssets, state_uses: list[str],
+                          images: int) -> Question | InvalidQuestion | None:
         """A box whose instructions reference an image reads that image (the contract), which must be
         in the state (image_placements: state): the reference becomes the state's ``[image k]``."""
-        refs = assets.used_in(q.instructions)
+        if assets.assets is None:
+            return None
+        refs = assets.assets.used_in(q.instructions)
         if not refs:
             return None
-        if used is not None:
-            used.extend(refs)
+        assets.used.extend(refs)
         if len(set(refs)) > 1:
             return InvalidQuestion(q.id, q.type, "box_target_ambiguous",
                                    f"the instructions reference {len(set(refs))} images; a box reads one")
@@ -529,7 +309,8 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
                                    f"model {self.name!r} reads images in the state only; put the image the box "
                                    "question locates in the state")
         k = images + state_uses.index(refs[0]) + 1
-        return dataclasses.replace(q, instructions=replace_in(q.instructions, assets, lambda _: f"[image {k}]")[0])
+        return dataclasses.replace(q, instructions=replace_in(q.instructions, assets.assets,
+                                                              lambda _: f"[image {k}]")[0])
 
     def _too_long(self, q: Question, cap: int) -> dict[str, Any]:
         return failed_answer(q.type, "max_length_exceeded", "question_tokens",
@@ -538,11 +319,7 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
 
     # -- answers ----------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch."""
-        return assemble(plan, outputs, self.name, self._read)
-
-    def _read(self, q: Question, slot: Slot, entry: Entry, output: VisionOutput) -> dict[str, Any]:
+    def read(self, q: Question, slot: Slot, entry: Entry, output: VisionOutput) -> dict[str, Any]:
         if q.type == "track":
             return self._read_track(q, slot, output)
         assert slot.branch is not None
@@ -557,8 +334,8 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
     def _read_track(self, q: Question, slot: Slot, output: VisionOutput) -> dict[str, Any]:
         """Every moment's box (its tree) and visible (its Noul branch: P(true))."""
         box = self.planner.box
-        assert box is not None and slot.ids is not None
-        first_tree, first_branch, moments = slot.ids
+        assert box is not None and slot.reading is not None
+        first_tree, first_branch, moments = slot.reading
         times = [k / (q.rate or 1) for k in range(moments)]
         temperature = float(self.config.get("temperature", 1.0))
         points = []
@@ -569,4 +346,4 @@ class DecisionVisionFamily(DecisionFamily[VisionLanguageForward]):
         return track_answer(points)
 
 
-__all__ = ["DecisionVisionFamily", "VisionPlanner", "graphs", "vision_golden"]
+__all__ = ["DecisionVisionFamily", "graphs"]

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_runtime.errors import ItemError
 from edge_runtime.families.base import Graph, open_graphs
 from edge_runtime.families.decision_plan import (
     DecisionFamily,
@@ -45,7 +44,6 @@ from edge_runtime.families.decision_plan import (
     Entry,
     Slot,
     answered_types,
-    assemble,
     plan_entries,
 )
 from edge_runtime.packages import Package
@@ -404,7 +402,7 @@ class SparrowFamily(DecisionFamily[SparrowForward]):
         """
         budget = self.budget(request)
         return plan_entries(request, self.name, self.modalities,
-                            lambda name, entry, rows: (self._plan_entry(name, entry, budget, rows), None))
+                            lambda name, entry, rows: self._plan_entry(name, entry, budget, rows))
 
     def _plan_entry(self, name: str | None, entry: DecisionState, budget: int, rows: list[SparrowRow]) -> Entry:
         planned = Entry(name, [])
@@ -441,13 +439,9 @@ class SparrowFamily(DecisionFamily[SparrowForward]):
 
     # -- answers ------------------------------------------------------------------------------
 
-    def finish(self, plan: DecisionPlan, outputs: list[Any] | ItemError) -> dict[str, Any]:
-        """The response body: ``{model, answers, usage}``, or ``{model, states, usage}`` for a batch.
-
-        ``outputs`` holds one ``{"probs": [K], ...}`` per row in row order, or one ItemError for the
-        whole job (a deadline), which every planned question then carries.
-        """
-        return assemble(plan, outputs, self.name, lambda q, slot, entry, output: answer(q, output["probs"]))
+    def read(self, q: Question, slot: Slot, entry: Entry, output: dict[str, Any]) -> dict[str, Any]:
+        """A question's answer from its row's ``{"probs": [K], ...}``."""
+        return answer(q, output["probs"])
 
 
 __all__ = ["SparrowFamily", "SparrowForward", "SparrowRow", "SparrowText", "SplitGraphs", "content", "state_feed"]

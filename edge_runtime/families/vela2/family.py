@@ -1,12 +1,14 @@
 """vela2 family: Vela 2.0 encoder packages answering Choice, Noul, Score, Set and Span questions.
 
-A decisions request is read as upstream reads it (docs/reference/upstream-formats.md §2.3-§2.8): the
-state becomes parts with roles, the questions engine questions (a preset the card lists replaces
-the question as written), the questions rows, each row one model input or, when its one read part
-is too long, windows over that part up to the scan budget. Every window is one engine row; the
-executor batches them right-padded and the forward applies the numpy marker head to each row
-alone, so a row's logits do not depend on what it was batched with. ``finish`` combines windows,
-then answers in the contract's shapes: Choice and Noul from the option softmax (with the abstain
+A decisions request is read as upstream reads it (docs/reference/upstream-formats.md §2.3-§2.8), on
+the decision families' frame (decision_plan.DecisionFamily: entries, slots, refusals, usage, the
+answers' assembly): the state becomes parts with roles, the questions (parsed by edge_runtime.questions)
+engine questions (a preset the card lists replaces the question as written), the questions rows,
+each row one model input or, when its one read part is too long, windows over that part up to the
+scan budget. Every window is one engine row; the executor batches them right-padded and the forward
+applies the numpy marker head to each row alone, so a row's logits do not depend on what it was
+batched with. Where the frame differs: ``row_outputs`` combines a row's windows, ``add_answer``
+answers in the contract's shapes: Choice and Noul from the option softmax (with the abstain
 marker's share as ``abstain_probability``), Score, Set as one Noul per label plus ``sets`` and
 ``thresholds`` (the question's threshold, else the calibration's ``set:<key>``, else ``set:*``;
 labels at or above it are selected), Span as ``spans`` with code-point offsets and a Noul.
@@ -15,16 +17,16 @@ Confidence is the contract's statistic, not upstream's margin.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
-from edge_runtime.errors import ApiError, ItemError
-from edge_runtime.families.base import Plan, token_budget
-from edge_runtime.families.decision_plan import SURFACE, DecisionFamily, answered_types, media_refusal
+from edge_runtime.families.base import token_budget
+from edge_runtime.families.decision_plan import DecisionFamily, DecisionPlan, Entry, Slot, answered_types, plan_entries
 from edge_runtime.families.vela2.answers import (
     MAX_LENGTH_EXCEEDED,
     InvalidOutput,
@@ -36,6 +38,7 @@ from edge_runtime.families.vela2.layout import (
     EncodedPart,
     EncoderSequence,
     PlacedQuestion,
+    RawRow,
     ScanBudgetExceeded,
     SchemaTooLong,
     SequenceOutput,
@@ -52,7 +55,7 @@ from edge_runtime.families.vela2.state import (
     QuestionInvalid,
     Row,
     State,
-    engine_question,
+    question_in_engine_form,
     read_state,
     rows_of,
 )
@@ -60,16 +63,12 @@ from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT, InvalidModelOutpu
 from edge_runtime.packages import Package
 from edge_runtime.questions import InvalidQuestion, Question, failed_answer, refusal
 from edge_runtime.questions.answers import DecisionAnswers
-from edge_runtime.questions.base import PRESET
+from edge_runtime.questions.base import PRESET, QUESTION_MALFORMED
 from edge_runtime.questions.choice import choice_answer
 from edge_runtime.questions.noul import noul_answer
 from edge_runtime.questions.score import score_answer
-from edge_runtime.requests.decisions import DecisionsRequest, DecisionState, NoValidQuestion
+from edge_runtime.requests.decisions import DecisionsRequest, DecisionState
 
-
-def _given_type(q: Question) -> str | None:
-    """The type a failed answer reports: the question's, none for a bare preset (its card defines it)."""
-    return None if q.type == PRESET else q.type
 QUESTION_TYPES = ("choice", "noul", "score", "set", "span")
 OUTPUT = "last_hidden_state"
 
@@ -102,29 +101,15 @@ class Vela2Forward:
         return split_outputs([row], options, spans)[0]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Item:
-    """One row of one entry: its questions, the parts it reads, its engine rows (one per window)."""
+    """One row of questions of one entry: the state and parts it reads, its engine rows (one per window)."""
 
     row: Row
     parts: list[EncodedPart]
     seqs: list[EncoderSequence]
     first: int
-
-
-@dataclass
-class _Entry:
-    """One state of the request, with its questions in request order and what planning decided."""
-
-    name: str | None
-    state: State | None
-    order: list[str]
-    questions: dict[str, EngineQuestion] = field(default_factory=dict)
-    failed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    items: list[_Item] = field(default_factory=list)
-    tokens: int = 0
-    readable: bool = False  # some question was one the model reads (it may still fail on length)
-    lower_bound: bool = False  # a part of the state was read only in part
+    state: State
 
 
 class Vela2Family(DecisionFamily[Vela2Forward]):
@@ -172,56 +157,21 @@ class Vela2Family(DecisionFamily[Vela2Forward]):
 
     # -- planning ---------------------------------------------------------------------------
 
-    def plan(self, surface: str, request: DecisionsRequest) -> Plan:
-        """Rows for every window of every entry's rows; the finish step answers in request order.
+    def plan_request(self, request: DecisionsRequest) -> DecisionPlan:
+        """Rows for every window of every entry's rows of questions.
 
-        Raises ApiError for media (a vela2 model reads text), options.max_tokens over the model's
-        scan budget, a batch all of whose entries are refused, and NoValidQuestion when no question
+        Raises ApiError for options.max_tokens over the model's scan budget, media (a vela2 model
+        reads text), a batch all of whose entries are refused, and NoValidQuestion when no question
         is one this model can read.
         """
-        if surface != SURFACE:
-            raise ValueError(surface)
         scan = token_budget(request.options.max_tokens, self.max_scan_tokens, "scan budget (limits.max_scan_tokens)")
-        rows: list[EncoderSequence] = []
-        entries: list[_Entry] = []
-        refusals: list[ApiError] = []
-        for name, decision in request.entries():
-            refused = media_refusal(self.name, self.modalities, decision, request)
-            if refused is not None:
-                if not request.is_batch:
-                    raise refused
-                refusals.append(refused)
-                entries.append(self._refused(name, decision, refused))
-                continue
-            entries.append(self._plan_entry(name, decision, scan, rows))
-        if refusals and len(refusals) == len(entries):
-            raise refusals[0]
-        if not any(e.readable for e in entries):
-            raise NoValidQuestion(self._invalid(entries))
-        return Plan(rows, lambda outputs: self.answer_entries(request, entries, outputs),
-                    sum(e.tokens for e in entries))
-
-    @staticmethod
-    def _refused(name: str | None, decision: DecisionState, refused: ApiError) -> _Entry:
-        entry = _Entry(name, None, [q.id for q in decision.questions])
-        for q in decision.questions:
-            entry.failed[q.id] = failed_answer(q.type, "invalid_input", "input_malformed", refused.message)
-        return entry
-
-    @staticmethod
-    def _invalid(entries: list[_Entry]) -> list[tuple[str | None, InvalidQuestion]]:
-        """Every failed question as an InvalidQuestion, for the no-valid-question refusal."""
-        out: list[tuple[str | None, InvalidQuestion]] = []
-        for entry in entries:
-            for qid in entry.order:
-                a = entry.failed[qid]
-                out.append((entry.name, InvalidQuestion(qid, a["type"], a["reason"], a["message"], a["error"])))
-        return out
+        return plan_entries(request, self.name, self.modalities,
+                            lambda name, entry, rows: self._plan_entry(name, entry, scan, rows))
 
     def _plan_entry(self, name: str | None, decision: DecisionState, scan: int,
-                    rows: list[EncoderSequence]) -> _Entry:
-        entry = _Entry(name, None, [q.id for q in decision.questions])
-        answerable: list[Question] = []
+                    rows: list[EncoderSequence]) -> Entry:
+        planned = Entry(name, [])
+        slots: dict[str, Slot] = {}
         for q in decision.questions:
             if isinstance(q, InvalidQuestion):
                 refused: InvalidQuestion | None = q
@@ -229,34 +179,37 @@ class Vela2Family(DecisionFamily[Vela2Forward]):
                 refused = None  # a bare preset: the card's trained question
             else:
                 refused = refusal(q, self.name, self.question_types, truncates=True)
-            if refused is not None:
-                entry.failed[q.id] = refused.answer()
-            else:
-                answerable.append(q)  # type: ignore[arg-type]
-        if not answerable:
-            return entry
+            planned.slots.append(Slot(refused or q))
+            if refused is None:
+                slots[q.id] = planned.slots[-1]
+        if not slots:
+            return planned
         try:
-            entry.state = read_state(decision.state, decision.roles if decision.roles_given else None)
+            state = read_state(decision.state, decision.roles if decision.roles_given else None)
         except ValueError as e:
-            for q in answerable:
-                entry.failed[q.id] = failed_answer(_given_type(q), "invalid_question", "question_malformed",
-                                                   f"the state cannot be read: {e}")
-            return entry
-        for q in answerable:
+            for slot in slots.values():
+                slot.question = _invalid(slot.question, f"the state cannot be read: {e}")
+            return planned
+        engine: list[EngineQuestion] = []  # in request order
+        for slot in slots.values():
+            q = slot.question
+            assert isinstance(q, Question)
+            preset = q.preset if q.type == PRESET or q.preset in self.presets else None
             try:
-                entry.questions[q.id] = engine_question(q.id, self._engine_form(q), entry.state,
-                                                        self.assets.calibration.raw)
+                eq = question_in_engine_form(q, state, self.assets.calibration.raw, preset)
             except QuestionInvalid as e:
-                entry.failed[q.id] = failed_answer(_given_type(q), "invalid_question", "question_malformed", str(e))
-        engine = [entry.questions[qid] for qid in entry.order if qid in entry.questions]
+                slot.question = _invalid(q, str(e))
+                continue
+            if q.type == PRESET:  # answered (and failed) as the type the preset stands for
+                slot.question = dataclasses.replace(q, type=eq.kind)
+            engine.append(eq)
         if not engine:
-            return entry
-        entry.readable = True
+            return planned
         # a part is tokenized only as far as the scan budget needs: a longer one fails in windows and
         # is cut anyway when truncated, so its length costs nothing past the budget
-        parts = encode_parts(entry.state, engine, self.assets.tokens, need=scan + 1)
-        entry.lower_bound = not all(p.complete for p in parts)
-        truncating = {q.id for q in answerable if q.overflow == "truncate"}
+        parts = encode_parts(state, engine, self.assets.tokens, need=scan + 1)
+        planned.tokens_lower_bound = not all(p.complete for p in parts)
+        truncating = {q.id for q in decision.valid if q.overflow == "truncate"}
         for row, windows in self._reads(rows_of(engine), truncating, parts, scan):
             try:
                 seqs = sequences(row, parts, self.assets.tokens, self.assets.layout, windows=windows,
@@ -265,13 +218,14 @@ class Vela2Family(DecisionFamily[Vela2Forward]):
                 error, reason = ((MAX_LENGTH_EXCEEDED, "question_tokens") if isinstance(e, SchemaTooLong)
                                  else (SCAN_BUDGET_EXCEEDED, "scan_budget"))
                 for eq in row.questions:
-                    entry.failed[eq.id] = failed_answer(eq.kind, error, reason, str(e))
-                    del entry.questions[eq.id]
+                    slots[eq.id].answer = failed_answer(eq.kind, error, reason, str(e))
                 continue
-            entry.items.append(_Item(row, parts, seqs, len(rows)))
+            item = _Item(row, parts, seqs, len(rows), state)
+            for eq in row.questions:
+                slots[eq.id].row, slots[eq.id].reading = len(rows), (eq, item)
             rows.extend(seqs)
-            entry.tokens += sum(len(s) for s in seqs)
-        return entry
+            planned.tokens += sum(len(s) for s in seqs)
+        return planned
 
     def _reads(self, rows: list[Row], truncating: set[str], parts: Sequence[Any], scan: int
                ) -> list[tuple[Row, bool]]:
@@ -298,62 +252,30 @@ class Vela2Family(DecisionFamily[Vela2Forward]):
         except SchemaTooLong:
             return False  # the questions alone do not fit: the row fails whichever way it is read
 
-    def _engine_form(self, q: Question) -> dict[str, Any]:
-        """The question as the engine reads it: a preset the card lists stands for the trained
-        question (its own instructions and criteria are then not read); otherwise as written."""
-        if q.type == PRESET:  # bare: the preset alone says what it asks
-            form: dict[str, Any] = {"preset": q.preset}
-        elif q.preset is not None and q.preset in self.presets:
-            form = {"type": q.type, "preset": q.preset}
-        else:
-            options = [{"key": o.key, "description": o.description} for o in q.options]
-            form = {"type": q.type, "instructions": q.instructions}
-            if q.type == "noul":
-                form["criteria"] = {o.key: o.description for o in q.options}
-            elif q.type == "score":
-                form["levels"] = [o.description for o in q.options]
-            else:
-                form["choices" if q.type == "choice" else "labels"] = options
-        if q.threshold is not None:
-            form["threshold"] = q.threshold
-        return form
-
     # -- answers ------------------------------------------------------------------------------
 
-    def answer_entries(self, request: DecisionsRequest, entries: list[_Entry],
-               outputs: list[SequenceOutput] | ItemError) -> dict[str, Any]:
-        """``{model, answers, spans?, sets?, thresholds?, usage}``, or ``{model, states, usage}``."""
-        bodies = [self._entry_body(e, outputs) for e in entries]
-        if not request.is_batch:
-            return bodies[0]
-        return {"model": self.name, "states": {e.name: b for e, b in zip(entries, bodies)},
-                "usage": _usage(sum(e.tokens for e in entries), any(e.lower_bound for e in entries))}
+    def row_outputs(self, plan: DecisionPlan, outputs: Sequence[SequenceOutput]) -> list[RawRow | None]:
+        """A row of questions is read in windows, one engine row each: its windows' outputs are
+        combined (layout.combine), the result at its first window's place, where its slots read it."""
+        combined: list[RawRow | None] = [None] * len(outputs)
+        for entry in plan.entries:
+            for slot in entry.slots:
+                if slot.reading is not None and slot.row is not None and combined[slot.row] is None:
+                    item: _Item = slot.reading[1]
+                    combined[slot.row] = combine(item.row, item.parts, item.seqs,
+                                                 outputs[item.first: item.first + len(item.seqs)])
+        return combined
 
-    def _entry_body(self, entry: _Entry, outputs: list[SequenceOutput] | ItemError) -> dict[str, Any]:
-        found = DecisionAnswers()
-        for item in entry.items:
-            if isinstance(outputs, ItemError):
-                for q in item.row.questions:
-                    found.add(q.id, failed_answer(q.kind, outputs.code, outputs.code, outputs.message))
-                continue
-            raw = combine(item.row, item.parts, item.seqs, outputs[item.first: item.first + len(item.seqs)])
-            assert entry.state is not None
-            for q in item.row.questions:
-                try:
-                    self._answer(q, raw, entry.state, found)
-                except (InvalidOutput, InvalidModelOutput) as e:
-                    found.add(q.id, failed_answer(q.kind, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e)))
-        answers: dict[str, Any] = {}
-        for qid in entry.order:  # request order; a Set's label answers take its place
-            if qid in entry.failed:
-                answers[qid] = entry.failed[qid]
-            elif qid in found.answers:
-                answers[qid] = found.answers[qid]
-            else:
-                for label in entry.questions[qid].names:
-                    answers[f"{qid}.{label}"] = found.answers[f"{qid}.{label}"]
-        found.answers = answers
-        return {"model": self.name, **found.body(), "usage": _usage(entry.tokens, entry.lower_bound)}
+    def add_answer(self, answers: DecisionAnswers, q: Question, slot: Slot, entry: Entry,
+                   outputs: Sequence[Any]) -> None:
+        """A question from its row's combined logits, at the calibration's temperatures and thresholds
+        (a Set's and a Span's extras too); an unusable output fails the question in place."""
+        eq, item = slot.reading
+        assert slot.row is not None
+        try:
+            self._answer(eq, outputs[slot.row], item.state, answers)
+        except (InvalidOutput, InvalidModelOutput) as e:
+            answers.add(q.id, failed_answer(eq.kind, INVALID_MODEL_OUTPUT, "model_output_invalid", str(e)))
 
     def _answer(self, q: EngineQuestion, raw: Any, state: State, answers: DecisionAnswers) -> None:
         cal = self.assets.calibration
@@ -375,9 +297,6 @@ class Vela2Family(DecisionFamily[Vela2Forward]):
                 answers.add(q.id, score_answer(q.legend, probs))
 
 
-def _usage(tokens: int, lower_bound: bool) -> dict[str, Any]:
-    """The tokens the model read; ``tokens_lower_bound`` when a state part was read only in part."""
-    usage: dict[str, Any] = {"input_tokens": tokens, "output_tokens": 0}
-    if lower_bound:
-        usage["tokens_lower_bound"] = True
-    return usage
+def _invalid(q: Question | InvalidQuestion, message: str) -> InvalidQuestion:
+    """A question the model cannot read as asked (question_malformed); a bare preset has no type of its own."""
+    return InvalidQuestion(q.id, None if q.type == PRESET else q.type, QUESTION_MALFORMED, message)

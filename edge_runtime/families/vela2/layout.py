@@ -14,7 +14,7 @@ truncated single sequence, the ``overflow: truncate`` path). Right padding only:
 are then the same alone or in any batch.
 
 Pure numpy and tokenizers; the family calls :func:`encode_parts`, :func:`sequences`,
-:func:`greedy_batches`, :func:`pad_batch`, :func:`batch_indices`, :func:`split_outputs` and
+:func:`pad_batch`, :func:`batch_indices`, :func:`split_outputs` and
 :func:`combine`.
 """
 
@@ -40,10 +40,6 @@ MARKERS: tuple[str, ...] = ("[Q]", "[O]", "[ABS]", "[SEP_SCHEMA]", "[SEG_user]",
 UNCOVERED_LOGIT = -30.0
 #: The part no question reads keeps at least this many tokens before read parts are cut.
 PROMPT_FLOOR = 64
-#: Exact-profile batch limits (tokens = longest row x rows): CPU 16,384, GPU 32,768; 32 rows.
-BATCH_TOKENS_CPU = 16_384
-BATCH_TOKENS_GPU = 32_768
-BATCH_ROWS = 32
 
 
 class SchemaTooLong(ValueError):
@@ -318,22 +314,6 @@ def sequences(row: Row, parts: Sequence[EncodedPart], tokens: Tokens, cfg: Layou
         if end >= total:
             break
     return out
-
-
-def greedy_batches(lengths: Sequence[int], max_tokens: int = BATCH_TOKENS_CPU, max_rows: int = BATCH_ROWS
-                   ) -> list[list[int]]:
-    """Indices of sequences sorted by length, cut greedily while ``longest x rows <= max_tokens``."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        if current and (len(current) >= max_rows or lengths[i] * (len(current) + 1) > max_tokens):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
 
 
 def pad_batch(seqs: Sequence[EncoderSequence], pad_id: int) -> dict[str, np.ndarray]:

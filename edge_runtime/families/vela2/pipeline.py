@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.engine.batching import GREEDY_ROWS, GREEDY_TOKENS_CPU, greedy_batches
 from edge_runtime.families.vela2.answers import MAX_LENGTH_EXCEEDED, Calibration, answer_question, response_body
 from edge_runtime.families.vela2.layout import (
-    BATCH_ROWS,
-    BATCH_TOKENS_CPU,
     EncoderSequence,
     LayoutConfig,
     RawRow,
@@ -31,7 +30,6 @@ from edge_runtime.families.vela2.layout import (
     batch_indices,
     combine,
     encode_parts,
-    greedy_batches,
     pad_batch,
     sequences,
     split_outputs,
@@ -68,7 +66,7 @@ class RequestResult:
 
 
 def run_sequences(seqs: Sequence[EncoderSequence], readout: Readout, pad_id: int,
-                  max_batch_tokens: int = BATCH_TOKENS_CPU, max_rows: int = BATCH_ROWS) -> list[SequenceOutput]:
+                  max_batch_tokens: int = GREEDY_TOKENS_CPU, max_rows: int = GREEDY_ROWS) -> list[SequenceOutput]:
     """Every sequence's outputs, read in sorted greedy right-padded batches."""
     outputs: list[SequenceOutput | None] = [None] * len(seqs)
     for batch in greedy_batches([len(s) for s in seqs], max_batch_tokens, max_rows):
@@ -81,7 +79,7 @@ def run_sequences(seqs: Sequence[EncoderSequence], readout: Readout, pad_id: int
 
 def run_request(state: Any, questions: Mapping[str, Any], *, tokens: Tokens, layout: LayoutConfig,
                 calibration: Calibration, readout: Readout, windows: bool = True,
-                max_scan_tokens: int | None = None, max_batch_tokens: int = BATCH_TOKENS_CPU) -> RequestResult:
+                max_scan_tokens: int | None = None, max_batch_tokens: int = GREEDY_TOKENS_CPU) -> RequestResult:
     """Answer one request. ``windows=False`` reads a cut row once, truncated (overflow truncate);
     ``max_scan_tokens`` (default: four inputs, ``SCAN_INPUTS_CPU * max_length``) bounds a windowed part."""
     if max_scan_tokens is None:

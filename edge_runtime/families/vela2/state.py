@@ -7,9 +7,10 @@ and Noul show the abstain marker, Score levels are the options; Set and Span car
 a question reads. Rows: the first row holds every non-span question and the first span question,
 each further span question gets its own row.
 
-Pure Python; the family calls :func:`read_state`, :func:`engine_question` (or :func:`plan`) and
-:func:`rows_of`. A question that cannot be read raises :class:`QuestionInvalid`, which fails that
-question only.
+Pure Python. The family reads questions as edge_runtime.questions parsed them
+(:func:`question_in_engine_form`); the parity pipeline reads upstream's request form, ``over`` and all
+(:func:`engine_question`, :func:`plan`). Both call :func:`read_state` and :func:`rows_of`. A question
+that cannot be read raises :class:`QuestionInvalid`, which fails that question only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from edge_runtime.questions.base import PRESET, Question
 
 ROLES: tuple[str, ...] = ("user", "context", "answer")
 #: Well-known state keys (lower case) and the part they feed; any other key feeds context.
@@ -265,7 +268,9 @@ def expand_preset(raw: Mapping[str, Any], calibration: Mapping[str, Any]
 
 
 def engine_question(qid: str, raw: Any, state: State, calibration: Mapping[str, Any]) -> EngineQuestion:
-    """One request question (the decisions internal form, plus ``over`` and ``preset``) in engine form."""
+    """One question in upstream's request form (``over``, ``preset``, options as names or ``{key,
+    description}``) in engine form: what the parity pipeline reads, as upstream reads it. The server's
+    questions come parsed by edge_runtime.questions (:func:`question_in_engine_form`)."""
     if not isinstance(raw, Mapping):
         raise QuestionInvalid("a question must be an object")
     preset = raw.get("preset")
@@ -283,9 +288,7 @@ def engine_question(qid: str, raw: Any, state: State, calibration: Mapping[str, 
         unknown = set(crit) - {"false", "true"}
         if unknown:
             raise QuestionInvalid(f"noul criteria take only false and true, not {sorted(unknown)}")
-        defaults = {"false": NOUL_NO, "true": NOUL_YES}
-        options = tuple((name, defaults[key] if crit.get(key) is None else content_text(crit[key]))
-                        for name, key in (("no", "false"), ("yes", "true")))
+        options = _noul_options(crit)
     elif kind == "score":
         levels = raw.get("criteria") if raw.get("criteria") is not None else raw.get("levels")
         if not isinstance(levels, list) or not 2 <= len(levels) <= 10:
@@ -299,8 +302,47 @@ def engine_question(qid: str, raw: Any, state: State, calibration: Mapping[str, 
         raise QuestionInvalid(f"type {kind!r} is not answered by this model (choice, noul, score, set, span)")
     # The shared request parser lets choice, score and set omit instructions (a noul needs them or
     # described outcomes); an absent text renders as no tokens after its [Q] marker.
-    if raw.get("over") is not None:
-        roles, span_range = resolve_over(raw["over"], state)
+    return _engine(qid, kind, instructions, options, legend, raw.get("over"), state, preset or qid,
+                   raw.get("threshold"))
+
+
+def question_in_engine_form(q: Question, state: State, calibration: Mapping[str, Any],
+                            preset: str | None = None) -> EngineQuestion:
+    """A question as edge_runtime.questions parsed it, in engine form over the parts its type reads.
+
+    ``preset``: the package's preset the question stands for (a bare preset, or one the card lists):
+    the calibration's trained question is asked, the request's instructions and options are not read.
+    """
+    if preset is not None:  # the calibration defines the question, in upstream's form
+        form: dict[str, Any] = {"preset": preset}
+        if q.type != PRESET:
+            form["type"] = q.type
+        if q.threshold is not None:
+            form["threshold"] = q.threshold
+        return engine_question(q.id, form, state, calibration)
+    legend: tuple[str, ...] = ()
+    if q.type == "noul":
+        options = _noul_options({o.key: o.description for o in q.options})
+    elif q.type == "score":
+        legend = tuple(content_text(o.description) for o in q.options)
+        options = tuple((text, "") for text in legend)
+    else:
+        options = tuple((o.key, "" if o.description is None else content_text(o.description)) for o in q.options)
+    return _engine(q.id, q.type, q.instructions, options, legend, None, state, q.id, q.threshold)
+
+
+def _noul_options(criteria: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A Noul's two options, no then yes: the described outcome, else upstream's default text."""
+    defaults = {"false": NOUL_NO, "true": NOUL_YES}
+    return tuple((name, defaults[key] if criteria.get(key) is None else content_text(criteria[key]))
+                 for name, key in (("no", "false"), ("yes", "true")))
+
+
+def _engine(qid: str, kind: str, instructions: Any, options: tuple[tuple[str, str], ...], legend: tuple[str, ...],
+            over: Any, state: State, key: str, threshold: Any) -> EngineQuestion:
+    """The engine question: the parts it reads (``over``, else its type's default) and its threshold."""
+    if over is not None:
+        roles, span_range = resolve_over(over, state)
     else:
         roles, span_range = default_roles(kind, state), None
     if kind != "span":
@@ -310,8 +352,8 @@ def engine_question(qid: str, raw: Any, state: State, calibration: Mapping[str, 
     return EngineQuestion(
         id=qid, kind=kind, type="choice" if kind == "noul" else kind,
         text="" if instructions is None else content_text(instructions),
-        roles=roles, options=options, key=preset or qid, abstain=kind in ("choice", "noul"),
-        threshold=_threshold(raw.get("threshold")), legend=legend, span_range=span_range,
+        roles=roles, options=options, key=key, abstain=kind in ("choice", "noul"),
+        threshold=_threshold(threshold), legend=legend, span_range=span_range,
     )
 
 

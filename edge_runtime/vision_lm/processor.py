@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image
 
 from edge_runtime.media.errors import MediaError
-from edge_runtime.media.image import MAX_ASPECT_RATIO
+from edge_runtime.media.image import MAX_ASPECT_RATIO, ImageLimits, decode_images, upright_rgb
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -127,6 +127,13 @@ class ImageProcessor:
         """One image as patches (t = 1: the image repeated to the temporal patch)."""
         size = self.target_size(image.height, image.width, max_pixels)
         return self.patchify([self.normalized(image, size)])
+
+    def read_images(self, urls: Sequence[object], asset_images: Sequence[bytes], limits: ImageLimits,
+                    max_pixels: int) -> list[Patches]:
+        """An entry's images (its data URLs, then the assets its state uses) decoded by edge_runtime.media,
+        upright and RGB as Transformers' ``load_image`` gives them, as patches within ``max_pixels``;
+        MediaError refuses."""
+        return decode_images(urls, asset_images, limits, lambda image: self.image(upright_rgb(image), max_pixels))
 
     def tokens(self, height: int, width: int, max_pixels: int | None = None) -> int:
         """The LM tokens an image of this size takes."""

@@ -1,0 +1,107 @@
+"""Threads by measurement: each model's forward, timed at every power of two up to its thread budget
+over a few sizes, served at the fastest count for each size.
+
+ONNX Runtime fixes a session's intra-op threads when it is made, and a small forward loses more to
+the threads' synchronisation than it gains from them (MiniLM int8 at batch 1: 1.55 ms on one thread
+against 1.9 ms on two, docs/benchmarks.md), while a large one wants them all. So a CPU model with a
+budget above one thread keeps a session per count it serves (engine/session.py ``GraphSession``),
+and each forward takes the count measured fastest for its size. Numerics do not move: a count is
+used only where its outputs were bit-identical to the budget's on every measured shape, so the
+load-time probe's grouping holds whatever count a forward runs at.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .probe import bitwise_equal
+from .session import GraphSession
+
+log = logging.getLogger(__name__)
+
+#: The forwards measured: (rows, tokens a row), lengths capped at the model's limit.
+SHAPES: tuple[tuple[int, int], ...] = ((1, 16), (1, 64), (1, 256), (8, 64), (32, 64))
+#: Timed runs per count and shape (after one untimed); the median is compared.
+RUNS = 5
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The measured plan: ``plan`` as GraphSession.use_threads takes it, each shape's median
+    milliseconds by count, and the counts left out because their outputs differed."""
+
+    plan: tuple[tuple[int, int], ...]
+    timings: tuple[tuple[int, int, dict[int, float]], ...]  # (rows, tokens a row, {threads: ms})
+    unequal: tuple[int, ...]
+
+    def describe(self) -> dict[str, Any]:
+        """The choice as /v1/models shows it (engine_args.threads_by_tokens)."""
+        return {
+            "plan": [{"up_to_tokens": most, "threads": threads} for most, threads in self.plan],
+            "measured_ms": [{"rows": rows, "tokens": tokens, **{f"threads_{n}": round(ms, 3) for n, ms in by.items()}}
+                            for rows, tokens, by in self.timings],
+            **({"differing_counts": list(self.unequal)} if self.unequal else {}),
+        }
+
+
+def counts(budget: int) -> list[int]:
+    """Every power of two below ``budget``, and the budget itself."""
+    out, n = [], 1
+    while n < budget:
+        out.append(n)
+        n *= 2
+    return [*out, budget]
+
+
+def choose_threads(session: GraphSession, forward: Callable[[Sequence[Any]], list[Any]],
+                   make_row: Callable[[int], Any], max_tokens: int, batches: bool = True) -> ThreadChoice | None:
+    """Measure ``forward`` at each count of the session's budget and return the plan, or None where
+    there is nothing to choose (one thread, or not on the CPU). ``batches`` False: the model's rows
+    run alone, so only one-row forwards are measured."""
+    if session.device != "cpu" or session.threads <= 1:
+        return None
+    candidates = counts(session.threads)
+    unequal: set[int] = set()
+    timings = []
+    shapes = [(r, min(n, max_tokens)) for r, n in SHAPES if batches or r == 1]
+    for rows, length in dict.fromkeys(shapes):
+        batch = [make_row(length) for _ in range(rows)]
+        with session.forced_threads(session.threads):
+            reference = forward(batch)
+        measured: dict[int, float] = {}
+        for n in candidates:
+            with session.forced_threads(n):
+                if not bitwise_equal(forward(batch), reference):
+                    unequal.add(n)
+                    continue
+                runs = []
+                for _ in range(RUNS):
+                    started = time.perf_counter()
+                    forward(batch)
+                    runs.append((time.perf_counter() - started) * 1000.0)
+            measured[n] = statistics.median(runs)
+        timings.append((rows, length, measured))
+    usable = [n for n in candidates if n not in unequal] or [session.threads]
+    plan = _plan(timings, usable, session.threads)
+    if unequal:
+        log.warning("threads %s give other outputs than %d: not used", sorted(unequal), session.threads)
+    return ThreadChoice(plan, tuple(timings), tuple(sorted(unequal)))
+
+
+def _plan(timings: Sequence[tuple[int, int, dict[int, float]]], usable: Sequence[int],
+          budget: int) -> tuple[tuple[int, int], ...]:
+    """(most tokens, threads) from the smallest measured forward to the largest: each size takes its
+    fastest usable count (a forward larger than every measured one takes the largest's)."""
+    plan: list[tuple[int, int]] = []
+    for rows, length, measured in sorted(timings, key=lambda t: t[0] * t[1]):
+        best = min((n for n in usable if n in measured), key=lambda n: measured[n], default=budget)
+        if plan and plan[-1][1] == best:
+            plan[-1] = (rows * length, best)
+        else:
+            plan.append((rows * length, best))
+    return tuple(plan)
