@@ -27,8 +27,8 @@ server loads it (edge_runtime.loading.load_model): the golden self-check against
 converting machine recorded (with the tolerance of its architecture-class pair), the batch-invariance
 probe (its grouping and trials) and the row multiple. ``--outputs FILE`` also pickles each variant's
 outputs on probe rows run alone and batched (``--rows FILE``: the rows of an earlier run's outputs,
-so that two CPU classes are compared on identical inputs); ``--row-multiple N`` pads as a CPU class
-with that multiple would (the proof that padding changes no number here). Prints one JSON report;
+so that two CPU classes are compared on identical inputs, by ``--compare A B``); ``--row-multiple N``
+pads as a CPU class with that multiple would (the proof that padding changes no number here). Prints one JSON report;
 exits 0 when every check passed. Emulation is slow: the int8 MiniLM loads in about 70 s instead of 1 s.
 """
 
@@ -249,13 +249,14 @@ def report(packages: list[Path], rows: dict[str, Any] | None = None,
     return result, ran
 
 
-def compare_outputs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
-    """The largest difference between two runs' outputs of the same probe rows (``--outputs`` of two CPU
-    classes, the second run given the first's ``--rows``), per variant both ran."""
-    from edge_runtime.engine.probe import max_abs_diff
+def compare_outputs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Two runs' outputs of the same probe rows (``--outputs`` of two CPU classes, or padded and not, the
+    second run given the first's ``--rows``), per variant both ran: bit-identical, and the largest difference."""
+    from edge_runtime.engine.probe import bitwise_equal, max_abs_diff
 
-    return {key: max_abs_diff(a[key]["alone"], b[key]["alone"]) for key in a
-            if a[key] and b.get(key) and a[key]["rows"] is not None}
+    return {key: {"bit_identical": bitwise_equal(a[key]["alone"], b[key]["alone"]),
+                  "max_abs_diff": max_abs_diff(a[key]["alone"], b[key]["alone"])}
+            for key in a if a[key] and b.get(key)}
 
 
 def passed(found: dict[str, Any]) -> bool:
@@ -340,7 +341,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outputs", type=Path, help="pickle each variant's probe rows and outputs here")
     parser.add_argument("--rows", type=Path, help="the --outputs of an earlier run, whose probe rows to run")
     parser.add_argument("--row-multiple", type=int, help="pad rows to this multiple, as another CPU class would")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                        help="compare two runs' --outputs (the second given the first's --rows) and exit")
     args = parser.parse_args(argv)
+    if args.compare:
+        a, b = (pickle.loads(p.read_bytes()) for p in args.compare)
+        compared = compare_outputs(a, b)
+        print(json.dumps(compared, indent=1))
+        return 0 if compared and all(c["bit_identical"] for c in compared.values()) else 1
     packages = [p.resolve() for p in args.packages]
     inner = [str(p) for p in packages]
     for flag, value in (("--outputs", args.outputs), ("--rows", args.rows), ("--row-multiple", args.row_multiple)):
