@@ -24,6 +24,7 @@ import numpy as np
 
 from converters.errors import ConversionError
 from converters.progress import Step, log
+from edge_runtime.engine.cpu import arch_class
 from edge_runtime.families.registry import CARD_RULES, read_package, validate_card
 from edge_runtime.packages.card import CARD_FILE, CARD_FORMAT
 from edge_runtime.packages.golden import golden_bytes
@@ -120,6 +121,9 @@ def write_package(
         v["golden"] = golden_name(name, v["file"])
         if not goldens[name]:
             raise ValueError(f"variant {name!r} needs at least one golden case")
+    # every golden of the package (the variants', a family's further ones) was recorded here, unless the
+    # card says otherwise: a CPU of another class checks them with that pair's tolerance (packages/golden.py)
+    card.setdefault("goldens", {"arch_class": arch_class()})
     validate_card(card)
     entries = {_check_rel(rel): src for rel, src in files.items()}
     check_replaceable(out)

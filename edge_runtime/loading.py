@@ -280,7 +280,8 @@ def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | 
         model.version_state = "verifying"
         model.family.warm()
         _check_stop(stop)
-        model.self_check = self_check(model.session, package.golden(cfg.variant), model.session.device)
+        model.self_check = self_check(model.session, package.golden(cfg.variant), model.session.device,
+                                      made_on=package.card.golden_class)
         if model.self_check["status"] == "failed":
             raise LoadRefused(f"self-check failed: {model.self_check['reason']}")
         if checks:

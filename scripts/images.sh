@@ -3,10 +3,16 @@
 # stand-ins for the two public base images, builds Dockerfile.cpu twice (packages mounted, and
 # BAKE_DEFAULTS=1) and Dockerfile.gpu (up to what needs a GPU: its build checks the CUDA provider is
 # in the onnxruntime-gpu wheel), and reports each image's size and build time (docs/deployment.md).
+# Both CPU images are also built for linux/arm64 under QEMU emulation (qemu-user-static registered with
+# binfmt_misc: scripts/qemu_binfmt.sh): an arm64 stand-in python base, Dockerfile.cpu with IMPORT_CHECK=0
+# (the image's import of onnxruntime is then checked by chroot, /sys hidden), and the defaults image as
+# the arm64 CPU image plus the packages the amd64 build converted (ONNX packages fit every architecture).
 #
-#   scripts/images.sh [bases|cpu|cpu-defaults|gpu|all]...     (default: all)
+#   scripts/images.sh [bases|cpu|cpu-defaults|gpu|bases-arm64|cpu-arm64|cpu-defaults-arm64|all]...
+#                                                                   (default: all, for ARCHES="amd64 arm64")
 #
-# Environment: REBUILD_BASES=1 remakes the stand-in bases; NO_CACHE=1 builds without podman's layer
+# Environment: ARCHES=amd64 makes `all` build for amd64 only; REBUILD_BASES=1 remakes the stand-in bases;
+# NO_CACHE=1 builds without podman's layer
 # cache; COMPRESSED=0 skips the gzip size (it costs a minute or so on 2 cores); DEBIAN_MIRROR=URL for
 # debootstrap (its default otherwise). The builds reach the package indexes the way this machine does
 # (scripts/build_with_pip_settings.py: its pip settings and CA bundle as build secrets, local
@@ -19,6 +25,10 @@ PY_BASE=localhost/standin/python:3.11-slim-bookworm
 CUDA_BASE=localhost/standin/cuda:13-cudnn-runtime-bookworm
 CPU_IMAGE=localhost/edge-runtime:cpu
 CPU_DEFAULTS_IMAGE=localhost/edge-runtime:cpu-defaults
+MINBASE_ARM64=localhost/standin/debian:bookworm-minbase-arm64
+PY_BASE_ARM64=localhost/standin/python:3.11-slim-bookworm-arm64
+CPU_IMAGE_ARM64=localhost/edge-runtime:cpu-arm64
+CPU_DEFAULTS_IMAGE_ARM64=localhost/edge-runtime:cpu-defaults-arm64
 GPU_IMAGE=localhost/edge-runtime:gpu
 OUT=build/images
 REPORT="$OUT/report.tsv"
@@ -52,22 +62,14 @@ need_tools() {
 
 have_image() { podman image exists "$1"; }
 
-# One minbase bookworm root filesystem, imported as an image; both stand-ins are built on it.
-BASES_READY=0
-make_bases() {
-    [ "$BASES_READY" = 0 ] || return 0
-    BASES_READY=1
-    if [ "${REBUILD_BASES:-0}" != 1 ] && have_image "$PY_BASE" && have_image "$CUDA_BASE"; then
-        log "stand-in bases present ($PY_BASE, $CUDA_BASE)"
-        return
-    fi
-    local root context start
-    start=$(date +%s)
+# A minbase bookworm root filesystem for $1 (amd64 or arm64: debootstrapped under emulation), slimmed as
+# debian:bookworm-slim is, imported as the image $2 of that architecture.
+make_minbase() {
+    local arch=$1 image=$2 root
     scratch root /var/tmp/edge-runtime-minbase.XXXXXX
-    scratch context /tmp/edge-runtime-empty-context.XXXXXX
-    log "debootstrap --variant=minbase bookworm (about a minute)"
-    debootstrap --variant=minbase bookworm "$root" ${DEBIAN_MIRROR:+"$DEBIAN_MIRROR"} >"$OUT/debootstrap.log" 2>&1 \
-        || { tail -20 "$OUT/debootstrap.log" >&2; exit 1; }
+    log "debootstrap --arch=$arch --variant=minbase bookworm (about a minute; arm64 under emulation: several)"
+    debootstrap --arch="$arch" --variant=minbase bookworm "${root:?}" ${DEBIAN_MIRROR:+"$DEBIAN_MIRROR"} \
+        >"$OUT/debootstrap-$arch.log" 2>&1 || { tail -20 "$OUT/debootstrap-$arch.log" >&2; exit 1; }
     # As debian:bookworm-slim does: no docs, man pages or locales from later installs, no apt lists.
     cat >"$root/etc/dpkg/dpkg.cfg.d/docker-slim" <<'EOF'
 path-exclude /usr/share/doc/*
@@ -79,18 +81,17 @@ EOF
     find "$root/usr/share/doc" -mindepth 2 ! -name copyright ! -type d -delete
     rm -rf "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/locale/* \
         "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
-    tar -C "$root" -c . | podman import - "$MINBASE" >>"$OUT/debootstrap.log" 2>&1
-    # The CUDA base's environment, without CUDA: the GPU image's build needs no GPU up to its provider check.
-    podman build --isolation chroot -t "$CUDA_BASE" -f - "$context" >"$OUT/cuda-base.log" 2>&1 <<EOF || { tail -20 "$OUT/cuda-base.log" >&2; exit 1; }
-FROM $MINBASE
-ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \\
-    LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64
-CMD ["bash"]
-EOF
-    # python:3.11-slim-bookworm's contents as Debian packages them: python3.11 with venv, `python` on
-    # PATH, CA certificates, netbase and tzdata. (The official image builds CPython 3.11 into /usr/local.)
-    podman build --isolation chroot -t "$PY_BASE" -f - "$context" >"$OUT/python-base.log" 2>&1 <<EOF || { tail -20 "$OUT/python-base.log" >&2; exit 1; }
-FROM $MINBASE
+    tar -C "$root" -c . | podman import --arch "$arch" - "$image" >>"$OUT/debootstrap-$arch.log" 2>&1
+}
+
+# python:3.11-slim-bookworm's contents as Debian packages them, on the minbase image $1, as the image $2
+# for $3: python3.11 with venv, `python` on PATH, CA certificates, netbase and tzdata. (The official image
+# builds CPython 3.11 into /usr/local.)
+make_python_base() {
+    local minbase=$1 image=$2 arch=$3 context
+    scratch context /tmp/edge-runtime-empty-context.XXXXXX
+    podman build --isolation chroot --arch "$arch" -t "$image" -f - "$context" >"$OUT/python-base-$arch.log" 2>&1 <<EOF || { tail -20 "$OUT/python-base-$arch.log" >&2; exit 1; }
+FROM $minbase
 ENV LANG=C.UTF-8
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
@@ -99,8 +100,88 @@ RUN apt-get update \\
  && python -m venv --help >/dev/null
 CMD ["python3"]
 EOF
+}
+
+# The amd64 stand-ins, both on one minbase: the python base and the CUDA base.
+BASES_READY=0
+make_bases() {
+    [ "$BASES_READY" = 0 ] || return 0
+    BASES_READY=1
+    if [ "${REBUILD_BASES:-0}" != 1 ] && have_image "$PY_BASE" && have_image "$CUDA_BASE"; then
+        log "stand-in bases present ($PY_BASE, $CUDA_BASE)"
+        return
+    fi
+    local context start
+    start=$(date +%s)
+    scratch context /tmp/edge-runtime-empty-context.XXXXXX
+    make_minbase amd64 "$MINBASE"
+    # The CUDA base's environment, without CUDA: the GPU image's build needs no GPU up to its provider check.
+    podman build --isolation chroot -t "$CUDA_BASE" -f - "$context" >"$OUT/cuda-base.log" 2>&1 <<EOF || { tail -20 "$OUT/cuda-base.log" >&2; exit 1; }
+FROM $MINBASE
+ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \\
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64
+CMD ["bash"]
+EOF
+    make_python_base "$MINBASE" "$PY_BASE" amd64
     report "$CUDA_BASE" "stand-in base" "$start"
     report "$PY_BASE" "stand-in base" "$start"
+}
+
+# The arm64 python stand-in, debootstrapped and built under emulation.
+BASES_ARM64_READY=0
+make_bases_arm64() {
+    [ "$BASES_ARM64_READY" = 0 ] || return 0
+    BASES_ARM64_READY=1
+    scripts/qemu_binfmt.sh
+    if [ "${REBUILD_BASES:-0}" != 1 ] && have_image "$PY_BASE_ARM64"; then
+        log "arm64 stand-in base present ($PY_BASE_ARM64)"
+        return
+    fi
+    local start
+    start=$(date +%s)
+    make_minbase arm64 "$MINBASE_ARM64"
+    make_python_base "$MINBASE_ARM64" "$PY_BASE_ARM64" arm64
+    report "$PY_BASE_ARM64" "stand-in base (arm64, emulated)" "$start"
+}
+
+# What IMPORT_CHECK=0 left out of an emulated build: the image's own interpreter imports the server and
+# onnxruntime, chroot-ed into the image with only /proc mounted (with the host's /sys visible, onnxruntime
+# segfaults under qemu-user) in a private mount namespace, as a plain-NEON core (QEMU_CPU=cortex-a72).
+check_emulated_import() {
+    local image=$1 root status=0
+    root=$(podman image mount "$image")
+    # shellcheck disable=SC2016  # $1 is the inner shell's
+    unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" /usr/bin/env -i \
+        QEMU_CPU=cortex-a72 PATH=/opt/venv/bin:/usr/bin:/bin /opt/venv/bin/python -c \
+        "import platform, edge_runtime.cli, onnxruntime; print(platform.machine(), onnxruntime.__version__)"' \
+        check "$root" >"$OUT/import-check-arm64.log" 2>&1 || status=$?
+    podman image unmount "$image" >/dev/null
+    if [ "$status" -ne 0 ] || ! grep -q '^aarch64 ' "$OUT/import-check-arm64.log"; then
+        tail -20 "$OUT/import-check-arm64.log" >&2
+        log "FAILED: $image does not import onnxruntime under emulation"
+        exit 1
+    fi
+    log "$image imports onnxruntime under emulation: $(grep '^aarch64 ' "$OUT/import-check-arm64.log")"
+}
+
+# The arm64 image with the default packages: the arm64 CPU image plus the packages the amd64 build
+# converted into its /models (converting under emulation would run torch in QEMU for nothing).
+build_defaults_arm64() {
+    local start context root
+    have_image "$CPU_DEFAULTS_IMAGE" || main cpu-defaults
+    start=$(date +%s)
+    scratch context /tmp/edge-runtime-defaults-context.XXXXXX
+    root=$(podman image mount "$CPU_DEFAULTS_IMAGE")
+    cp -a "$root/models" "$context/models"
+    podman image unmount "$CPU_DEFAULTS_IMAGE" >/dev/null
+    rm "$context/models/models.yaml"  # the CPU image has its own (deploy/models.container.yaml)
+    log "podman build $CPU_DEFAULTS_IMAGE_ARM64: $CPU_IMAGE_ARM64 + the packages of $CPU_DEFAULTS_IMAGE"
+    podman build --isolation chroot --arch arm64 --format docker -t "$CPU_DEFAULTS_IMAGE_ARM64" -f - "$context" \
+        >"$OUT/cpu-defaults-arm64.log" 2>&1 <<EOF || { tail -20 "$OUT/cpu-defaults-arm64.log" >&2; exit 1; }
+FROM $CPU_IMAGE_ARM64
+COPY models /models
+EOF
+    report "$CPU_DEFAULTS_IMAGE_ARM64" "$CPU_IMAGE_ARM64 + the packages of $CPU_DEFAULTS_IMAGE" "$start"
 }
 
 # podman build with this machine's pip settings, in Docker's image format (the OCI format has no
@@ -161,8 +242,22 @@ main() {
                     --build-arg BAKE_DEFAULTS=1 --build-arg TORCH_INDEX_URL= ;;
             gpu) make_bases; build "$GPU_IMAGE" Dockerfile.gpu --build-arg "CUDA_IMAGE=$CUDA_BASE" \
                     --build-arg "PYTHON_IMAGE=$PY_BASE" ;;
-            all) main bases cpu cpu-defaults gpu; return ;;
-            *) echo "scripts/images.sh: unknown target $target (bases, cpu, cpu-defaults, gpu, all)" >&2; exit 2 ;;
+            bases-arm64) make_bases_arm64 ;;
+            cpu-arm64)
+                make_bases_arm64
+                build "$CPU_IMAGE_ARM64" Dockerfile.cpu --arch arm64 --build-arg "PYTHON_IMAGE=$PY_BASE_ARM64" \
+                    --build-arg IMPORT_CHECK=0
+                check_emulated_import "$CPU_IMAGE_ARM64" ;;
+            cpu-defaults-arm64)
+                have_image "$CPU_IMAGE_ARM64" || main cpu-arm64
+                build_defaults_arm64 ;;
+            all)
+                local arches=" ${ARCHES:-amd64 arm64} "
+                if [[ "$arches" == *" amd64 "* ]]; then main bases cpu cpu-defaults gpu; fi
+                if [[ "$arches" == *" arm64 "* ]]; then main cpu-arm64 cpu-defaults-arm64; fi
+                return ;;
+            *) echo "scripts/images.sh: unknown target $target (bases, cpu, cpu-defaults, gpu, bases-arm64," \
+                    "cpu-arm64, cpu-defaults-arm64, all)" >&2; exit 2 ;;
         esac
     done
     column -t -s $'\t' "$REPORT" >&2 || cat "$REPORT" >&2

@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 
-import orjson
 import pytest
 import yaml
 
 from converters.sparrow.export import build_sparrow_package
+from tests.support.readme import curl_examples
 from tests.support.server_harness import ROOT, Server, write_models_file
-
-
-def _curl_examples() -> list[tuple[str, dict]]:
-    """(path, JSON body) of every POST curl example in the README."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
-    examples = []
-    for line in text.splitlines():
-        if "curl" in line and " -d " in line:
-            args = shlex.split(line.strip())
-            url = next(a for a in args if a.startswith("http://127.0.0.1:8100/"))
-            examples.append((url.removeprefix("http://127.0.0.1:8100"), orjson.loads(args[args.index("-d") + 1])))
-    return examples
 
 
 def test_readme_has_exactly_two_setup_commands() -> None:
@@ -45,7 +32,7 @@ def test_repository_models_yaml_serves_the_readme_example(minilm_package: Path, 
     server = Server(write_models_file(tmp_path / "models.yaml", entries))
     try:
         server.wait()
-        examples = _curl_examples()
+        examples = curl_examples()
         assert examples, "the README shows no curl example"
         for path, body in examples:
             response = server.client.post(path, json=body)

@@ -70,6 +70,14 @@ class Buckets:
         return {"widths": list(self.widths), "rows": self.rows}
 
 
+def padded_width(longest: int, multiple: int = 1) -> int:
+    """The width rows pad to: ``longest`` rounded up to a multiple of ``multiple`` (the session's
+    ``row_multiple``: 1 leaves every width as it was)."""
+    if multiple < 1:
+        raise ValueError(f"the row multiple must be >= 1, not {multiple}")
+    return -(-longest // multiple) * multiple
+
+
 def power_of_two_widths(longest: int, smallest: int = SMALLEST_WIDTH) -> tuple[int, ...]:
     """Powers of two from ``smallest`` below ``longest``, then ``longest`` itself (the widest row)."""
     if longest < 1:
@@ -96,7 +104,7 @@ def bucket_ceiling(shortest: int) -> int:
 
 
 def plan_batch(lengths: Sequence[int], grouping: Grouping, limits: BatchLimits, pads: bool = True,
-               buckets: Buckets | None = None) -> list[int]:
+               buckets: Buckets | None = None, multiple: int = 1) -> list[int]:
     """Pick the rows of the next forward.
 
     `lengths` are the waiting rows' token counts in arrival order. Row 0, the oldest, is always
@@ -104,15 +112,17 @@ def plan_batch(lengths: Sequence[int], grouping: Grouping, limits: BatchLimits, 
     than the token budget still runs (alone). ``pads`` False: the forward runs each row at its own
     length, so a "padded" batch is any rows, in arrival order, within the limits in real tokens.
     "buckets" needs ``buckets``: rows of row 0's bucket, in arrival order, up to its row count.
+    ``multiple``: the forward's row multiple (Forward.row_multiple); a padded batch's token budget
+    counts its width rounded up to it, as the forward pads it.
     """
     if not lengths:
         return []
     if grouping == "alone":
         return [0]
     if grouping == "equal_length":
-        return _equal_length(lengths, limits)
+        return _equal_length(lengths, limits, multiple)
     if grouping == "padded":
-        return _padded(lengths, limits) if pads else _unpadded(lengths, limits)
+        return _padded(lengths, limits, multiple) if pads else _unpadded(lengths, limits)
     if grouping == "buckets":
         if buckets is None:
             raise ValueError("grouping 'buckets' needs the forward's buckets")
@@ -124,13 +134,14 @@ def _fits(width: int, rows: int, limits: BatchLimits) -> bool:
     return rows <= limits.max_rows and width * rows <= limits.max_tokens
 
 
-def _equal_length(lengths: Sequence[int], limits: BatchLimits) -> list[int]:
+def _equal_length(lengths: Sequence[int], limits: BatchLimits, multiple: int) -> list[int]:
     target = lengths[0]
+    width = padded_width(target, multiple)
     chosen = [0]
     for i in range(1, len(lengths)):
         if lengths[i] != target:
             continue
-        if not _fits(target, len(chosen) + 1, limits):
+        if not _fits(width, len(chosen) + 1, limits):
             break
         chosen.append(i)
     return chosen
@@ -154,7 +165,7 @@ def _bucketed(lengths: Sequence[int], buckets: Buckets, limits: BatchLimits) -> 
     return chosen
 
 
-def _padded(lengths: Sequence[int], limits: BatchLimits) -> list[int]:
+def _padded(lengths: Sequence[int], limits: BatchLimits, multiple: int) -> list[int]:
     # Chunk the rows sorted by length (ties in arrival order) and run the chunk holding row 0.
     # Chunk boundaries depend only on the waiting rows, so planning is deterministic.
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
@@ -162,7 +173,8 @@ def _padded(lengths: Sequence[int], limits: BatchLimits) -> list[int]:
     shortest = 0
     for i in order:
         width = lengths[i]
-        if chunk and (width > bucket_ceiling(shortest) or not _fits(width, len(chunk) + 1, limits)):
+        if chunk and (width > bucket_ceiling(shortest)
+                      or not _fits(padded_width(width, multiple), len(chunk) + 1, limits)):
             if 0 in chunk:
                 return chunk
             chunk = []

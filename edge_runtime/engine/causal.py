@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .batching import padded_width
+
 if TYPE_CHECKING:  # keeps this module importable without onnxruntime
     from .session import GraphSession
 
@@ -132,6 +134,7 @@ class CausalForward:
                 f"may have {POSITION_IDS} and {PAST_PREFIX}*")
         self.session = session
         self.pad_id = int(pad_id)
+        self.row_multiple: int = session.row_multiple
         if max_branch_bytes is None:
             share = int(_graph_bytes(session.path) * BRANCH_BYTES_PER_GRAPH_BYTE)
             max_branch_bytes = max(DEFAULT_MAX_BRANCH_BYTES, share)
@@ -189,11 +192,12 @@ class CausalForward:
         return {name: np.zeros((batch, heads, 0, dim), dtype=dtype) for name, (dtype, heads, dim) in self._past.items()}
 
     def _padded(self, seqs: Sequence[np.ndarray], past: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Right-padded input_ids, attention_mask (past ones, then the row's), position_ids from past."""
+        """Right-padded input_ids, attention_mask (past ones, then the row's), position_ids from past;
+        the keys (past and new) rounded up to the row multiple."""
         lengths = np.array([len(s) for s in seqs], dtype=np.int64)
         if lengths.min(initial=1) < 1:
             raise ValueError("every sequence needs at least one token")
-        width = int(lengths.max())
+        width = padded_width(past + int(lengths.max()), self.row_multiple) - past
         ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(seqs), past + width), dtype=np.int64)
         mask[:, :past] = 1
@@ -226,7 +230,7 @@ class CausalForward:
         feeds, _ = self._padded([prefix], 0)
         feeds.update(self._empty_past(1))
         out = self.session.run(feeds, [self._present[n] for n in self.past_names])
-        return {n: out[self._present[n]] for n in self.past_names}
+        return {n: real_keys(out[self._present[n]], len(prefix)) for n in self.past_names}
 
     def _tiled(self, cache: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """The cache repeated ``rows`` times, in buffers kept between calls (contiguous views)."""
@@ -285,6 +289,12 @@ class CausalForward:
             out[i] = last[0]
         assert out is not None
         return out
+
+
+def real_keys(present: np.ndarray, length: int) -> np.ndarray:
+    """A prefill's cache [b, heads, keys, dim] without the keys of the padding a row multiple added
+    (under causal attention a real key never read them)."""
+    return present if present.shape[2] == length else np.ascontiguousarray(present[:, :, :length])
 
 
 __all__ = ["BRANCH_MODES", "SHARED", "TILED", "BranchRow", "CausalForward", "CausalRow", "branch_row", "causal_row"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .batching import Buckets
+from .batching import Buckets, padded_width
 
 if TYPE_CHECKING:  # keeps this module importable without onnxruntime
     from .session import GraphSession, TensorSpec
@@ -30,7 +30,8 @@ class EncoderForward:
     the row's entry. Arrays are copies, owned by the row.
 
     With ``buckets`` (see :meth:`bucketed`) every batch is padded to its bucket's width, and to its
-    row count with copies of the first row, so each forward has one of a few fixed shapes.
+    row count with copies of the first row, so each forward has one of a few fixed shapes. Every
+    width, a row alone included, is rounded up to the session's ``row_multiple``.
     """
 
     def __init__(self, session: GraphSession, outputs: Sequence[str] | None = None, pad_id: int = 0,
@@ -56,6 +57,7 @@ class EncoderForward:
         # True: has a sequence axis; False: per row only; None: decide from the run's shape.
         self._sequence_axis = {name: _has_sequence_axis(session.outputs[name], seq_dim) for name in self.output_names}
         self.buckets = buckets
+        self.row_multiple: int = session.row_multiple
 
     def bucketed(self, buckets: Buckets) -> EncoderForward:
         """This forward over the same session, running every batch at a shape of ``buckets``."""
@@ -66,8 +68,9 @@ class EncoderForward:
         return len(row.ids)
 
     def feeds(self, rows: Sequence[Any], width: int | None = None) -> dict[str, np.ndarray]:
-        """The right-padded input tensors for `rows`, ``width`` tokens wide (default: the longest row)."""
-        width = max(len(row.ids) for row in rows) if width is None else width
+        """The right-padded input tensors for `rows`, ``width`` tokens wide (default: the longest row),
+        rounded up to the row multiple."""
+        width = padded_width(max(len(row.ids) for row in rows) if width is None else width, self.row_multiple)
         ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         type_ids = np.zeros((len(rows), width), dtype=np.int64) if self._has_type_ids else None

@@ -157,6 +157,7 @@ class ModelExecutor:
         self.limits = BatchLimits(max_tokens=max_batch_tokens, max_rows=max_batch_rows)
         self.pads = bool(getattr(forward, "pads", True))  # see Forward: False drops the length buckets
         self.buckets: Buckets | None = getattr(forward, "buckets", None)  # a bucketed forward's shapes
+        self.row_multiple = int(getattr(forward, "row_multiple", 1))  # see Forward: widths it pads to
         if grouping == "buckets" and self.buckets is None:
             raise ValueError("grouping 'buckets' needs a bucketed forward (Forward.bucketed)")
         self.metrics = metrics
@@ -273,7 +274,8 @@ class ModelExecutor:
         batches = 0
         try:
             while pending:
-                chosen = plan_batch([lengths[i] for i in pending], self.grouping, self.limits, self.pads, self.buckets)
+                chosen = plan_batch([lengths[i] for i in pending], self.grouping, self.limits, self.pads, self.buckets,
+                                    self.row_multiple)
                 if not chosen:
                     raise ValueError("the batch planner chose no row")
                 picked = [pending[k] for k in chosen]
@@ -402,7 +404,7 @@ class ModelExecutor:
         if not candidates:
             return [], expired
         chosen = plan_batch([job.lengths[i] for job, i in candidates], self.grouping, self.limits, self.pads,
-                            self.buckets)
+                            self.buckets, self.row_multiple)
         batch = [candidates[k] for k in chosen]
         taken: dict[int, set[int]] = {}
         for job, i in batch:

@@ -27,6 +27,10 @@ class Forward(Protocol):
     A forward that can run fixed shapes offers ``bucketed(buckets) -> Forward``: the same forward
     with every batch padded to its bucket's width (and row count); the probe tries it where
     padded batches are not exact, and a bucketed forward carries its ``buckets`` for the planner.
+
+    A forward that pads rows to a sequence width rounds that width up to its session's
+    ``row_multiple`` (engine/cpu.py: 8 on ARM cores without SVE, else 1), alone and batched alike, and
+    may carry ``row_multiple`` so that the planner counts the padded width in its token budget.
     """
 
     def __call__(self, rows: Sequence[Any]) -> list[Any]:

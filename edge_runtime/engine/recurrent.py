@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .causal import ATTENTION_MASK, HIDDEN, POSITION_IDS, PRESENT_PREFIX, BranchRow, CausalRow
+from .batching import padded_width
+from .causal import ATTENTION_MASK, HIDDEN, POSITION_IDS, PRESENT_PREFIX, BranchRow, CausalRow, real_keys
 from .causal import PAST_PREFIX as KV_PREFIX
 
 if TYPE_CHECKING:  # keeps this module importable without onnxruntime
@@ -111,6 +112,7 @@ class RecurrentForward:
                              "must be fixed")
         self.hidden = hidden
         self.session = session
+        self.row_multiple: int = session.row_multiple
         self.embeddings = embeddings
         if embeddings is not None and (embeddings.ndim != 2 or embeddings.shape[1] != hidden):
             raise ValueError(f"the embedding table is {list(embeddings.shape)}; the graph wants [vocab, {hidden}]")
@@ -217,11 +219,12 @@ class RecurrentForward:
         return {n: np.zeros((batch, *shape), dtype=np.float32) for n, shape in self._shape.items()}
 
     def _padded(self, seqs: Sequence[EmbedsRow], past: int, start: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Right-padded embeds (zeros), mask (past ones, then the row's), positions (given, or text from start)."""
+        """Right-padded embeds (zeros), mask (past ones, then the row's), positions (given, or text from
+        start); the keys (past and new) rounded up to the row multiple."""
         lengths = np.array([len(s.embeds) for s in seqs], dtype=np.int64)
         if lengths.min(initial=1) < 1:
             raise ValueError("every sequence needs at least one token")
-        width = int(lengths.max())
+        width = padded_width(past + int(lengths.max()), self.row_multiple) - past
         embeds = np.zeros((len(seqs), width, self.hidden), dtype=np.float32)
         mask = np.zeros((len(seqs), past + width), dtype=np.int64)
         mask[:, :past] = 1
@@ -253,7 +256,9 @@ class RecurrentForward:
         feeds, _ = self._padded([prefix], 0, 0)
         feeds.update(self.empty_states(1))
         out = self.session.run(feeds, [self._present[n] for n in self.state_names])
-        return {n: out[self._present[n]] for n in self.state_names}
+        # GDN states are gathered at the last real token already; attention caches hold the padding's keys
+        return {n: real_keys(out[self._present[n]], len(prefix.embeds)) if n.startswith(KV_PREFIX)
+                else out[self._present[n]] for n in self.state_names}
 
     def state_bytes_per_row(self, prefix_len: int) -> int:
         """Bytes of one row's tiled states after a prefix of ``prefix_len`` tokens."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import onnxruntime as ort
 
+from . import cpu
 from .errors import SessionError
 
 Device = Literal["cpu", "cuda", "auto"]
@@ -143,6 +144,11 @@ class GraphSession:
         self.input_names: list[str] = list(self.inputs)
         self.output_names: list[str] = list(self.outputs)
         self.providers: list[str] = list(session.get_providers())
+        # What every padded feed's sequence width rounds up to (engine/cpu.py ROW_MULTIPLE): this CPU's
+        # softmax needs it for batch invariance; CUDA's buckets fix whole shapes instead. Settable,
+        # before the family is built, to run a CPU class's padding elsewhere (tests, the x86 proof).
+        self.row_multiple = 1 if device == "cuda" else cpu.row_multiple()
+        self.arch_class = cpu.arch_class()  # what a CPU self-check compares goldens' classes with
         # Threads by measurement (engine/threads.py): a session per intra-op thread count, and which
         # count each forward's size takes. Counts are proven to give identical outputs first.
         self._by_threads: dict[int, ort.InferenceSession] = {threads: session}
@@ -192,6 +198,7 @@ class GraphSession:
             "inter_op_threads": INTER_OP_THREADS,
             "graph_optimization_level": GRAPH_OPTIMIZATION_LEVEL_NAME,
             "providers": list(self.providers),
+            "row_multiple": self.row_multiple,
             # what each provider runs with (CUDA: use_tf32, the device, the algorithm search)
             "provider_options": {name: dict(opts) for name, opts in self.session.get_provider_options().items()
                                  if name != CPU_PROVIDER},

@@ -123,5 +123,6 @@ def open_graphs(package: Package, graphs: Sequence[Graph], like: Any
         session = sessions[graph.name] = like.sibling(package.file(graph.file))
         if graph.golden is not None:
             checks[graph.name] = require_passed(
-                self_check(session, graph.golden(package), session.device, f"{graph.name} graph golden"))
+                self_check(session, graph.golden(package), session.device, f"{graph.name} graph golden",
+                           package.card.golden_class))
     return sessions, checks

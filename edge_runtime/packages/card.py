@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 
 from edge_runtime.packages.errors import PackageError
+from edge_runtime.packages.golden import DEFAULT_GOLDEN_CLASS
 
 CARD_FILE = "card.json"
 CARD_FORMAT = "edge-runtime-package/1"
@@ -138,6 +139,12 @@ class Card:
     variants: dict[str, Variant]
     modalities: tuple[str, ...]
     raw: dict[str, Any]
+
+    @property
+    def golden_class(self) -> str:
+        """The architecture class the goldens were recorded on (engine/cpu.py); x86_64 for cards older
+        than the ``goldens`` member, all converted on x86."""
+        return str(self.raw.get("goldens", {}).get("arch_class", DEFAULT_GOLDEN_CLASS))
 
     @property
     def question_types(self) -> tuple[str, ...]:

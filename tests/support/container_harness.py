@@ -80,7 +80,7 @@ ln -s /proc/self/fd "$R/dev/fd"
 ln -s /proc/self/fd/0 "$R/dev/stdin"
 ln -s /proc/self/fd/1 "$R/dev/stdout"
 ln -s /proc/self/fd/2 "$R/dev/stderr"
-mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
+[ "$CONTAINER_SYSFS" = 0 ] || mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
 hostname "$CONTAINER_HOSTNAME"
 for v in $CONTAINER_VOLUMES; do
     mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs "$R$v"
@@ -98,15 +98,17 @@ class Container:
     """The image's Cmd running in its own namespaces over its read-only root filesystem."""
 
     def __init__(self, root: Path, config: dict[str, Any], log: Path, hostname: str = "edge-runtime-test",
-                 binds: tuple[tuple[Path, str], ...] = ()) -> None:
+                 binds: tuple[tuple[Path, str], ...] = (), env: tuple[str, ...] = (), sysfs: bool = True) -> None:
         """``binds``: (host path, container path) pairs mounted read-only, as `docker run -v SRC:DST:ro`;
-        the container path must exist in the image (its root filesystem is read-only)."""
+        the container path must exist in the image (its root filesystem is read-only). ``env``: more
+        NAME=VALUE pairs (`docker run -e`). ``sysfs`` False leaves /sys empty: an image of another
+        architecture runs under qemu-user, where onnxruntime's cpuinfo crashes on the host's /sys."""
         self.root = root
         self.config = config
         user = config.get("User") or "0:0"
         uid, _, gid = user.partition(":")
         self.uid, self.gid = int(uid), int(gid or uid)
-        self.env = [*config.get("Env", []), f"HOME={home_of(root, self.uid)}", f"HOSTNAME={hostname}"]
+        self.env = [*config.get("Env", []), f"HOME={home_of(root, self.uid)}", f"HOSTNAME={hostname}", *env]
         self.workdir = config.get("WorkingDir") or "/"
         self.volumes = sorted(config.get("Volumes") or {})
         self.log_path = log
@@ -117,7 +119,7 @@ class Container:
             ["unshare", "--mount", "--net", "--pid", "--uts", "--fork", "--propagation", "private",
              "sh", "-c", SETUP, "container-setup", str(root), *argv],
             env=dict(os.environ, CONTAINER_USER=f"{self.uid}:{self.gid}", CONTAINER_HOSTNAME=hostname,
-                     CONTAINER_VOLUMES=" ".join(self.volumes),
+                     CONTAINER_VOLUMES=" ".join(self.volumes), CONTAINER_SYSFS="1" if sysfs else "0",
                      CONTAINER_BINDS=" ".join(f"{src}:{dst}" for src, dst in binds)),
             stdout=self._log, stderr=subprocess.STDOUT,
         )

@@ -63,6 +63,8 @@ def encoder_graph(path: Path, *, mix: str | None = None, type_ids: bool = True) 
     mix="padding" adds a term of the padded width (padding changes rows, equal lengths do not:
     equal_length). (An unmasked ReduceMean over the sequence axis is no good here: ORT's result
     for a row already differs in the last bit between batch 1 and batch 2.)
+    mix="tail" adds a term of the padded width modulo 8, as ONNX Runtime's softmax on ARM cores without
+    SVE rounds by how a row's tail falls against its 8-wide blocks: rows padded to a multiple of 8 agree.
     mix="shape" adds a term of the batch's rows and width, as a GPU whose kernels choose by shape
     can: only forwards of one fixed shape agree (the probe's fixed-row buckets, tests/test_gpu_batching.py).
     """
@@ -111,6 +113,19 @@ def encoder_graph(path: Path, *, mix: str | None = None, type_ids: bool = True) 
             helper.make_node("Mul", ["rows_f", "per_row"], ["rows_term"]),
             helper.make_node("Add", ["rows_term", "width_f"], ["code"]),
             helper.make_node("Mul", ["code", "step"], ["shift"]),
+            helper.make_node("Add", ["z", "shift"], ["out"]),
+        ]
+    elif mix == "tail":
+        # adds 0.01 x (padded width mod 8): zero whenever the width is a multiple of 8
+        inits += [numpy_helper.from_array(np.array([1], dtype=np.int64), "one"),
+                  numpy_helper.from_array(np.array([8], dtype=np.int64), "block"),
+                  numpy_helper.from_array(np.array(0.01, dtype=np.float32), "scale")]
+        nodes += [
+            helper.make_node("Shape", ["input_ids"], ["shape"]),
+            helper.make_node("Gather", ["shape", "one"], ["width"]),
+            helper.make_node("Mod", ["width", "block"], ["tail"]),
+            helper.make_node("Cast", ["tail"], ["tail_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["tail_f", "scale"], ["shift"]),
             helper.make_node("Add", ["z", "shift"], ["out"]),
         ]
     elif mix == "padding":

@@ -71,7 +71,7 @@ class Decision2Forward:
         """One ``float32 [len, H]`` array per row, in order."""
         if not rows:
             return []
-        feeds = pad_rows(rows, self.pad_id)
+        feeds = pad_rows(rows, self.pad_id, self.session.row_multiple)
         hidden = self.session.run({n: feeds[n] for n in self._inputs}, [HIDDEN])[HIDDEN]
         return [np.array(hidden[b, : len(row.ids)], dtype=np.float32, copy=True) for b, row in enumerate(rows)]
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edge_runtime.engine.batching import GREEDY_ROWS, GREEDY_TOKENS_CPU, greedy_batches
+from edge_runtime.engine.batching import GREEDY_ROWS, GREEDY_TOKENS_CPU, greedy_batches, padded_width
 from edge_runtime.families.decision2.candidate import CandidateHead, answer
 from edge_runtime.families.decision2.prompt import PromptRow, PromptTooLong, render
 from edge_runtime.heads.decisions import INVALID_MODEL_OUTPUT
@@ -119,13 +119,14 @@ def question_options(raw: Mapping[str, Any]) -> tuple[str, list[tuple[str, Any]]
     raise ValueError(f"type {kind!r} is not answered by Decision 2.0 models ({', '.join(QUESTION_TYPES)})")
 
 
-def pad_rows(rows: Sequence[HasIds], pad: int) -> dict[str, np.ndarray]:
-    """Right-padded ``input_ids``, ``attention_mask`` and ``position_ids`` (arange) for ``rows``.
+def pad_rows(rows: Sequence[HasIds], pad: int, multiple: int = 1) -> dict[str, np.ndarray]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``position_ids`` (arange) for ``rows``, the
+    width rounded up to ``multiple`` (the session's row multiple, engine/cpu.py).
 
     Right padding keeps every row's hidden states bit-identical to running it alone (ORT CPU fp32);
     the server's forward, the converter's parity check and :func:`run_questions` all feed through here.
     """
-    width = max(len(r.ids) for r in rows)
+    width = padded_width(max(len(r.ids) for r in rows), multiple)
     ids = np.full((len(rows), width), pad, np.int64)
     mask = np.zeros((len(rows), width), np.int64)
     for i, r in enumerate(rows):

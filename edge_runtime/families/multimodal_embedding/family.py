@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.engine import probe_grouping
+from edge_runtime.engine.batching import padded_width
 from edge_runtime.engine.forward import Grouping
 from edge_runtime.errors import ItemError, invalid_request
 from edge_runtime.families.base import Graph, Plan, open_graphs, token_budget
@@ -84,7 +85,7 @@ class Tower:
         if self.name != "text":
             return {self.inputs[0]: np.stack([r.data for r in rows]).astype(np.float32, copy=False)}
         # Right padding: fp32 ORT CPU rows stay bit-identical to running alone (the probe checks).
-        width = self.pad_to or max(len(r.data) for r in rows)
+        width = padded_width(self.pad_to or max(len(r.data) for r in rows), self.session.row_multiple)
         ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         for b, r in enumerate(rows):
