@@ -4,14 +4,17 @@ count a forward takes)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine.probe import bitwise_equal
-from edge_runtime.engine.threads import _plan, counts
+from edge_runtime.engine.threads import LONG_FORWARD_MS, _plan, choose_threads, counts
 from edge_runtime.loading import ServedModel, load_model
 
 KINDS = ("embedding", "sequence-classification", "token-classification", "rerank", "decision-codes", "vela2")
@@ -23,6 +26,42 @@ def test_counts_and_the_plan_from_the_timings() -> None:
                (32, 64, {1: 30.0, 2: 17.0})]
     assert _plan(timings, [1, 2], 2) == ((64, 1), (2048, 2))
     assert _plan(timings, [2], 2) == ((2048, 2),)  # a count whose outputs differed is never chosen
+
+
+class _Session:
+    """A CPU session with a budget of two whose forced count the fake forward reads."""
+
+    device, threads = "cpu", 2
+
+    def __init__(self) -> None:
+        self.now = 2
+
+    def forced_threads(self, n: int) -> Any:
+        outer = self
+
+        class _Forced:
+            def __enter__(self) -> None:
+                outer.now = n
+
+            def __exit__(self, *exc: object) -> None:
+                outer.now = 2
+        return _Forced()
+
+
+def test_a_long_forward_and_every_larger_one_take_the_budget_unmeasured() -> None:
+    session, calls = _Session(), []
+
+    def forward(batch: list[int]) -> list[np.ndarray]:
+        calls.append((len(batch), batch[0], session.now))
+        if len(batch) * batch[0] >= 256:  # a shape past the long-forward bound
+            time.sleep(LONG_FORWARD_MS * 1.5 / 1000)
+        return [np.zeros(1)]
+
+    choice = choose_threads(session, forward, lambda n: n, max_tokens=512)  # type: ignore[arg-type]
+    assert choice is not None
+    assert [t[:2] for t in choice.timings] == [(1, 16), (1, 64), (1, 256)]
+    assert set(choice.timings[-1][2]) == {2} and choice.plan[-1] == (256, 2)
+    assert not any(rows * tokens > 256 for rows, tokens, _ in calls)  # nothing larger ran at all
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 SHAPES: tuple[tuple[int, int], ...] = ((1, 16), (1, 64), (1, 256), (8, 64), (32, 64))
 #: Timed runs per count and shape (after one untimed); the median is compared.
 RUNS = 5
+#: A forward this long at the full budget is past where threads cost more than they give: it and every
+#: larger shape take the budget unmeasured (a 30 s Whisper window would otherwise cost minutes of load).
+LONG_FORWARD_MS = 20.0
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,15 @@ def choose_threads(session: GraphSession, forward: Callable[[Sequence[Any]], lis
     unequal: set[int] = set()
     timings = []
     shapes = [(r, min(n, max_tokens)) for r, n in SHAPES if batches or r == 1]
-    for rows, length in dict.fromkeys(shapes):
+    for rows, length in sorted(dict.fromkeys(shapes), key=lambda s: s[0] * s[1]):
         batch = [make_row(length) for _ in range(rows)]
         with session.forced_threads(session.threads):
+            started = time.perf_counter()
             reference = forward(batch)
+            full_ms = (time.perf_counter() - started) * 1000.0
+        if full_ms > LONG_FORWARD_MS:
+            timings.append((rows, length, {session.threads: full_ms}))
+            break
         measured: dict[int, float] = {}
         for n in candidates:
             with session.forced_threads(n):

@@ -103,7 +103,8 @@ DEFAULT_GOLDEN_CLASS = "x86_64"
 #: QEMU 7.2 (cortex-a72, neoverse-n1, max with SVE off and on) on the defaults (MiniLM fp32 and int8,
 #: sparrow) and every fixture kind, against goldens converted on x86 (docs/deployment.md, "ARM64 nodes").
 CROSS_CLASS_TOLERANCE: dict[frozenset[str], tuple[float, str]] = {
-    frozenset({"x86_64", "aarch64"}): (0.1, "measured under QEMU: worst 0.04 (MiniLM int8), x2.5"),
+    frozenset({"x86_64", "aarch64"}): (0.1, "measured under QEMU: worst 0.057 (decision-codes int8 fixture; "
+                                            "MiniLM int8 0.04), x1.75"),
     frozenset({"x86_64", "aarch64-sve"}): (0.1, "measured under QEMU: worst 0.0102 (MiniLM int8); "
                                                 "the aarch64 pair's bound"),
     frozenset({"aarch64", "aarch64-sve"}): (0.1, "bounded by the two x86_64 pairs"),
@@ -158,7 +159,7 @@ def self_check(session: Any, cases: Sequence[GoldenCase], device: str, what: str
                 return {"status": "failed", "reason": f"{what} case {i} output {name} has the wrong shape or NaN"}
             worst = max(worst, float(np.max(np.abs(got - want))) if got.size else 0.0)
     if worst > tolerance:
-        on = device if made_on == stated["checked_on"] else f"{stated['checked_on']} (goldens from {made_on})"
+        on = f"{running_on} (goldens from {made_on})" if device == "cpu" and made_on != running_on else device
         return {"status": "failed", "max_abs_diff": worst, **stated,
                 "reason": f"{what} outputs differ by {worst:.3g}, above {tolerance:g} on {on}"}
     return {"status": "passed", "max_abs_diff": worst, "cases": len(cases), **stated}
