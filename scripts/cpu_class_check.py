@@ -194,7 +194,9 @@ def variant_report(package: Path, variant: str, rows: list[Any] | None,
     from edge_runtime.config import ModelConfig
     from edge_runtime.loading import ServedModel, load_model
 
-    model = ServedModel(ModelConfig(name=package.name, package=package, variant=variant, device="cpu"))
+    # one intra-op thread: a count never moves an output (tests/test_threads_by_measurement.py), and the
+    # thread measurement a larger budget starts would cost minutes under emulation for nothing checked here
+    model = ServedModel(ModelConfig(name=package.name, package=package, variant=variant, device="cpu", threads=1))
     load_model(model)
     info = model.info()
     facts: dict[str, Any] = {"status": model.status, "reason": model.reason, "self_check": model.self_check,
