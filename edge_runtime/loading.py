@@ -15,6 +15,7 @@ from edge_runtime.artifacts import ArtifactError, convert_once
 from edge_runtime.config import AUTO_VARIANT, ModelConfig
 from edge_runtime.engine import (
     BatchLimits,
+    EngineError,
     GraphSession,
     Grouping,
     ModelExecutor,
@@ -315,7 +316,10 @@ def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | 
         model.status = "failed"
         model.version_state = "failed"
         model.reason = str(exc) or type(exc).__name__
-        model.retryable = not isinstance(exc, PackageError | ArtifactError | LoadRefused | LoadStopped)
+        # what may pass on another try: a device or session not ready, a file being written, memory; a refusal,
+        # a bad package or a setting the family cannot take (ValueError) fails the same way every time
+        model.retryable = (isinstance(exc, EngineError | OSError | MemoryError | RuntimeError)
+                           and not isinstance(exc, PackageError | ArtifactError | LoadRefused | LoadStopped))
         model.reason_code = "self_check" if "self-check failed" in model.reason else (
             "verify" if isinstance(exc, PackageError) else "load")
         log.error("model %s failed: %s", model.name, model.reason)

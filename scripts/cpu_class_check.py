@@ -217,10 +217,11 @@ def variant_report(package: Path, variant: str, rows: list[Any] | None,
     return facts, ran
 
 
-def report(packages: list[Path], rows: dict[str, Any] | None = None,
-           outputs: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+def report(packages: list[Path], rows: dict[str, Any] | None = None, outputs: bool = False,
+           only: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """The JSON report of this CPU (its class, the kernel probes, each package's checks) and, with
-    ``outputs``, each variant's probe rows and outputs by ``package-name/variant``."""
+    ``outputs``, each variant's probe rows and outputs by ``package-name/variant``; ``only`` limits the
+    variants loaded (all when empty)."""
     from edge_runtime.engine import cpu
     from edge_runtime.families.registry import read_package
 
@@ -243,6 +244,8 @@ def report(packages: list[Path], rows: dict[str, Any] | None = None,
     for p in packages:
         variants: dict[str, Any] = {}
         for variant in sorted(read_package(p).card.raw["variants"]):
+            if only and variant not in only:
+                continue
             key = f"{p.name}/{variant}"
             given = (rows or {}).get(key, {}).get("rows")
             variants[variant], ran[key] = variant_report(p, variant, given, outputs)
@@ -342,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the aarch64 userland (scripts/arm64_userland.sh; default %(default)s)")
     parser.add_argument("--outputs", type=Path, help="pickle each variant's probe rows and outputs here")
     parser.add_argument("--rows", type=Path, help="the --outputs of an earlier run, whose probe rows to run")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="load only this variant of each package (repeatable; default: every variant)")
     parser.add_argument("--row-multiple", type=int, help="pad rows to this multiple, as another CPU class would")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
                         help="compare two runs' --outputs (the second given the first's --rows) and exit")
@@ -356,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (("--outputs", args.outputs), ("--rows", args.rows), ("--row-multiple", args.row_multiple)):
         if value is not None:
             inner += [flag, str(value.resolve() if isinstance(value, Path) else value)]
+    for variant in args.variant:
+        inner += ["--variant", variant]
     if args.arch == "aarch64":
         if not args.cpu:
             parser.error("--arch aarch64 needs --cpu")
@@ -370,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
 
         cpu.ROW_MULTIPLE[cpu.arch_class()] = args.row_multiple
     rows = pickle.loads(args.rows.read_bytes()) if args.rows is not None else None
-    found, ran = report(packages, rows, outputs=args.outputs is not None)
+    found, ran = report(packages, rows, outputs=args.outputs is not None, only=args.variant)
     if args.outputs is not None:
         args.outputs.write_bytes(pickle.dumps(ran))
     print(json.dumps(found, indent=1, default=str))

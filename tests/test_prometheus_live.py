@@ -14,6 +14,7 @@ clears.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import re
@@ -260,10 +261,12 @@ def _requests(site: Site) -> threading.Thread:
 def _burst(site: Site) -> threading.Thread:
     """BURST_CLIENTS one-text embedding requests at a time on process 0 until the site stops."""
     url = site.servers[0].url
+    sent = itertools.count()
 
     async def client(c: httpx.AsyncClient) -> None:
         while not site.stop.is_set():
-            r = await c.post("/v1/embeddings", json={"model": "emb", "input": BURST_TEXT})
+            # a new text each time: a repeat would be answered from the result cache, never queued
+            r = await c.post("/v1/embeddings", json={"model": "emb", "input": f"{BURST_TEXT} {next(sent)}"})
             if r.status_code not in (200, 429):
                 site.failures.append(f"burst: {r.status_code} {r.text[:200]}")
                 return

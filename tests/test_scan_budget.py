@@ -53,5 +53,6 @@ def test_max_scan_tokens_is_refused_on_a_family_that_never_windows(tmp_path: Pat
     try:
         model = runtime.models["m"]
         assert model.status == "failed" and "max_scan_tokens" in (model.reason or "")
+        assert model.attempts == 1  # a setting the family cannot take fails the same way again: no retry
     finally:
         runtime.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +82,19 @@ def decode_bio(
             close()
     close()
     return spans
+
+
+def bio_answer(probabilities: np.ndarray, offsets: np.ndarray, labels: list[str], text: str,
+               threshold: float | None, windows: list[tuple[int, int]] | None) -> dict[str, Any]:
+    """A token classification answer: the BIO spans (those at least ``threshold`` probable, when
+    given) and the windows the input was read in, when it was."""
+    spans = decode_bio(probabilities, offsets, labels, text)
+    if threshold is not None:
+        spans = [s for s in spans if s.probability >= threshold]
+    answer: dict[str, Any] = {"spans": [s.body() for s in spans]}
+    if windows is not None:
+        answer["windows"] = [{"start": a, "end": b} for a, b in windows]
+    return answer
 
 
 def positive_runs(probabilities: np.ndarray, offsets: np.ndarray, text: str, label: str,

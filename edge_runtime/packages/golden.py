@@ -100,10 +100,10 @@ DEFAULT_GOLDEN_CLASS = "x86_64"
 #: round a few ULP differently, and per-token activation quantization turns such a difference into a
 #: changed uint8 code now and then, whose effect cascades through the later layers
 #: (docs/reference/arm64-notes.md §3.3). Measured by scripts/cpu_class_check.py --arch aarch64 under
-#: QEMU 7.2 (cortex-a72, neoverse-n1, max with SVE off and on) on the defaults (MiniLM fp32 and int8,
-#: sparrow) and every fixture kind, against goldens converted on x86 (docs/deployment.md, "ARM64 nodes").
+#: QEMU 7.2 against goldens converted on x86 (docs/deployment.md, "ARM64 nodes"): cortex-a72 and
+#: neoverse-n1 on both defaults and every fixture kind, max with SVE on the MiniLM int8 default.
 CROSS_CLASS_TOLERANCE: dict[frozenset[str], tuple[float, str]] = {
-    frozenset({"x86_64", "aarch64"}): (0.1, "measured under QEMU: worst 0.057 (decision-codes int8 fixture; "
+    frozenset({"x86_64", "aarch64"}): (0.1, "measured under QEMU: worst 0.057 (a codes fixture's int8; "
                                             "MiniLM int8 0.04), x1.75"),
     frozenset({"x86_64", "aarch64-sve"}): (0.1, "measured under QEMU: worst 0.0102 (MiniLM int8); "
                                                 "the aarch64 pair's bound"),

@@ -24,6 +24,7 @@ from tests.router.client import (
     bundle_parts,
     check_embeddings,
     checked_answers,
+    classify_request,
     content_part,
     decisions_request,
     decode_embed,
@@ -167,22 +168,25 @@ def test_a_repo_id_resolves_offline_and_a_missing_one_fails_alone(
 
 def test_a_source_artifact_is_converted_into_the_cache_once_and_reused(
         managed: Callable[..., ManagedProcess], fixture_package: Callable[..., Path], tmp_path: Path) -> None:
-    cache = hub_cache(tmp_path / "hub", "vllm-project/Vela-2.0-tiny", fixture_package("vela2-source"),
-                      {"main": COMMIT})
-    process = managed([entry("vllm-project/Vela-2.0-tiny", "vela")], cache_dir=cache, threads=1)
+    """A repo id whose snapshot is a source (a Vela 1.0 specialist, as the Router's catalogue names them)
+    is converted once into the cache, then served; a restart reuses the conversion."""
+    repo = "llm-semantic-router/vela-hazard-tiny"
+    cache = hub_cache(tmp_path / "hub", repo, fixture_package("task-hazard-source"), {"main": COMMIT})
+    process = managed([entry(repo, "hazard")], cache_dir=cache, threads=1)
     process.start()
     process.wait_ready(timeout=600)  # the converters' own parity check runs inside the conversion
     assert "converted" in process.log()
     converted = list((cache / "edge-runtime-packages").iterdir())
-    assert any(p.is_dir() and p.name.startswith("vllm-project_Vela-2.0-tiny-") for p in converted)
-    card = process.cards["vela"]
+    assert any(p.is_dir() and p.name.startswith("llm-semantic-router_vela-hazard-tiny-") for p in converted)
+    card = process.cards["hazard"]
     with process.client() as client:
-        decided = exchange(client, "/v1/decisions", decisions_request("vela", STATE, QUESTIONS[:2], card))
-        assert decided.status == 200 and not any(a.error for a in checked_answers(decided.body, QUESTIONS[:2]).values())
+        classified = exchange(client, "/v1/classify", classify_request("hazard", [{"text": STATE}]))
+        assert classified.status == 200, classified.raw
+        assert [r.get("error") for r in classified.raw["results"]] == [None]
     assert process.terminate() < STOP_GRACE_PERIOD
     process.start()  # a restart reuses the conversion: the source's files are unchanged
     process.wait_ready()
-    assert "files are unchanged" in process.log() and process.cards["vela"].model_sha256 == card.model_sha256
+    assert "files are unchanged" in process.log() and process.cards["hazard"].model_sha256 == card.model_sha256
 
 
 def test_every_model_failing_is_recycled_and_a_killed_runtime_restarts_over_its_socket(

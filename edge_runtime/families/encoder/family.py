@@ -17,7 +17,7 @@ from edge_runtime.families.embeddings import Embedded, embedding_card, embedding
 from edge_runtime.families.items import InputUsage, failed_item, outcome, ran, request_usage
 from edge_runtime.heads.activations import sigmoid, softmax
 from edge_runtime.heads.pooling import Dense, embed
-from edge_runtime.heads.tokens import decode_bio
+from edge_runtime.heads.tokens import bio_answer
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
 from edge_runtime.packages import Package
 from edge_runtime.requests.common import Options, Overflow
@@ -230,13 +230,7 @@ class EncoderFamily:
         probs, offsets = pick_token_rows(
             [(softmax(o[name]), row) for o, row in zip(outs, enc.rows)], sequence
         )
-        spans = decode_bio(probs, offsets, self.labels, target or "")
-        if span_threshold is not None:  # options.threshold: the spans at least this probable
-            spans = [s for s in spans if s.probability >= span_threshold]
-        token: dict[str, Any] = {"spans": [s.body() for s in spans]}
-        if enc.windows is not None:
-            token["windows"] = [{"start": a, "end": b} for a, b in enc.windows]
-        return token
+        return bio_answer(probs, offsets, self.labels, target or "", span_threshold, enc.windows)
 
     # embeddings --------------------------------------------------------------------------------
 

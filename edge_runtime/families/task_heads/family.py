@@ -32,7 +32,7 @@ from edge_runtime.families.task_heads.card import HEAD_KINDS, NUMPY_HEADS
 from edge_runtime.families.task_heads.readout import classifier_logits, relevance_logit
 from edge_runtime.heads.activations import sigmoid, softmax
 from edge_runtime.heads.pooling import embed
-from edge_runtime.heads.tokens import decode_bio, positive_runs
+from edge_runtime.heads.tokens import bio_answer, positive_runs
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
 from edge_runtime.packages import Package
 from edge_runtime.requests.common import Options, Overflow
@@ -222,13 +222,7 @@ class TaskHeadsFamily:
                                   lambda p: passes(p, threshold))
             return {"spans": [s.body() for s in spans]}
         probs, offsets = pick_token_rows([(softmax(o["logits"]), row) for o, row in zip(outs, enc.rows)], 0)
-        spans = decode_bio(probs, offsets, self.labels, item.text)
-        if span_threshold is not None:  # options.threshold: the spans at least this probable
-            spans = [s for s in spans if s.probability >= span_threshold]
-        token: dict[str, Any] = {"spans": [s.body() for s in spans]}
-        if enc.windows is not None:
-            token["windows"] = [{"start": a, "end": b} for a, b in enc.windows]
-        return token
+        return bio_answer(probs, offsets, self.labels, item.text, span_threshold, enc.windows)
 
     # embeddings --------------------------------------------------------------------------------
 
