@@ -241,10 +241,13 @@ class ServedModel:
         return meta
 
 
-def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | None = None) -> None:
+def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | None = None,
+               attempts: int = 1) -> None:
     """Read, build, warm, self-check and probe one model; a failure marks it failed with its reason
-    (``retryable`` says whether trying again may help). An artifact of the Router's models file is
-    converted first when it is a source (edge_runtime/artifacts.py). ``stop`` ends a load early."""
+    (``retryable`` says whether trying again may help), except that a retryable failure with attempts
+    left of ``attempts`` stays ``loading``: /health never shows failed between tries. An artifact of the
+    Router's models file is converted first when it is a source (edge_runtime/artifacts.py). ``stop``
+    ends a load early."""
     started = time.perf_counter()
     model.attempts += 1
     try:
@@ -313,13 +316,13 @@ def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | 
         log.info("model %s ready in %.2fs (%s, grouping %s)", model.name,
                  time.perf_counter() - started, model.session.device, model.grouping)
     except Exception as exc:  # one failed model leaves the others serving
-        model.status = "failed"
-        model.version_state = "failed"
-        model.reason = str(exc) or type(exc).__name__
         # what may pass on another try: a device or session not ready, a file being written, memory; a refusal,
         # a bad package or a setting the family cannot take (ValueError) fails the same way every time
         model.retryable = (isinstance(exc, EngineError | OSError | MemoryError | RuntimeError)
                            and not isinstance(exc, PackageError | ArtifactError | LoadRefused | LoadStopped))
+        retried = model.retryable and model.attempts < attempts and not (stop is not None and stop.is_set())
+        model.status = model.version_state = "loading" if retried else "failed"
+        model.reason = str(exc) or type(exc).__name__
         model.reason_code = "self_check" if "self-check failed" in model.reason else (
             "verify" if isinstance(exc, PackageError) else "load")
         log.error("model %s failed: %s", model.name, model.reason)

@@ -70,13 +70,12 @@ class Runtime:
                 self._load(retried, due, min(2 * waited, MAX_LOAD_RETRY_SECONDS))
 
     def _load(self, model: ServedModel, due: dict[str, tuple[float, float]], wait: float) -> None:
-        load_model(model, self.metrics, self.stopping)
+        load_model(model, self.metrics, self.stopping, self.config.load_attempts)
         if model.status == "ready":
             model.version_state = "active"
             model.activated_at = time.time()
             self.pin(model)
-        elif model.retryable and model.attempts < self.config.load_attempts and not self.stopping.is_set():
-            model.status = model.version_state = "loading"
+        elif model.status == "loading":  # a retryable failure with attempts left (load_model decided)
             model.reason = (f"load attempt {model.attempts} of {self.config.load_attempts} failed, the next in "
                             f"{wait:g} s: {model.reason}")
             due[model.name] = (time.monotonic() + wait, wait)

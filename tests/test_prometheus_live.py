@@ -243,8 +243,12 @@ def _requests(site: Site) -> threading.Thread:
     def run() -> None:
         with httpx.Client(base_url=site.servers[0].url, timeout=30.0) as zero, \
                 httpx.Client(base_url=site.servers[1].url, timeout=30.0) as one:
-            while not site.stop.is_set():
-                statuses = (one.post("/v1/classify", json={"model": "cls", "input": "fine"}).status_code,
+            for n in itertools.count():
+                if site.stop.is_set():
+                    return
+                # a new text each time, as the burst's: a repeat is answered from the result cache and never
+                # queues, forwards or shows in the dashboard's per-model queue and forward panels
+                statuses = (one.post("/v1/classify", json={"model": "cls", "input": f"fine {n}"}).status_code,
                             zero.post("/v1/embeddings", json={"model": "no-such-model", "input": "x"}).status_code,
                             one.post("/v1/embeddings", json={"model": "emb-bad", "input": "x"}).status_code)
                 if statuses != (200, 404, 503):
