@@ -206,7 +206,9 @@ def sample_frames(data: bytes, limits: VideoLimits, before_decode: BeforeDecode 
                 yield float((frame.pts - start) * stream.time_base), frame
 
     try:
-        stream.thread_type = "AUTO"
+        # one decoding thread: FFmpeg's frame threads would take every core beside the event loop (a
+        # /health/live answer then waited ~200 ms on 2 cores); the frames are the same either way
+        stream.thread_count = 1
         j = 0
         prev: tuple[float, Any] | None = None
         source = frames_from(None)
