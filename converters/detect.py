@@ -159,9 +159,9 @@ def sentence_transformers(src: Source) -> Detection | None:
 
 def lora_adapter(src: Source) -> Detection | None:
     """A PEFT LoRA adapter directory: the kind its task_type names (the base is read from its config)."""
-    kind = lora.detect(src.path)
-    return Detection(kind, f"adapter_config.json: a PEFT LoRA adapter, task_type {lora.task_type(src.path)}") \
-        if kind else None
+    task = lora.task_type(src.path)  # adapter_config.json, read once
+    kind = None if task is None else lora.TASK_KINDS.get(task)
+    return Detection(kind, f"adapter_config.json: a PEFT LoRA adapter, task_type {task}") if kind else None
 
 
 def encoder_head(src: Source) -> Detection | None:
