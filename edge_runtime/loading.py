@@ -31,6 +31,7 @@ from edge_runtime.engine.result_cache import ResultCache
 from edge_runtime.engine.threads import ThreadChoice, choose_threads
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family, read_package
+from edge_runtime.heap import keep_loaded
 from edge_runtime.packages import Package, PackageError
 from edge_runtime.packages.footprint import package_need
 from edge_runtime.packages.golden import self_check
@@ -307,6 +308,7 @@ def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | 
             inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
         )
         model.result_cache = ResultCache(model.name, cfg.result_cache_entries, cfg.result_cache_bytes, metrics)
+        keep_loaded()  # later full collections skip what the load left alive (edge_runtime/heap.py)
         model.status = "ready"
         model.reason = None
         model.version_state = "standby"

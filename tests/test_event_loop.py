@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from tests.support.server_harness import Server, write_models_file
@@ -53,12 +54,11 @@ def _probe_while(server: Server, path: str, body: dict[str, Any] | bytes,
     """POST ``body`` (JSON, or bytes sent as they are with ``headers``) and poll /health/live until
     it is answered; the latencies of probes answered meanwhile."""
     result: dict[str, httpx.Response] = {}
+    if not isinstance(body, bytes):  # encoded here, not in the sender: its GIL hold would delay our own probes
+        body, headers = orjson.dumps(body), {"content-type": "application/json"}
 
     def send() -> None:
-        if isinstance(body, bytes):
-            result["r"] = httpx.post(server.url + path, content=body, headers=headers, timeout=120)
-        else:
-            result["r"] = httpx.post(server.url + path, json=body, timeout=120)
+        result["r"] = httpx.post(server.url + path, content=body, headers=headers, timeout=120)
 
     sender = threading.Thread(target=send)
     sender.start()
@@ -134,7 +134,6 @@ def _live_within_bound(latencies: list[float]) -> None:
 
 
 def _zstd_json(body: dict[str, Any]) -> bytes:
-    import orjson
     import zstandard
 
     return zstandard.ZstdCompressor(level=3).compress(orjson.dumps(body))

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_runtime.errors import ApiError
+from edge_runtime.heap import give_back
 from edge_runtime.loading import ServedModel
 from edge_runtime.runtime import Runtime
-from edge_runtime.updates.memory import give_back
 from edge_runtime.updates.settings import UpdateSettings
 
 log = logging.getLogger("edge_runtime.updates")

@@ -1,5 +1,5 @@
-"""The memory guard: what a new version needs against what the process may still use, and giving a
-released version's memory back to the operating system.
+"""The memory guard: what a new version needs against what the process may still use (giving a
+released version's memory back is edge_runtime/heap.py).
 
 The need is a package's footprint (edge_runtime/packages/footprint.py: the card's figure, else an
 estimate from its file sizes).
@@ -10,20 +10,13 @@ container), else the kernel's MemAvailable; the configured reserve is kept back 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
-import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from edge_runtime.packages.footprint import Need, package_need
 
-log = logging.getLogger("edge_runtime.updates")
-
-__all__ = ["Budget", "Need", "available_memory", "budget", "give_back", "package_need", "resident_bytes"]
+__all__ = ["Budget", "Need", "available_memory", "budget", "package_need", "resident_bytes"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -97,19 +90,3 @@ def resident_bytes() -> int:
     return int(match.group(1)) * 1024 if match else 0
 
 
-_libc: ctypes.CDLL | None = None
-
-
-def give_back() -> None:
-    """Collect cycles, then ask glibc to return freed heap pages to the OS (malloc_trim): without it
-    a released session's arenas stay resident and RSS would only ever grow across swaps."""
-    global _libc
-    gc.collect()
-    if os.name != "posix":
-        return
-    try:
-        if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        _libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim): nothing to ask
-        log.debug("malloc_trim is not available")
