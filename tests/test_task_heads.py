@@ -438,3 +438,75 @@ def test_window_placements() -> None:
     for n in range(1, 80):
         starts = window_starts(n, 10, 3, "stride")
         assert [(s, min(s + 10, n)) for s in starts] == [(a, b) for a, b in _reference_windows(n, 12, 3)]
+
+
+# -- the exact int8 (issue 37 item 8) ---------------------------------------------------------------------------
+
+def served_int8(path: Path) -> TaskHeadsFamily:
+    package = read_package(path)
+    return TaskHeadsFamily(package, create_session(package.graph("int8"), "cpu", 1))
+
+
+@pytest.mark.parametrize("name, metric", [("domain", "probability"), ("hazard", "probability"),
+                                          ("pii", "probability"), ("halu", "probability"), ("embedding", "cosine"),
+                                          ("reranker", "relevance")])
+def test_every_head_gets_the_exact_int8_with_its_agreement_and_products(fixture_package: Callable[..., Path],
+                                                                      name: str, metric: str) -> None:
+    card = read_package(fixture_package(f"task-{name}")).card.raw
+    int8 = card["variants"]["int8"]
+    assert int8["quantization"] == "per-token" and int8["numerics"] == "exact"
+    assert int8["recipe"]["smooth_alpha"] > 0 and int8["recipe"]["fp32_outlier_channels"] > 0
+    agreement = int8["agreement"]
+    assert agreement["metric"] == metric and agreement["cases"] >= 99 and "STS Benchmark" in agreement["corpus"]
+    if name in ("hazard", "halu"):  # thresholded heads also state how often their decisions agree
+        assert 0 <= agreement["selection_agreement"] <= 1
+    products = card["verification"]["integer_products"]
+    assert products["gemms"] > 0 and products["rows"] >= 4 and products["max_relative_error"] < 1e-6
+    assert int8["measured_on"]["model"]
+
+
+def test_the_int8_graph_is_batch_invariant_and_its_products_exact_on_mixed_lengths(
+        fixture_package: Callable[..., Path]) -> None:
+    from converters.quantize import Int8Recipe, check_integer_products_on
+    from converters.verify import pad_batch
+    from edge_runtime.engine.probe import probe
+
+    for name in ("domain", "pii", "reranker"):
+        family = served_int8(fixture_package(f"task-{name}"))
+        assert probe(family.forward, family.probe_row).grouping == "padded", name
+    path = fixture_package("task-domain")
+    card = read_package(path).card.raw
+    tok = tokenizer(path)
+    rows = [{"input_ids": np.asarray(tok.encode(t).ids, np.int64)} for t in [*TEXTS, LONG]]
+    for row in rows:
+        row["attention_mask"] = np.ones_like(row["input_ids"])
+    checked = check_integer_products_on(path / "model.int8.onnx", pad_batch(rows, ["input_ids", "attention_mask"], 0),
+                                        Int8Recipe.from_card(card["variants"]["int8"]["recipe"]))
+    assert checked["rows"] == len(rows) and checked["max_relative_error"] < 1e-6
+
+
+def test_the_cards_int8_agreement_is_what_the_family_serves(fixture_package: Callable[..., Path]) -> None:
+    """The card's max |dp| on the real sentences, recomputed through the family as the server reads both."""
+    from converters.quantize import real_sentences
+    from converters.task_heads.verify import AGREEMENT_STRIDE
+
+    path = fixture_package("task-domain")
+    card = read_package(path).card.raw
+    texts = real_sentences()[::AGREEMENT_STRIDE]
+    got = {}
+    for variant, family in (("fp32", served(path)), ("int8", served_int8(path))):
+        got[variant] = np.array([answer(family, "classify", {"input": [t]})["results"][0]["probabilities"]
+                                 for t in texts])
+    stated = card["variants"]["int8"]["agreement"]
+    assert abs(float(np.abs(got["fp32"] - got["int8"]).max()) - stated["max_abs_dp"]) < 2e-6
+    top = float(np.mean(got["fp32"].argmax(1) == got["int8"].argmax(1)))
+    assert abs(top - stated["top_label_agreement"]) < 1e-6
+
+
+def test_quantize_none_writes_fp32_only(fixture_package: Callable[..., Path], tmp_path: Path) -> None:
+    from converters.__main__ import main
+
+    assert main(["export", str(fixture_package("task-guard-source")), "--out", str(tmp_path / "pkg"),
+                 "--quantize", "none"]) == 0
+    card = read_package(tmp_path / "pkg").card.raw
+    assert list(card["variants"]) == ["fp32"] and "integer_products" not in card["verification"]

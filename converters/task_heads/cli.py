@@ -18,6 +18,10 @@ def add_options(parser: argparse.ArgumentParser, command: str, kind: str) -> Non
         parser.add_argument("--layout", choices=sorted(LAYOUTS), required=True,
                             help="which catalogue layout to write (shapes of the Router's models, shrunk)")
         return
+    parser.add_argument("--quantize", choices=("int8", "int8-dynamic", "none"), default="int8",
+                        help="the variant written beside fp32: int8 = per-token scales, batch-invariant, exact "
+                             "integer products (the default, what a CPU serves); int8-dynamic = ONNX Runtime's "
+                             "dynamic quantization (approximate); none = fp32 only")
     parser.add_argument("--max-input-tokens", type=int,
                         help="the longest row (default: the model's, at most 8192; longer texts are windowed)")
     parser.add_argument("--layers", type=int_list, default=[],
@@ -48,4 +52,5 @@ def run(args: argparse.Namespace) -> ExportResult | None:
     return export_task_heads(args.src, args.out, TaskOptions(
         max_input_tokens=args.max_input_tokens, layers=args.layers, dimensions=args.dimensions,
         exit_normalization=args.exit_normalization, input_pair=args.input_pair,
-        token_threshold=args.token_threshold, **identity(args)))
+        token_threshold=args.token_threshold, quantize=None if args.quantize == "none" else args.quantize,
+        **identity(args)))

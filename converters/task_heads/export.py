@@ -39,6 +39,8 @@ OPSET = 18
 DEFAULT_ROW_LIMIT = 8192
 #: below this many parameters the reference runs on one PyTorch thread
 SMALL_MODEL_PARAMETERS = 20_000_000
+#: the exact int8's integer products are proven at conversion on this many rows of at most this many tokens
+EXACTNESS_ROWS, EXACTNESS_MAX_TOKENS = 8, 64
 #: the card kind of each head
 CARD_KINDS = {"sequence": "task-sequence", "scores": "task-scores", "token": "task-token",
               "grounded": "task-grounded", "pooled": "task-pooled", "relevance": "task-relevance"}
@@ -59,6 +61,9 @@ class TaskOptions(PackageIdentity):
     token_threshold: float | None = None
     #: the longest row the parity check reads
     parity_tokens: int = verify.LONGEST_ROW
+    #: the quantized variant written beside fp32 (None: fp32 only). The exact int8 by default: it is what
+    #: the server serves on a CPU (variant auto), and the Router's managed runtime converts with defaults
+    quantize: str | None = "int8"
 
 
 def _load(source: TaskSource) -> Any:
@@ -303,6 +308,20 @@ def export_task_heads(src: str | Path, out: Path, opts: TaskOptions) -> ExportRe
             f"{parity.readout:.3g} over {parity.cases} cases")
         files: dict[str, Path | bytes] = {"model.onnx": graph,
                                           "tokenizer.json": tokenizer.to_str().encode("utf-8")}
+        variants: dict[str, dict[str, Any]] = {"fp32": {"file": "model.onnx", "dtype": "fp32"}}
+        goldens = {"fp32": verify.goldens(session, parity.golden_rows)}
+        products = None
+        if opts.quantize is not None:
+            from converters import quantize
+
+            variant = opts.quantize
+            with build.step("quantize", f"quantizing to {variant} ({quantize.QUANTIZATIONS[variant]} activation "
+                                        "scales, per-channel int8 weights) and measuring its agreement"):
+                q_path, q_session, variants[variant], products = _quantized(
+                    variant, source, head, weights, tokenizer, session, graph, outputs, layers, build.work, max_tokens)
+            log(f"{variant} agreement with fp32: {variants[variant]['agreement']}")
+            goldens[variant] = verify.goldens(q_session, parity.golden_rows)
+            files[quantize.variant_file(variant)] = q_path
         if weights:
             files["head.npz"] = verify.npz_bytes(weights)
         if "operating_point" in head:
@@ -310,12 +329,46 @@ def export_task_heads(src: str | Path, out: Path, opts: TaskOptions) -> ExportRe
         files.update(notice_files(src_dir, opts))
         stamp = compute_digest({"weights": source_stamp(src_dir, source.model_dir),
                                 **task_source.stamp_files(source)})
-        card = _card(opts, source, src_dir, stamp, head, max_tokens, outputs, parity)
-        return build.write(card, files, {"fp32": verify.goldens(session, parity.golden_rows)})
+        card = _card(opts, source, src_dir, stamp, head, max_tokens, outputs, parity, variants)
+        if products is not None:
+            card["verification"]["integer_products"] = products
+        return build.write(card, files, goldens)
+
+
+def _quantized(variant: str, source: TaskSource, head: dict[str, Any], weights: dict[str, np.ndarray],
+               tokenizer: Any, session: Any, graph: Path, outputs: list[str], layers: list[int], work: Path,
+               max_tokens: int) -> tuple[Path, Any, dict[str, Any], dict[str, Any] | None]:
+    """The quantized variant of ``graph``: its file, session, card entry (agreement with fp32 on real
+    sentences, read through the head) and, for the exact int8, the proof of its integer products on this CPU.
+
+    The exact int8 takes the encoders' calibrated recipe (smoothing, and each activation's largest channels
+    in fp32), calibrated on the parity samples: ModernBERT's activation outliers are what broke upstream's
+    dynamic int8 (worst cosine 0.634 on its embedder, router-catalogue.md)."""
+    from converters import quantize
+    from converters.verify import pad_batch
+
+    calibration = verify.tokenized_rows(tokenizer, verify.samples(source.head), head, max_tokens)
+    recipe = quantize.CALIBRATED_RECIPE if variant == "int8" else None
+    path = quantize.quantize_variant(variant, graph, work / quantize.variant_file(variant),
+                                     recipe or quantize.DEFAULT_RECIPE, calibration)
+    q_session = verify.create_session(path)
+    corpus = verify.tokenized_rows(tokenizer, verify.agreement_items(source.head), head, max_tokens)
+    agreement = verify.int8_agreement(source.head, head, weights, session, q_session, corpus, outputs, layers)
+    agreement["corpus"] = f"every {verify.AGREEMENT_STRIDE}th sentence of the {quantize.REAL_SENTENCES_SOURCE}"
+    products = None
+    if recipe is not None:
+        # rows cut short: every integer GEMM's operands of the batch are held at once (GBs at 307M for long ones)
+        short = [{k: v[:EXACTNESS_MAX_TOKENS] for k, v in r.items()} for r in calibration[:EXACTNESS_ROWS]]
+        try:
+            products = quantize.check_integer_products_on(path, pad_batch(short, ["input_ids", "attention_mask"], 0),
+                                                          recipe)
+        except ValueError as exc:
+            raise ConversionError(f"int8: {exc}; no package written") from None
+    return path, q_session, quantize.variant_entry(variant, agreement, recipe), products
 
 
 def _card(opts: TaskOptions, source: TaskSource, src_dir: Path, stamp: str, head: dict[str, Any], max_tokens: int,
-          outputs: list[str], parity: verify.Parity) -> dict[str, Any]:
+          outputs: list[str], parity: verify.Parity, variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     source_name = opts.source_name or src_dir.name
     architecture = (source.config.get("architectures") or [source.architecture])[0]
     kind = CARD_KINDS[source.head]
@@ -327,7 +380,7 @@ def _card(opts: TaskOptions, source: TaskSource, src_dir: Path, stamp: str, head
         "head": head,
         "limits": {"max_input_tokens": max_tokens},
         "graph": {"inputs": ["input_ids", "attention_mask"], "outputs": outputs, "opset": OPSET},
-        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "variants": variants,
         "verification": {
             "reference": torch_reference(f"{architecture} fp32, SDPA"),
             "max_abs_diff": rounded(parity.graph_max_abs_diff),
@@ -340,7 +393,7 @@ def _card(opts: TaskOptions, source: TaskSource, src_dir: Path, stamp: str, head
         "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
                   "options": {k: v for k, v in dataclasses.asdict(opts).items()
                               if k in ("max_input_tokens", "layers", "dimensions", "exit_normalization",
-                                       "input_pair", "token_threshold")}},
+                                       "input_pair", "token_threshold", "quantize")}},
     }
 
 

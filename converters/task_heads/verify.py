@@ -43,8 +43,8 @@ GROUNDED_SAMPLES = (
 )
 Row = dict[str, np.ndarray]
 
-__all__ = ["GRAPH_TOLERANCE", "READOUT_TOLERANCE", "Parity", "check_parity", "create_session", "goldens",
-           "npz_bytes", "samples"]
+__all__ = ["GRAPH_TOLERANCE", "READOUT_TOLERANCE", "Parity", "agreement_items", "check_parity", "create_session",
+           "goldens", "int8_agreement", "npz_bytes", "samples", "served_readout", "tokenized_rows"]
 
 
 def samples(head: str) -> list[Any]:
@@ -56,7 +56,8 @@ def samples(head: str) -> list[Any]:
     return [*SAMPLE_TEXTS, " ".join(SAMPLE_TEXTS)]
 
 
-def _rows(tokenizer: Any, items: Sequence[Any], head: Mapping[str, Any], max_tokens: int) -> list[Row]:
+def tokenized_rows(tokenizer: Any, items: Sequence[Any], head: Mapping[str, Any], max_tokens: int) -> list[Row]:
+    """``items`` (texts, pairs or grounded items) tokenized as the family frames them, at most ``max_tokens``."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(tokenizer.to_str())
@@ -136,29 +137,38 @@ def _torch_readout(source: TaskSource, model: Any, feeds: dict[str, np.ndarray],
         return vectors
 
 
+def served_readout(kind: str, head: Mapping[str, Any], weights: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
+                   b: int, n: int, layers: Sequence[int]) -> Any:
+    """Row ``b`` (``n`` real tokens) of a batch's graph outputs read as the family reads them: probabilities
+    (one row, or one per token), sigmoid relevance per (layer, dimension) exit, or unit vectors per exit."""
+    if kind in ("sequence", "scores"):
+        logits = classifier_logits(head, weights, got["last_hidden_state"][b, :n])
+        return sigmoid(logits) if kind == "scores" else softmax(logits)
+    if kind in ("token", "grounded"):
+        return softmax(got["logits"][b, :n])
+    if kind == "relevance":
+        return {(e["layer"], e["dimension"]): float(sigmoid(np.array(
+            [relevance_logit(head, weights, got["exit_cls"][b], e["layer"], e["dimension"])]))[0])
+            for e in head["exits"]}
+    return {(layer, dim): embed(got[head["layers"][str(layer)]][b, :n], head["pooling"], True, dim)
+            for layer in layers for dim in head["dimensions"]}
+
+
 def _compare(source: TaskSource, head: Mapping[str, Any], weights: Mapping[str, np.ndarray], batch: list[Row],
              got: dict[str, np.ndarray], ref: list[Any], layers: Sequence[int]) -> float:
     """The readout's distance for one batch: the largest probability difference, or 1 - the least cosine."""
     worst = 0.0
     for b, row in enumerate(batch):
         n = len(row["input_ids"])
-        if source.head in ("sequence", "scores"):
-            logits = classifier_logits(head, weights, got["last_hidden_state"][b, :n])
-            ours = sigmoid(logits) if source.head == "scores" else softmax(logits)
-            worst = max(worst, float(np.abs(ours - ref[b]).max()))
-        elif source.head in ("token", "grounded"):
-            worst = max(worst, float(np.abs(softmax(got["logits"][b, :n]) - ref[b][:n]).max()))
+        ours = served_readout(source.head, head, weights, got, b, n, layers)
+        if source.head in ("sequence", "scores", "token", "grounded"):
+            worst = max(worst, float(np.abs(ours - ref[b][:n] if ours.ndim == 2 else ours - ref[b]).max()))
         elif source.head == "relevance":
-            for (layer, dim), expected in ref[b].items():
-                logit = relevance_logit(head, weights, got["exit_cls"][b], layer, dim)
-                worst = max(worst, abs(float(sigmoid(np.array([logit]))[0]) - expected))
+            worst = max(worst, *(abs(ours[key] - expected) for key, expected in ref[b].items()))
         else:
-            for layer in layers:
-                for dim in head["dimensions"]:
-                    ours = embed(got[head["layers"][str(layer)]][b, :n], head["pooling"], True, dim)
-                    theirs = ref[b][layer][:dim].astype(np.float64)
-                    cos = float(ours @ theirs / np.linalg.norm(theirs))
-                    worst = max(worst, 1.0 - cos)
+            for (layer, dim), vector in ours.items():
+                theirs = ref[b][layer][:dim].astype(np.float64)
+                worst = max(worst, 1.0 - float(vector @ theirs / np.linalg.norm(theirs)))
     return worst
 
 
@@ -185,7 +195,7 @@ def check_parity(source: TaskSource, model: Any, module: Any, session: Any, toke
     of up to ``max_tokens``; ConversionError above tolerance (nothing is written)."""
     import torch
 
-    rows = _rows(tokenizer, items, head, max_tokens)
+    rows = tokenized_rows(tokenizer, items, head, max_tokens)
     chosen = _spread(rows, 6)
     batches = [[r] for r in chosen] + [[chosen[i % len(chosen)] for i in order] for order in ((0, 3, 1, 5),
                                                                                            (4, 2, 5, 0))]
@@ -219,6 +229,68 @@ def check_parity(source: TaskSource, model: Any, module: Any, session: Any, toke
         raise ConversionError(f"parity check failed: readout {what} = {readout_worst:.3g} against Transformers "
                               f"exceeds {READOUT_TOLERANCE[metric]:g}; no package written")
     return parity
+
+
+#: every 25th of converters/data's 2,500 real sentences: the inputs int8's agreement with fp32 is stated on
+AGREEMENT_STRIDE = 25
+
+
+def agreement_items(kind: str) -> list[Any]:
+    """Real sentences (converters/data; none of them the calibration samples), as (query, document) pairs
+    for relevance heads and (context, answer) items for grounded ones."""
+    from converters.quantize import real_sentences
+
+    texts = real_sentences()[::AGREEMENT_STRIDE]
+    if kind == "relevance":
+        return list(zip(texts, texts[1:]))
+    if kind == "grounded":
+        return [{"context": a, "question": "", "answer": b} for a, b in zip(texts, texts[1:])]
+    return texts
+
+
+def _decisions(kind: str, head: Mapping[str, Any], p: np.ndarray) -> np.ndarray | None:
+    """What a thresholded head selects from probabilities ``p`` (a row per text or token); None for others."""
+    if kind == "scores":
+        t, column = np.asarray(head["thresholds"], np.float64), p
+    elif kind == "grounded":
+        t, column = np.asarray(head["threshold"], np.float64), p[:, head["positive"]]
+    else:
+        return None
+    return np.asarray(column > t if head["comparison"] == ">" else column >= t)
+
+
+def int8_agreement(kind: str, head: Mapping[str, Any], weights: Mapping[str, np.ndarray], fp32: Any, int8: Any,
+                   rows: Sequence[Row], outputs: Sequence[str], layers: Sequence[int]) -> dict[str, Any]:
+    """Agreement of the int8 graph with the fp32 one on ``rows``, each alone, read as the family reads them.
+
+    Probability heads: the largest |dp|, the share of top labels that agree (per token for token heads) and,
+    for thresholded heads (scores, grounded), the share of decisions that agree; relevance: the largest and
+    mean |dp| over every scored exit; pooled: the least and mean cosine over every exit and dimension.
+    """
+    def read(session: Any, row: Row) -> Any:
+        feeds = {"input_ids": row["input_ids"][None, :], "attention_mask": row["attention_mask"][None, :]}
+        got = dict(zip(outputs, session.run(list(outputs), feeds)))
+        return served_readout(kind, head, weights, got, 0, len(row["input_ids"]), layers)
+
+    a, b = [read(fp32, r) for r in rows], [read(int8, r) for r in rows]
+    if kind == "pooled":
+        cos = np.array([float(x[k] @ y[k]) for x, y in zip(a, b) for k in x])
+        return {"metric": "cosine", "min_cosine": round(float(cos.min()), 6),
+                "mean_cosine": round(float(cos.mean()), 6), "exits": len(a[0]), "cases": len(rows)}
+    if kind == "relevance":
+        dp = np.array([abs(x[k] - y[k]) for x, y in zip(a, b) for k in x])
+        return {"metric": "relevance", "max_abs_dp": round(float(dp.max()), 6),
+                "mean_abs_dp": round(float(dp.mean()), 6), "exits": len(a[0]), "cases": len(rows)}
+    pa, pb = np.concatenate([np.atleast_2d(x) for x in a]), np.concatenate([np.atleast_2d(y) for y in b])
+    result: dict[str, Any] = {"metric": "probability",
+                              "top_label_agreement": round(float(np.mean(pa.argmax(-1) == pb.argmax(-1))), 6),
+                              "max_abs_dp": round(float(np.abs(pa - pb).max()), 6), "cases": len(rows)}
+    if kind in ("token", "grounded"):
+        result["tokens"] = int(pa.shape[0])
+    chosen_a, chosen_b = _decisions(kind, head, pa), _decisions(kind, head, pb)
+    if chosen_a is not None and chosen_b is not None:
+        result["selection_agreement"] = round(float(np.mean(chosen_a == chosen_b)), 6)
+    return result
 
 
 def goldens(session: Any, rows: Sequence[Row]) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
