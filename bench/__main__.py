@@ -67,7 +67,7 @@ COMPARISONS: dict[str, Callable[[Lab], list[Table]]] = {
 #: Comparisons another one already runs (so `all` leaves them out).
 INCLUDED = {"sparrow", "vela2", "decision-vision", "decision3"}  # in decisions
 #: Comparisons `all` leaves out: they run by name only (scaling takes minutes of sustained load; task-heads
-#: builds six 307M packages once and holds twelve 1.2 GB models while it runs).
+#: builds six 307M packages once and holds thirteen models (six int8, one fp32, six in Transformers) while it runs).
 BY_NAME_ONLY = {"scaling", "task-heads"}
 #: Comparisons that build their own packages and need none of the default ones.
 STANDALONE = {"vela2", "decision-vision", "decision3", "task-heads"}
