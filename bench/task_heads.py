@@ -96,8 +96,9 @@ def prepare(root: Path, log_dir: Path) -> tuple[Path, Path, float | None]:
     sources, packages = root / SOURCES, root / PACKAGES
     if all(_has_variant(packages / name, SERVED) for name in SPECIALISTS):
         return sources, packages, None
+    cards = [packages / name / "card.json" for name in SPECIALISTS]
     return sources, packages, build_in_subprocess("bench.task_heads", "task-heads", sources, packages, log_dir,
-                                                  BUILD_TIMEOUT_S)
+                                                  BUILD_TIMEOUT_S, cards=cards)
 
 
 # ---- contestants ---------------------------------------------------------------------------------

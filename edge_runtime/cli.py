@@ -34,8 +34,11 @@ REFUSED_FLAGS: dict[str, str] = {
                         "CUDA's algorithm search is in each model's engine_args",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
-#: Environment variables that size the math libraries' own thread pools (numpy's BLAS, OpenMP):
-#: under --threads they get the same share, so the process stays near its cores.
+#: Environment variables that size the math libraries' own thread pools (numpy's BLAS, OpenMP): one
+#: thread each unless the environment says otherwise. The heads' numpy matmuls are small (a 768-wide
+#: classifier: well under a millisecond on one thread), while a BLAS pool's threads spin after every
+#: call on the cores the models' ONNX Runtime threads need: a Vela 1.0 specialist's int8 forward took
+#: 60-100 ms served against 31 ms in-process until BLAS ran on one thread (docs/benchmarks.md).
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -300,9 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         return examples(args.url, args.model)
     if args.command == "devices":
         return _devices()
-    if args.threads is not None:  # before numpy loads its BLAS: it sizes its pool once
-        for name in THREAD_ENV:
-            os.environ.setdefault(name, str(args.threads))
+    for name in THREAD_ENV:  # before numpy loads its BLAS: it sizes its pool once
+        os.environ.setdefault(name, "1")
     level = getattr(args, "log_level", "info").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

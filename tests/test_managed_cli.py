@@ -143,9 +143,10 @@ def test_devices_prints_what_the_router_reads() -> None:
     assert report["auto"] in report["devices"] and report["devices"][0] == "cpu"
 
 
-def test_threads_size_the_math_libraries_before_numpy_loads(tmp_path: Path) -> None:
-    """--threads reaches OpenMP/OpenBLAS/MKL through their environment, which they read once, when numpy
-    loads: the command line must not load numpy before it has read --threads."""
+def test_math_libraries_get_one_thread_before_numpy_loads(tmp_path: Path) -> None:
+    """OpenMP/OpenBLAS/MKL read their thread counts once, when numpy loads: the command line sets them to one
+    (the heads' matmuls are small; a BLAS pool's spinning threads took the models' cores) before anything
+    loads numpy, whatever --threads says; an operator's own setting is kept."""
     code = (
         "import os, sys\n"
         "from edge_runtime import cli\n"
@@ -156,4 +157,7 @@ def test_threads_size_the_math_libraries_before_numpy_loads(tmp_path: Path) -> N
     env = {k: v for k, v in os.environ.items() if k not in cli.THREAD_ENV}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["2", "3", "3", "3"]  # the models file is missing (2); every pool gets 3
+    assert out.stdout.split() == ["2", "1", "1", "1"]  # the models file is missing (2); every pool gets 1
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "OPENBLAS_NUM_THREADS": "2"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["2", "1", "2", "1"]

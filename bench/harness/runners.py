@@ -285,9 +285,10 @@ def interleaved_rounds(rounds: int, budget_s: float, settle_s: float,
 
 
 def build_in_subprocess(module: str, what: str, source: Path, package: Path, log_dir: Path, timeout_s: float,
-                        extra: Sequence[str] = ()) -> float:
+                        extra: Sequence[str] = (), cards: Sequence[Path] = ()) -> float:
     """Run ``python -m <module> build --source S --out PKG [extra...]`` offline (it imports torch), its output
-    in ``log_dir``; the seconds it took. RuntimeError with the log's tail when it fails."""
+    in ``log_dir``; the seconds it took. RuntimeError with the log's tail when it fails or leaves a card of
+    ``cards`` (default: PKG's own) unwritten."""
     command = [sys.executable, "-m", module, "build", "--source", str(source), "--out", str(package), *extra]
     print(f"building the {what} package: {' '.join(command[1:])}", flush=True)
     log_path = log_dir / f"{what}-build.log"
@@ -295,7 +296,7 @@ def build_in_subprocess(module: str, what: str, source: Path, package: Path, log
     with open(log_path, "wb") as log:
         done = subprocess.run(command, cwd=ROOT, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
                               timeout=timeout_s)
-    if done.returncode != 0 or not (package / "card.json").is_file():
+    if done.returncode != 0 or not all(card.is_file() for card in (cards or [package / "card.json"])):
         raise RuntimeError(f"the {what} build failed ({done.returncode}):\n"
                            f"{log_path.read_text(errors='replace')[-3000:]}")
     return time.perf_counter() - started
