@@ -8,4 +8,6 @@ This package may import torch, transformers and optimum; the server never import
 #: are smoothed, and embedders' agreement is measured on real sentences (issue 29).
 #: 0.4.0: encoders' exact int8 multiplies each activation's 4 largest channels in fp32, and a quantized
 #: variant records the CPU its agreement was measured on.
-CONVERTER_VERSION = "0.4.0"
+#: 0.5.0: task-heads packages (ModernBERT task sources) carry the exact int8 by default, with its agreement
+#: read through the head and its integer products proven at conversion.
+CONVERTER_VERSION = "0.5.0"
