@@ -778,7 +778,7 @@ def test_capacity_of_a_model_whose_rows_run_alone() -> None:
 
 
 def test_spinning_off_sets_the_session_config_entry(graphs: dict[str, Path]) -> None:
-    from edge_runtime.engine.session import ALLOW_SPINNING_KEY
+    from edge_runtime.engine.session import ALLOW_SPINNING_KEY, FORCE_SPINNING_STOP_KEY
 
     default = create_session(graphs["invariant"], "cpu", threads=1)
     quiet = create_session(graphs["invariant"], "cpu", threads=1, spinning=False)
@@ -786,6 +786,8 @@ def test_spinning_off_sets_the_session_config_entry(graphs: dict[str, Path]) -> 
     assert quiet.session.get_session_options().get_session_config_entry(ALLOW_SPINNING_KEY) == "0"
     with pytest.raises(RuntimeError, match="does not have configuration"):  # ORT default: the key is unset
         default.session.get_session_options().get_session_config_entry(ALLOW_SPINNING_KEY)
+    # spinning, but never after a forward: the next model's forward needs the cores
+    assert default.session.get_session_options().get_session_config_entry(FORCE_SPINNING_STOP_KEY) == "1"
     row = make_row(5)
     forward_default, forward_quiet = EncoderForward(default), EncoderForward(quiet)
     # Spinning decides only how idle threads wait: the outputs are the same bits.
