@@ -430,7 +430,7 @@ class ModelExecutor:
         tokens = sum(job.lengths[i] for job, i in batch)
         failure: Exception | None = None
         outputs: list[Any] = []
-        with self._cores():
+        with self._holding_cores():
             started = self.forward_started_at or time.monotonic()
             try:
                 outputs = list(self.forward(rows))
@@ -466,7 +466,7 @@ class ModelExecutor:
                     self._finish(job, result=result)
 
     @contextlib.contextmanager
-    def _cores(self) -> Iterator[None]:
+    def _holding_cores(self) -> Iterator[None]:
         """Hold this forward's cores; the forward's clock (stall, duration) starts once they are held."""
         if self.cores is None:
             yield
