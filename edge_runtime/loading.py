@@ -24,12 +24,10 @@ from edge_runtime.engine import (
     create_session,
     probe,
 )
-from edge_runtime.engine.cores import CoreGate
 from edge_runtime.engine.devices import resolve_device
 from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
 from edge_runtime.engine.probe import PROBE_LENGTHS, finite_or_none
 from edge_runtime.engine.result_cache import ResultCache
-from edge_runtime.engine.session import default_threads
 from edge_runtime.engine.threads import ThreadChoice, choose_threads
 from edge_runtime.families.base import ModelFamily
 from edge_runtime.families.registry import build_family, read_package
@@ -40,10 +38,6 @@ from edge_runtime.packages.golden import self_check
 from edge_runtime.timing import Timing
 
 log = logging.getLogger("edge_runtime")
-
-#: The CPUs this process may use, shared by every CPU model's forwards (engine/cores.py): forwards whose
-#: intra-op threads would oversubscribe them wait their turn instead of spinning against each other.
-CPU_CORES = CoreGate(default_threads())
 
 #: Devices whose probe also tries fixed-shape buckets where padded batches are not exact. ONNX
 #: Runtime's CPU kernels do not choose by batch shape (the probe proves padded there), so on the
@@ -312,7 +306,6 @@ def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | 
         model.executor = ModelExecutor(
             model.name, forward, model.grouping, cfg.max_queue, max_batch_tokens=cfg.max_batch_tokens, metrics=metrics,
             inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
-            cores=CPU_CORES if model.session.device == "cpu" else None, threads=model.session.threads,
         )
         model.result_cache = ResultCache(model.name, cfg.result_cache_entries, cfg.result_cache_bytes, metrics)
         keep_loaded()  # later full collections skip what the load left alive (edge_runtime/heap.py)

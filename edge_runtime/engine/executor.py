@@ -22,12 +22,11 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .batching import BatchLimits, Buckets, plan_batch
-from .cores import CoreGate
 from .errors import (
     DeadlineExceeded,
     EngineError,
@@ -133,9 +132,7 @@ class ModelExecutor:
     max_queue bounds the jobs waiting (jobs with rows not yet started); one more raises Overloaded.
     max_batch_tokens caps a forward's padded tokens (rows x longest), max_batch_rows its rows.
     inline_max_s > 0 lets jobs estimated to run within that many seconds run on the caller's
-    thread when the executor is idle (0, the default, never does). ``cores``: the process's CPU cores
-    (engine/cores.py), which each worker forward holds ``threads`` of while it runs; None: not gated
-    (a GPU model). Inline forwards are sub-millisecond and never wait for it.
+    thread when the executor is idle (0, the default, never does).
     """
 
     def __init__(
@@ -148,8 +145,6 @@ class ModelExecutor:
         max_batch_rows: int = 64,
         metrics: ExecutorMetrics | None = None,
         inline_max_s: float = 0.0,
-        cores: CoreGate | None = None,
-        threads: int = 1,
     ) -> None:
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping must be one of {', '.join(GROUPINGS)}, not {grouping!r}")
@@ -171,8 +166,6 @@ class ModelExecutor:
         self.forwards = 0
         self.inline_max_s = float(inline_max_s)
         self.inline_jobs = 0  # jobs that ran on the caller's thread
-        self.cores, self.threads = cores, threads
-        self._at_gate = False  # a batch is taken and waits for cores: not a forward that stalls
         self._token_cost: float | None = None  # running seconds per token of this model's forwards
         self._inline_running = False
         self._waiting: list[_Job] = []  # FIFO; jobs with rows not yet started
@@ -356,7 +349,7 @@ class ModelExecutor:
         if not self._thread.is_alive() and not self._closed:
             return f"model {self.name}: the worker thread is not running"
         started = self.forward_started_at
-        if started is not None and not self._at_gate:
+        if started is not None:
             running = time.monotonic() - started
             if running > timeout_s:
                 return f"model {self.name}: a forward has run for {running:.1f} s (limit {timeout_s:g} s)"
@@ -428,17 +421,16 @@ class ModelExecutor:
     def _run(self, batch: list[tuple[_Job, int]]) -> None:
         rows = [job.rows[i] for job, i in batch]
         tokens = sum(job.lengths[i] for job, i in batch)
+        started = self.forward_started_at or time.monotonic()
         failure: Exception | None = None
         outputs: list[Any] = []
-        with self._holding_cores():
-            started = self.forward_started_at or time.monotonic()
-            try:
-                outputs = list(self.forward(rows))
-                if len(outputs) != len(rows):
-                    raise ValueError(f"the forward returned {len(outputs)} results for {len(rows)} rows")
-            except Exception as exc:  # any failure fails this batch only; the worker keeps serving
-                failure = exc
-            elapsed = time.monotonic() - started
+        try:
+            outputs = list(self.forward(rows))
+            if len(outputs) != len(rows):
+                raise ValueError(f"the forward returned {len(outputs)} results for {len(rows)} rows")
+        except Exception as exc:  # any failure fails this batch only; the worker keeps serving
+            failure = exc
+        elapsed = time.monotonic() - started
         if failure is None:
             self._observe(elapsed, len(rows), tokens)
         else:
@@ -464,22 +456,6 @@ class ModelExecutor:
                     wall = finished - job.submitted
                     result = JobResult(job.outputs, max(0.0, wall - job.forward_s), job.forward_s, job.batches)
                     self._finish(job, result=result)
-
-    @contextlib.contextmanager
-    def _holding_cores(self) -> Iterator[None]:
-        """Hold this forward's cores; the forward's clock (stall, duration) starts once they are held."""
-        if self.cores is None:
-            yield
-            return
-        self._at_gate = True
-        try:
-            with self.cores.held(self.threads):
-                with self._cond:
-                    self.forward_started_at = time.monotonic()
-                self._at_gate = False
-                yield
-        finally:
-            self._at_gate = False
 
     def _fail_batch(self, exc: Exception, rows: int, jobs: list[_Job]) -> None:
         """Fail every job of a failed forward (lock held): out of memory maps to RequestTooLarge

@@ -278,8 +278,8 @@ def session_options(threads: int, spinning: bool = True) -> ort.SessionOptions:
         options.add_session_config_entry(ALLOW_SPINNING_KEY, "0")
     else:
         # spin between a forward's kernels, never after it: a model's threads spinning on after their
-        # forward took the cores from the next model's (engine/cores.py; a bundle of six specialists on
-        # 2 vCPUs: 293 ms gated without it, 191 ms with; MiniLM int8 at batch 1 pays ~0.15 ms to wake them)
+        # forward took the cores from other models' forwards (a bundle of six specialists on 2 vCPUs:
+        # 293 ms, 238-246 with this; MiniLM int8 at batch 1 pays ~0.15 ms to wake them)
         options.add_session_config_entry(FORCE_SPINNING_STOP_KEY, "1")
     return options
 
