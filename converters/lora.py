@@ -87,7 +87,7 @@ def unmerged(model: Any, factors: Mapping[str, LoraFactor]) -> Iterator[None]:
 
 
 def task_type(src: Path) -> str | None:
-    """The ``task_type`` of a PEFT LoRA adapter directory; None when ``src`` is none."""
+    """The ``task_type`` of a PEFT LoRA adapter directory (TASK_KINDS maps it to a kind); None when ``src`` is none."""
     path = src / ADAPTER_CONFIG
     if not path.is_file():
         return None
@@ -98,12 +98,6 @@ def task_type(src: Path) -> str | None:
     if not isinstance(cfg, dict) or cfg.get("peft_type") != "LORA":
         return None
     return str(cfg.get("task_type"))
-
-
-def detect(src: Path) -> str | None:
-    """The kind of a PEFT LoRA adapter directory (by its task_type), None for anything else."""
-    task = task_type(src)
-    return None if task is None else TASK_KINDS.get(task)
 
 
 @dataclass(frozen=True)
@@ -346,5 +340,5 @@ def load_merged(adapter: Adapter, base: Base, model_class: Any, probe: Mapping[s
 
 
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "MERGE_TOLERANCE", "TASK_KINDS", "Adapter", "Base", "LoraFactor",
-           "base_files", "card_record", "detect", "find_base", "hub_cache", "load_merged", "merge", "read_adapter",
+           "base_files", "card_record", "find_base", "hub_cache", "load_merged", "merge", "read_adapter",
            "snapshot_identity", "task_type", "unmerged"]
