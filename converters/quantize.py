@@ -543,6 +543,13 @@ def _run_rows(session: ort.InferenceSession, rows: Sequence[Row], output: str) -
     return [session.run([output], {n: r[n][None, :] for n in names})[0] for r in rows]
 
 
+def probability_agreement(pa: np.ndarray, pb: np.ndarray, cases: int) -> dict[str, Any]:
+    """fp32's probabilities ``pa`` against int8's ``pb`` (a row per input, or per token): the share of top
+    labels that agree and the largest |dp|, over ``cases`` inputs."""
+    return {"metric": "probability", "top_label_agreement": round(float(np.mean(pa.argmax(-1) == pb.argmax(-1))), 6),
+            "max_abs_dp": round(float(np.max(np.abs(pa - pb))), 6), "cases": cases}
+
+
 def measure_agreement(kind: str, head: dict[str, Any], labels: Sequence[str], fp32: ort.InferenceSession,
                       int8: ort.InferenceSession, rows: Sequence[Row]) -> dict[str, Any]:
     """Agreement of int8 with fp32 on ``rows``, each run alone.
@@ -569,9 +576,7 @@ def measure_agreement(kind: str, head: dict[str, Any], labels: Sequence[str], fp
     activate = sigmoid if kind == "multi-label" else softmax
     pa = np.concatenate([activate(x).reshape(-1, x.shape[-1]) for x in a])  # token kinds: one row per token
     pb = np.concatenate([activate(y).reshape(-1, y.shape[-1]) for y in b])
-    result = {"metric": "probability",
-              "top_label_agreement": round(float(np.mean(pa.argmax(-1) == pb.argmax(-1))), 6),
-              "max_abs_dp": round(float(np.max(np.abs(pa - pb))), 6), "cases": len(rows)}
+    result = probability_agreement(pa, pb, len(rows))
     if kind == "multi-label":
         t = np.array([head["thresholds"][label] for label in labels])
         result["selection_agreement"] = round(float(np.mean((pa >= t) == (pb >= t))), 6)

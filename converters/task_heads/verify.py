@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from converters.errors import ConversionError
+from converters.quantize import probability_agreement, real_sentences
 from converters.samples import SAMPLE_PAIRS, SAMPLE_TEXTS
 from converters.task_heads.source import TaskSource
 from converters.verify import create_session, pad_batch
@@ -238,8 +239,6 @@ AGREEMENT_STRIDE = 25
 def agreement_items(kind: str) -> list[Any]:
     """Real sentences (converters/data; none of them the calibration samples), as (query, document) pairs
     for relevance heads and (context, answer) items for grounded ones."""
-    from converters.quantize import real_sentences
-
     texts = real_sentences()[::AGREEMENT_STRIDE]
     if kind == "relevance":
         return list(zip(texts, texts[1:]))
@@ -282,9 +281,7 @@ def int8_agreement(kind: str, head: Mapping[str, Any], weights: Mapping[str, np.
         return {"metric": "relevance", "max_abs_dp": round(float(dp.max()), 6),
                 "mean_abs_dp": round(float(dp.mean()), 6), "exits": len(a[0]), "cases": len(rows)}
     pa, pb = np.concatenate([np.atleast_2d(x) for x in a]), np.concatenate([np.atleast_2d(y) for y in b])
-    result: dict[str, Any] = {"metric": "probability",
-                              "top_label_agreement": round(float(np.mean(pa.argmax(-1) == pb.argmax(-1))), 6),
-                              "max_abs_dp": round(float(np.abs(pa - pb).max()), 6), "cases": len(rows)}
+    result = probability_agreement(pa, pb, len(rows))
     if kind in ("token", "grounded"):
         result["tokens"] = int(pa.shape[0])
     chosen_a, chosen_b = _decisions(kind, head, pa), _decisions(kind, head, pb)
