@@ -53,6 +53,8 @@ def plant(source: Path, factor: float, channels: Sequence[int]) -> None:
 def measure(layout: str, factor: float, channels: Sequence[int], work: Path, vela_shape: bool = False
             ) -> dict[str, dict[str, Any]]:
     """The three variants' agreement with fp32 for one planted factor."""
+    from tokenizers import Tokenizer
+
     from converters import quantize
     from converters.task_heads import verify
     from converters.task_heads.export import TaskOptions, export_task_heads
@@ -67,15 +69,12 @@ def measure(layout: str, factor: float, channels: Sequence[int], work: Path, vel
         source, parity_tokens = write_source(layout, work / "source"), 256
     if factor != 1.0:
         plant(source, factor, channels)
-    export_task_heads(source, work / "package", TaskOptions(name="planted", quantize=None,
-                                                                        parity_tokens=parity_tokens))
+    export_task_heads(source, work / "package", TaskOptions(name="planted", quantize=None, parity_tokens=parity_tokens))
     package = read_package(work / "package")
     head, kind = dict(package.card.head), package.card.kind.removeprefix("task-")
     weights = package.head_weights() if (work / "package" / "head.npz").is_file() else {}
     outputs = list(package.card.raw["graph"]["outputs"])
     layers = [int(k) for k in head.get("layers", {})] if kind == "pooled" else list(head.get("layers", []))
-    from tokenizers import Tokenizer
-
     tokenizer = Tokenizer.from_file(str(work / "package" / "tokenizer.json"))
     limit = int(package.card.limits["max_input_tokens"])
     calibration = verify.tokenized_rows(tokenizer, verify.samples(kind), head, limit)
