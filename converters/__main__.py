@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from converters import CONVERTER_VERSION
 from converters.command_line import kind_parser
 from converters.encoder.source_fixtures import KINDS as ENCODER_SOURCE_KINDS
 from converters.errors import ConversionError
@@ -50,6 +51,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     """The commands, and what picks a converter: ``--kind`` (and SRC, to detect it); the kind's own parser
     reads the rest. Returns the parser and its export and fixture parsers (for their overviews)."""
     p = argparse.ArgumentParser(prog="python -m converters", description="Build edge-runtime model packages.")
+    # the server's managed cache asks this before reusing a package converted earlier (edge_runtime/artifacts.py)
+    p.add_argument("--version", action="version", version=CONVERTER_VERSION,
+                   help="print the version these converters write into a card's build, and exit")
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("export", add_help=False, help="convert a model directory (or hub id) into a package",
                        description="python -m converters export SRC --kind KIND --out DIR [the kind's options]; "

@@ -4,7 +4,8 @@ An artifact (an entry's ``model``, or a ``serve MODEL`` argument) is, in this or
 
 - a directory holding a package (``card.json`` and ``MANIFEST.json``): served as it is;
 - any other directory: a source that a converter reads (``python -m converters export``), converted
-  once into the cache directory and reused while its files are unchanged (by their digest);
+  once into the cache directory and reused while its files are unchanged (by their digest) and the
+  converters here are the version that made it (a newer converter's package is made again);
 - a repo id ``ORG/NAME`` found offline in the Hugging Face cache layout of the cache directory,
   ``models--ORG--NAME/snapshots/REV`` (``refs/<revision>`` names REV for a branch or a tag, and
   ``refs/main`` when no revision is given), then read as a directory, as above.
@@ -46,6 +47,8 @@ CONVERT_COMMAND = "python -m converters export SRC --out DIR"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+#: How long asking the converters for their version may take (they import their own modules first).
+VERSION_TIMEOUT_S = 60
 #: The last lines of a failed conversion's output that its reason quotes.
 _REASON_LINES = 3
 
@@ -121,28 +124,55 @@ def is_package(directory: Path) -> bool:
 def convert_once(source: Path, package: Path, name: str, stop: threading.Event | None = None,
                  converter: Sequence[str] = CONVERTER) -> str:
     """Make ``package`` from ``source`` with ``converter export SRC --out DIR --name NAME`` unless a
-    conversion of the same files is already there; returns what was done (for the log and the
-    model's load record). Processes that start together convert once: the others wait on a lock
-    beside the package. ``stop`` ends a running conversion (the server is stopping). Raises
-    ArtifactError when the source cannot be converted here."""
+    conversion of the same files by the same converter version is already there; returns what was
+    done (for the log and the model's load record). Processes that start together convert once: the
+    others wait on a lock beside the package. ``stop`` ends a running conversion (the server is
+    stopping). Raises ArtifactError when the source cannot be converted here."""
     record = package.with_name(package.name + ".source.json")
     package.parent.mkdir(parents=True, exist_ok=True)
     with _locked(package.with_name(package.name + ".lock"), stop):
         fingerprint = files_fingerprint(source)
         kept = _read_record(record)
+        digest, why = None, ""
         if is_package(package) and kept is not None:
-            if kept.get("fingerprint") == fingerprint:
+            made_by, here = built_by(package), converter_version(converter)
+            if here is not None and made_by != here:
+                why = f" (the package there was made by converter {made_by}; the converters here are {here})"
+            elif kept.get("fingerprint") == fingerprint:
                 return f"reused {package} (converted from {source}; its files are unchanged)"
-            digest = files_digest(source)
-            if kept.get("digest") == digest:
-                _write_record(record, source, fingerprint, digest)
-                return f"reused {package} (converted from {source}; same content)"
-        else:
-            digest = files_digest(source)
+            else:
+                digest = files_digest(source)
+                if kept.get("digest") == digest:
+                    _write_record(record, source, fingerprint, digest)
+                    return f"reused {package} (converted from {source}; same content)"
+        digest = digest or files_digest(source)
         started = time.monotonic()
         _convert(source, package, name, stop, converter)
         _write_record(record, source, fingerprint, digest)
-        return f"converted {source} into {package} in {time.monotonic() - started:.1f} s"
+        return f"converted {source} into {package} in {time.monotonic() - started:.1f} s{why}"
+
+
+def built_by(package: Path) -> str | None:
+    """The converter version a package's card records (``build.converter_version``)."""
+    try:
+        build = json.loads((package / "card.json").read_text(encoding="utf-8")).get("build")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return build.get("converter_version") if isinstance(build, dict) else None
+
+
+def converter_version(converter: Sequence[str] = CONVERTER) -> str | None:
+    """The version ``converter --version`` says it writes, or None where the converters cannot run here
+    (then a package they made earlier is reused as it is: nothing here could make it again)."""
+    if tuple(converter) == CONVERTER and converters_missing():
+        return None
+    try:
+        done = subprocess.run([*converter, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = done.stdout.strip()
+    return version if done.returncode == 0 and version else None
 
 
 def converters_missing() -> list[str]:

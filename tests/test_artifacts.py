@@ -22,9 +22,14 @@ from edge_runtime.families.registry import read_package
 
 #: export SRC --out DIR --name NAME: copies the package named by $STAND_IN_PACKAGE, counts its runs
 #: in $STAND_IN_LOG, sleeps $STAND_IN_SLEEP seconds first, and fails when SRC holds a file "fail".
+#: --version: $STAND_IN_VERSION, else the version the copied package's card records.
 STAND_IN = """
-import os, shutil, sys, time
+import json, os, shutil, sys, time
 args = sys.argv[1:]
+if args == ["--version"]:
+    card = json.load(open(os.path.join(os.environ["STAND_IN_PACKAGE"], "card.json")))
+    print(os.environ.get("STAND_IN_VERSION", card["build"]["converter_version"]))
+    sys.exit(0)
 src, out = args[1], args[args.index("--out") + 1]
 with open(os.environ["STAND_IN_LOG"], "a") as log:
     log.write(src + "\\n")
@@ -69,6 +74,25 @@ def test_a_source_is_converted_once_and_reused_until_its_content_changes(
     assert "same content" in convert_once(source, package, "m", converter=converter)
     weights.write_bytes(b"other weights")
     assert convert_once(source, package, "m", converter=converter).startswith("converted")
+    assert len(log.read_text().splitlines()) == 2
+
+
+def test_a_package_made_by_another_converter_version_is_made_again(
+        stand_in: tuple[list[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    converter, log = stand_in
+    source, package = _source(tmp_path), tmp_path / "cache" / "pkg"
+    convert_once(source, package, "m", converter=converter)
+    made_by = artifacts.built_by(package)
+    assert made_by is not None and artifacts.converter_version(converter) == made_by
+    monkeypatch.setenv("STAND_IN_VERSION", "99.0.0")
+    note = convert_once(source, package, "m", converter=converter)
+    assert note.startswith("converted") and f"made by converter {made_by}" in note and "here are 99.0.0" in note
+    monkeypatch.delenv("STAND_IN_VERSION")
+    assert "files are unchanged" in convert_once(source, package, "m", converter=converter)
+    # converters that cannot say their version (not installed here): what is there is what can be served
+    monkeypatch.setenv("STAND_IN_VERSION", "")
+    assert artifacts.converter_version(converter) is None
+    assert "files are unchanged" in convert_once(source, package, "m", converter=converter)
     assert len(log.read_text().splitlines()) == 2
 
 
