@@ -19,6 +19,7 @@ from typing import Any
 from converters import CONVERTER_VERSION
 from converters.encoder import verify as encoder_verify
 from converters.errors import ConversionError, first_line
+from converters.fusion import Fusions, fuse_verified
 from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import ExportResult, GoldenCases, PackageBuild, card_start
 from converters.progress import log
@@ -262,6 +263,22 @@ def _graph(source: EncoderSource, opts: ExportOptions, work: Path) -> EncoderGra
     return EncoderGraph(path, inputs, outputs)
 
 
+def _fused(source: EncoderSource, graph: EncoderGraph, work: Path) -> tuple[Path, Fusions]:
+    """The fp32 graph the package ships: the export with its attention as ONNX Runtime's fused kernel
+    where the pattern matches, proven bit-identical to the export on the sample rows (converters.fusion)."""
+    import onnx
+
+    from converters.graph_files import save_graph
+
+    fused, found = fuse_verified(onnx.load(str(graph.path)), source.rows, source.pad_id)
+    if not found.attention:
+        return graph.path, found
+    path = work / "fused" / graph.path.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_graph(fused, path)
+    return path, found
+
+
 def _quantized(source: EncoderSource, opts: ExportOptions, session: Any, graph: Path, work: Path
                ) -> tuple[Path, Any, dict[str, Any], Any]:
     """The int8 variant of ``graph``: its file, session, agreement with fp32 and recipe."""
@@ -304,9 +321,12 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
             source = _source(src_dir, hub_id, opts)
         with build.step("export", f"exporting ONNX (opset {onnx_export.OPSET}, task {onnx_export.TASKS[opts.kind]})"):
             graph = _graph(source, opts, build.work)
+        with build.step("fuse", "attention as ONNX Runtime's fused kernel, checked bit-identical"):
+            shipped, fusion = _fused(source, graph, build.work)
+        log(f"fused attentions: {fusion.attention}" + (f" ({fusion.why})" if fusion.why else ""))
         tolerance = encoder_verify.FP32_TOLERANCE
         with build.step("parity", "checking parity against PyTorch (batch 1 and 4, several lengths)"):
-            session = create_session(graph.path)
+            session = create_session(shipped)
             parity = encoder_verify.check_parity(source.model, session, source.rows, source.pad_id, tolerance)
         log(f"parity fp32: max |onnx - torch| = {parity.max_abs_diff:.3g} (tolerance {tolerance:g}) "
             f"over {parity.cases} cases, lengths {parity.lengths}")
@@ -314,7 +334,7 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         golden_rows = encoder_verify.spread(source.rows, 3, max_len=encoder_verify.GOLDEN_MAX_TOKENS)
         variants: dict[str, dict[str, Any]] = {"fp32": {"file": "model.onnx", "dtype": "fp32"}}
         goldens: dict[str, GoldenCases] = {"fp32": encoder_verify.record_goldens(session, golden_rows)}
-        files: dict[str, Path | bytes] = {"model.onnx": graph.path,
+        files: dict[str, Path | bytes] = {"model.onnx": shipped,
                                           "tokenizer.json": source.tokenizer.to_str().encode("utf-8")}
         if opts.quantize is not None:
             variant = opts.quantize
@@ -326,12 +346,12 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
             goldens[variant] = encoder_verify.record_goldens(q_session, golden_rows)
             files[quantize.variant_file(variant)] = q_path
         files.update(notice_files(src_dir, opts))
-        card = _card(opts, source, graph, variants, parity, tolerance)
+        card = _card(opts, source, graph, variants, parity, tolerance, fusion)
         return build.write(card, files, goldens)
 
 
 def _card(opts: ExportOptions, source: EncoderSource, graph: EncoderGraph, variants: dict[str, dict[str, Any]],
-          parity: encoder_verify.ParityReport, tolerance: float) -> dict[str, Any]:
+          parity: encoder_verify.ParityReport, tolerance: float, fusion: Fusions) -> dict[str, Any]:
     from converters.onnx_export import OPSET
 
     source_name = opts.source_name or source.src_dir.name
@@ -352,6 +372,7 @@ def _card(opts: ExportOptions, source: EncoderSource, graph: EncoderGraph, varia
             "outputs": {k: rounded(v) for k, v in parity.outputs.items()},
             "lengths": parity.lengths,
             "batch_sizes": parity.batch_sizes,
+            **({"fusion": fusion.describe()} if fusion.attention else {}),
         },
         "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.stamp, "options": build_options(opts)},
     }
