@@ -3,7 +3,8 @@ many kernels a forward runs, and how close the integer matmuls run to this CPU's
 
 For each graph (the package's fp32 `model.onnx`, its shipped exact `model.int8.onnx`, with `--rebuild`
 the int8 graph this checkout's converter builds from the same fp32 with CALIBRATED_RECIPE and the
-converter's own calibration rows, with `--unfused` the same without the attention fusion, and any
+converter's own calibration rows, with `--unfolded` the same without folding the attention's shape
+arithmetic, and any
 `--graph`), at batch 32 of real sentences of one token length (14 by default, [CLS] and [SEP]
 included; the STS Benchmark dev split with `--stsb-dev`, else the train-split sentences the card's
 agreement is measured on) and at batch 1 (the first of them), single thread and 2 threads, it runs
@@ -327,8 +328,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "clock_mhz": mhz, "clock_source": clock_source, "runs": []}
     with tempfile.TemporaryDirectory(prefix="int8-kernels-") as tmp:
         rebuilt = {"int8 (this checkout)": CALIBRATED_RECIPE} if args.rebuild else {}
-        if args.unfused:
-            rebuilt["int8 (this checkout, unfused)"] = dataclasses.replace(CALIBRATED_RECIPE, fuse_attention=False)
+        if args.unfolded:
+            rebuilt["int8 (this checkout, unfolded)"] = dataclasses.replace(CALIBRATED_RECIPE, fold_attention=False)
         for i, (name, recipe) in enumerate(rebuilt.items()):
             graphs[name] = quantize_int8_exact(graphs["fp32"], Path(tmp) / f"rebuilt{i}.int8.onnx", recipe,
                                                calibration_rows(args.package))
@@ -388,8 +389,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="another graph of the same inputs to profile beside the package's")
     parser.add_argument("--rebuild", action="store_true",
                         help="also profile the int8 graph this checkout's converter builds (CALIBRATED_RECIPE)")
-    parser.add_argument("--unfused", action="store_true",
-                        help="also profile that graph built without the attention fusion")
+    parser.add_argument("--unfolded", action="store_true",
+                        help="also profile that graph built without folding the attention's shape arithmetic")
     parser.add_argument("--tokens", type=int, default=14, help="token length of the dev sentences batched")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--calls", type=int, default=20, help="profiled forwards per graph and setting")

@@ -8,6 +8,6 @@ This package may import torch, transformers and optimum; the server never import
 #: are smoothed, and embedders' agreement is measured on real sentences (issue 29).
 #: 0.4.0: encoders' exact int8 multiplies each activation's 4 largest channels in fp32, and a quantized
 #: variant records the CPU its agreement was measured on.
-#: 0.5.0: encoders' attention runs as ONNX Runtime's MultiHeadAttention kernel in the fp32 and exact int8
-#: graphs, bit-identical to the unfused graphs (checked at every build; issue 40).
+#: 0.5.0: encoders' attention shape arithmetic is folded into constants in the fp32 and exact int8 graphs,
+#: bit-identical to the unfolded graphs (checked at every build; issue 40).
 CONVERTER_VERSION = "0.5.0"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from converters import CONVERTER_VERSION
+from converters.attention_shapes import Folding, fold_verified
 from converters.encoder import verify as encoder_verify
 from converters.errors import ConversionError, first_line
-from converters.fusion import Fusions, fuse_verified
 from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import ExportResult, GoldenCases, PackageBuild, card_start
 from converters.progress import log
@@ -263,19 +263,20 @@ def _graph(source: EncoderSource, opts: ExportOptions, work: Path) -> EncoderGra
     return EncoderGraph(path, inputs, outputs)
 
 
-def _fused(source: EncoderSource, graph: EncoderGraph, work: Path) -> tuple[Path, Fusions]:
-    """The fp32 graph the package ships: the export with its attention as ONNX Runtime's fused kernel
-    where the pattern matches, proven bit-identical to the export on the sample rows (converters.fusion)."""
+def _folded(source: EncoderSource, graph: EncoderGraph, work: Path) -> tuple[Path, Folding]:
+    """The fp32 graph the package ships: the export with its attention shape arithmetic folded into
+    constants where the pattern matches, proven bit-identical to the export on the sample rows
+    (converters.attention_shapes)."""
     import onnx
 
     from converters.graph_files import save_graph
 
-    fused, found = fuse_verified(onnx.load(str(graph.path)), source.rows, source.pad_id)
-    if not found.attention:
+    folded, found = fold_verified(onnx.load(str(graph.path)), source.rows, source.pad_id)
+    if not found.layers:
         return graph.path, found
-    path = work / "fused" / graph.path.name
+    path = work / "folded" / graph.path.name
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_graph(fused, path)
+    save_graph(folded, path)
     return path, found
 
 
@@ -321,9 +322,9 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
             source = _source(src_dir, hub_id, opts)
         with build.step("export", f"exporting ONNX (opset {onnx_export.OPSET}, task {onnx_export.TASKS[opts.kind]})"):
             graph = _graph(source, opts, build.work)
-        with build.step("fuse", "attention as ONNX Runtime's fused kernel, checked bit-identical"):
-            shipped, fusion = _fused(source, graph, build.work)
-        log(f"fused attentions: {fusion.attention}" + (f" ({fusion.why})" if fusion.why else ""))
+        with build.step("fold", "folding the attention's shape arithmetic into constants, checked bit-identical"):
+            shipped, folding = _folded(source, graph, build.work)
+        log(f"attention shapes folded in {folding.layers} layers" + (f" ({folding.why})" if folding.why else ""))
         tolerance = encoder_verify.FP32_TOLERANCE
         with build.step("parity", "checking parity against PyTorch (batch 1 and 4, several lengths)"):
             session = create_session(shipped)
@@ -346,12 +347,12 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
             goldens[variant] = encoder_verify.record_goldens(q_session, golden_rows)
             files[quantize.variant_file(variant)] = q_path
         files.update(notice_files(src_dir, opts))
-        card = _card(opts, source, graph, variants, parity, tolerance, fusion)
+        card = _card(opts, source, graph, variants, parity, tolerance, folding)
         return build.write(card, files, goldens)
 
 
 def _card(opts: ExportOptions, source: EncoderSource, graph: EncoderGraph, variants: dict[str, dict[str, Any]],
-          parity: encoder_verify.ParityReport, tolerance: float, fusion: Fusions) -> dict[str, Any]:
+          parity: encoder_verify.ParityReport, tolerance: float, folding: Folding) -> dict[str, Any]:
     from converters.onnx_export import OPSET
 
     source_name = opts.source_name or source.src_dir.name
@@ -372,7 +373,7 @@ def _card(opts: ExportOptions, source: EncoderSource, graph: EncoderGraph, varia
             "outputs": {k: rounded(v) for k, v in parity.outputs.items()},
             "lengths": parity.lengths,
             "batch_sizes": parity.batch_sizes,
-            **({"fusion": fusion.describe()} if fusion.attention else {}),
+            **({"attention_shapes": folding.describe()} if folding.layers else {}),
         },
         "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.stamp, "options": build_options(opts)},
     }

@@ -1,21 +1,26 @@
-"""ONNX Runtime's fused attention kernel in place of an exported encoder's attention subgraph, bit for bit.
+"""An exported encoder's attention with its shape arithmetic folded into constants, bit for bit.
 
-Optimum's BERT-family exports spell self-attention as ~26 small ops a layer: reshapes to heads whose
-shapes come from Shape/Gather/Unsqueeze/Concat chains, the 1/sqrt(head size) factor from a
-Shape/Slice/Cast/Sqrt/Div chain, transposes and a Mul for Q and K, the QK MatMul, the additive mask,
-Softmax, the PV MatMul, the transpose and the reshape back; and one ~15-op chain builds the mask.
-ORT_ENABLE_ALL folds none of it on the CPU: a Shape of a tensor with a dynamic axis is no constant,
-and its own attention fusion wants an older export's pattern.
+Optimum's BERT-family exports spell each layer's self-attention with ~14 kernels of shape arithmetic
+around the ~14 that compute: the reshapes to heads and back take their target shapes from
+Shape/Gather/Unsqueeze/Concat chains, and the 1/sqrt(head size) factor applied to Q and K comes from a
+Shape/Slice/Cast/Sqrt/Div/Sqrt chain; one more ~15-kernel chain builds the additive mask. ONNX
+Runtime's ORT_ENABLE_ALL folds none of it on the CPU (a Shape of a tensor with a dynamic axis is no
+constant), so every forward runs it, and at batch 1 a kernel costs about as much as its arithmetic.
 
-:func:`fuse_encoder` rewrites each such attention as
-``com.microsoft.MultiHeadAttention(q * a, k * a, v, key_padding_mask)`` with ``scale`` 1: the same
-Mul by the export's own factor a (read from the graph as ONNX Runtime computes it), then the same MLAS
-SGEMM per (row, head), the same softmax (MlasComputeSoftmax) and PV product, without the reshapes,
-transposes and shape chains. The mask is the attention mask cast to int32 once, with
-``mask_filter_value`` the export's own additive value. Nothing else is touched, and anything the
-pattern does not match exactly (another export's attention, a causal mask) stays as it was.
+:func:`fold_attention_shapes` rewrites each such attention with the same computing kernels on the same
+values: ``Mul`` of Q and K by the export's own factor (its value as ONNX Runtime computes it, now a
+constant, applied before the split into heads: the same elementwise product), ``Reshape`` to and from
+heads with constant shapes (``[0, 0, heads, head size]``, ``[0, 0, hidden]``), the same transposes,
+MatMuls, mask Add and Softmax; and the mask as ``Where(attention_mask == 0, m, 0)`` over
+``[batch, 1, 1, keys]`` (m: the export's own masked value; the same values the export's chain
+broadcast). Anything the pattern does not match exactly (another export's attention, a causal mask,
+a factor that is not one constant) stays as it was.
 
-:func:`fuse_verified` proves the fused graph bit-identical to the unfused one on the rows it is given
+ONNX Runtime's fused MultiHeadAttention kernel was measured too and left out: it also computes the
+same bits, and removes ~11 kernels a layer more, but it runs one small SGEMM call per (row, head)
+where MatMul batches them, and was 4-7 % slower than the export at batch 32 (docs/benchmarks.md).
+
+:func:`fold_verified` proves the folded graph bit-identical to the export on the rows it is given
 (alone and in right-padded batches, with 1 and 2 intra-op threads) and refuses it otherwise.
 """
 
@@ -28,20 +33,17 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from converters.verify import Row, pad_batch
 
-MS_DOMAIN = "com.microsoft"
-FUSED_OP = "MultiHeadAttention"
-#: The graph inputs an encoder's fusion reads (Optimum's BERT-family names).
+#: The graph inputs an encoder's attention reads (Optimum's BERT-family names).
 MASK_INPUT = "attention_mask"
 ENCODER_INPUTS = frozenset({"input_ids", MASK_INPUT, "token_type_ids"})
-#: The export's additive mask must push a masked score at least this far down: far below MLAS's exp
-#: range (-88.4), so a masked key's weight is the same clamped value whatever the mask value was.
+#: The export's additive mask must push a masked score at least this far down (it uses float32's lowest).
 MASK_FLOOR = -1e4
 #: Node and tensor names this module adds start with this.
-PREFIX = "er_fuse"
+PREFIX = "er_attention"
 #: Graphs whose weights pass this are left alone: the proof serializes both graphs (protobuf's 2 GB cap).
 MAX_WEIGHT_BYTES = 1_800_000_000
 #: Intra-op thread counts the proof runs both graphs with (kernels split their work by thread).
@@ -50,29 +52,29 @@ PROOF_THREADS = (1, 2)
 PROOF_BATCH = 8
 
 
-class FusionMismatch(ValueError):
-    """The fused graph's outputs differ from the unfused graph's: the converter refuses to ship it."""
+class FoldingMismatch(ValueError):
+    """The folded graph's outputs differ from the export's: the converter refuses to ship it."""
 
 
 @dataclass(frozen=True)
-class Fusions:
-    """How many attentions :func:`fuse_encoder` fused (0: ``why`` says why none), and how many forwards
-    proved the fused graph bit-identical (:func:`fuse_verified`)."""
+class Folding:
+    """How many attentions :func:`fold_attention_shapes` folded (0: ``why`` says why none), and how many
+    forwards proved the folded graph bit-identical (:func:`fold_verified`)."""
 
-    attention: int = 0
+    layers: int = 0
     why: str = ""
     forwards: int = 0
 
     def describe(self) -> dict[str, Any]:
-        """The card's record of the fusion and its proof."""
-        return {"kernels": {FUSED_OP: self.attention}, "bit_identical_forwards": self.forwards,
-                "threads": list(PROOF_THREADS)}
+        """The card's record of the folding and its proof."""
+        return {"layers": self.layers, "bit_identical_forwards": self.forwards, "threads": list(PROOF_THREADS)}
 
 
 @dataclass(frozen=True)
 class _Attention:
-    """One matched self-attention: its three [B, S, hidden] inputs, the tensors whose values the
-    rewrite needs (the Q and K factors, the additive mask, Q split into heads) and its last node."""
+    """One matched self-attention: its [B, S, hidden] Q, K and V, the tensors whose values the rewrite
+    needs (the Q and K factors, the additive mask, Q split into heads) and its last node (the merge of
+    the heads back to [B, S, hidden])."""
 
     q: str
     k: str
@@ -193,8 +195,8 @@ def _evaluate(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[dict
 
 def _mask_value(mask: np.ndarray, attention_mask: np.ndarray) -> float | None:
     """The export's additive value for masked keys when ``mask`` ([B, 1, 1 or S, T], every query row
-    alike) is exactly 0 at the attention mask's ones and one value (at most MASK_FLOOR) at its zeros;
-    0.0 when nothing is masked; None when it is anything else (a causal mask, a bias, another layout)."""
+    alike) is exactly +0.0 at the attention mask's ones and one value (at most MASK_FLOOR) at its
+    zeros; 0.0 when nothing is masked; None when it is anything else (a causal mask, a bias)."""
     b, t = attention_mask.shape
     if mask.ndim != 4 or mask.shape[:2] != (b, 1) or mask.shape[3] != t or mask.dtype != np.float32:
         return None
@@ -202,7 +204,7 @@ def _mask_value(mask: np.ndarray, attention_mask: np.ndarray) -> float | None:
         return None
     row = mask[:, 0, 0, :]
     real, masked = row[attention_mask != 0], row[attention_mask == 0]
-    if not np.all(real == 0):
+    if real.tobytes() != np.zeros_like(real).tobytes():  # +0.0 bit for bit, as Where(.., 0.0) writes
         return None
     if not masked.size:
         return 0.0
@@ -217,53 +219,86 @@ def _constant(values: Sequence[np.ndarray]) -> np.ndarray | None:
     return first.reshape(())
 
 
-def fuse_encoder(model: onnx.ModelProto) -> Fusions:
-    """Rewrite ``model`` in place with MultiHeadAttention where the export's attention pattern matches
-    exactly and the values it depends on (constant Q and K factors, one head count, a padding-only
-    mask) check out on :func:`probe_feeds`. A graph that is not an encoder is left alone."""
+def _mask_nodes(graph: onnx.GraphProto, value: float) -> tuple[str, list[onnx.NodeProto]]:
+    """The additive mask [B, 1, 1, T]: ``value`` where attention_mask is 0, +0.0 elsewhere (3 kernels)."""
+    p = f"{PREFIX}/mask"
+    graph.initializer.extend([numpy_helper.from_array(np.array([1, 2], np.int64), f"{p}/axes"),
+                              numpy_helper.from_array(np.array(0, np.int64), f"{p}/zero_id"),
+                              numpy_helper.from_array(np.array(value, np.float32), f"{p}/masked"),
+                              numpy_helper.from_array(np.array(0.0, np.float32), f"{p}/kept")])
+    return f"{p}/additive", [
+        helper.make_node("Unsqueeze", [MASK_INPUT, f"{p}/axes"], [f"{p}/mask4"], name=f"{p}/Unsqueeze"),
+        helper.make_node("Equal", [f"{p}/mask4", f"{p}/zero_id"], [f"{p}/padded"], name=f"{p}/Equal"),
+        helper.make_node("Where", [f"{p}/padded", f"{p}/masked", f"{p}/kept"], [f"{p}/additive"], name=f"{p}/Where")]
+
+
+def _folded_nodes(graph: onnx.GraphProto, a: _Attention, i: int, factors: tuple[np.ndarray, np.ndarray],
+                  heads: tuple[int, int], mask: str) -> list[onnx.NodeProto]:
+    """Attention ``a`` with constant factors and shapes: the export's computing kernels, in its order."""
+    p = f"{PREFIX}/{i}"
+    n_heads, size = heads
+    graph.initializer.extend([numpy_helper.from_array(factors[0], f"{p}/q_factor"),
+                              numpy_helper.from_array(factors[1], f"{p}/k_factor"),
+                              numpy_helper.from_array(np.array([0, 0, n_heads, size], np.int64), f"{p}/heads"),
+                              numpy_helper.from_array(np.array([0, 0, n_heads * size], np.int64), f"{p}/merged")])
+
+    def node(op: str, inputs: list[str], output: str, **attrs: Any) -> onnx.NodeProto:
+        return helper.make_node(op, inputs, [output], name=f"{p}/{output.rsplit('/', 1)[-1]}", **attrs)
+
+    return [node("Mul", [a.q, f"{p}/q_factor"], f"{p}/q"), node("Mul", [a.k, f"{p}/k_factor"], f"{p}/k"),
+            node("Reshape", [f"{p}/q", f"{p}/heads"], f"{p}/q_split"),
+            node("Transpose", [f"{p}/q_split"], f"{p}/q_heads", perm=[0, 2, 1, 3]),
+            node("Reshape", [f"{p}/k", f"{p}/heads"], f"{p}/k_split"),
+            node("Transpose", [f"{p}/k_split"], f"{p}/k_heads", perm=[0, 2, 3, 1]),
+            node("Reshape", [a.v, f"{p}/heads"], f"{p}/v_split"),
+            node("Transpose", [f"{p}/v_split"], f"{p}/v_heads", perm=[0, 2, 1, 3]),
+            node("MatMul", [f"{p}/q_heads", f"{p}/k_heads"], f"{p}/scores"),
+            node("Add", [f"{p}/scores", mask], f"{p}/masked_scores"),
+            node("Softmax", [f"{p}/masked_scores"], f"{p}/weights", axis=-1),
+            node("MatMul", [f"{p}/weights", f"{p}/v_heads"], f"{p}/context_heads"),
+            node("Transpose", [f"{p}/context_heads"], f"{p}/context_split", perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", [f"{p}/context_split", f"{p}/merged"], list(a.out.output),
+                             name=f"{p}/context")]
+
+
+def fold_attention_shapes(model: onnx.ModelProto) -> Folding:
+    """Rewrite ``model`` in place where the export's attention pattern matches exactly and the values it
+    depends on (one constant Q and one K factor, one head count, a padding-only mask with one masked
+    value) check out on :func:`probe_feeds`. A graph that is not an encoder is left alone."""
     graph = model.graph
     inputs = {i.name for i in graph.input}
     if MASK_INPUT not in inputs or not inputs <= ENCODER_INPUTS:
-        return Fusions(why="not an encoder graph (input_ids, attention_mask, token_type_ids)")
+        return Folding(why="not an encoder graph (input_ids, attention_mask, token_type_ids)")
     if sum(t.ByteSize() for t in graph.initializer) > MAX_WEIGHT_BYTES:
-        return Fusions(why="weights over protobuf's 2 GB cap")
+        return Folding(why="weights over protobuf's 2 GB cap")
     ix = _Index(graph)
     attentions = [a for n in graph.node if n.op_type == "Softmax" and (a := _match_attention(ix, n)) is not None]
     if not attentions:
-        return Fusions(why="no attention of the export's form")
+        return Folding(why="no attention of the export's form")
     feeds = probe_feeds(model)
     values = _evaluate(model, [x for a in attentions for x in (a.q_factor, a.k_factor, a.mask, a.q_heads)], feeds)
-    key_mask = f"{PREFIX}/key_padding_mask"
-    replace: dict[int, list[onnx.NodeProto]] = {}
-    for i, a in enumerate(attentions):
+    found: list[tuple[_Attention, tuple[np.ndarray, np.ndarray], tuple[int, int], float]] = []
+    for a in attentions:
         q_factor = _constant([v[a.q_factor] for v in values])
         k_factor = _constant([v[a.k_factor] for v in values])
-        masks = [_mask_value(v[a.mask], f[MASK_INPUT]) for v, f in zip(values, feeds)]
-        heads = {v[a.q_heads].shape[2] for v in values}
-        # the last probe batch is padded: its masked value is the one the kernel must write
-        if q_factor is None or k_factor is None or None in masks or masks[-1] == 0.0 or len(heads) != 1:
-            continue
-        p = f"{PREFIX}/attention_{i}"
-        graph.initializer.extend([numpy_helper.from_array(q_factor, f"{p}/q_factor"),
-                                  numpy_helper.from_array(k_factor, f"{p}/k_factor")])
-        replace[id(a.out)] = [
-            helper.make_node("Mul", [a.q, f"{p}/q_factor"], [f"{p}/q"], name=f"{p}/QFactor"),
-            helper.make_node("Mul", [a.k, f"{p}/k_factor"], [f"{p}/k"], name=f"{p}/KFactor"),
-            helper.make_node(FUSED_OP, [f"{p}/q", f"{p}/k", a.v, "", key_mask], list(a.out.output),
-                             name=f"{p}/{FUSED_OP}", domain=MS_DOMAIN, num_heads=heads.pop(), scale=1.0,
-                             mask_filter_value=masks[-1])]
-    if not replace:
-        return Fusions(why="attention found, but its factors, heads or mask are not the export's constants")
-    nodes = [helper.make_node("Cast", [MASK_INPUT], [key_mask], name=f"{key_mask}/Cast", to=TensorProto.INT32)]
+        masks = {_mask_value(v[a.mask], f[MASK_INPUT]) for v, f in zip(values, feeds)} - {0.0}
+        heads = {v[a.q_heads].shape[2:] for v in values}
+        # the padded probe batch gives the masked value; the export's layers share one
+        masked = masks.pop() if len(masks) == 1 else None
+        if q_factor is not None and k_factor is not None and masked is not None and len(heads) == 1:
+            found.append((a, (q_factor, k_factor), heads.pop(), masked))
+    if not found or len({m for *_, m in found}) != 1:
+        return Folding(why="attention found, but its factors, heads or mask are not the export's constants")
+    mask, nodes = _mask_nodes(graph, found[0][3])
+    replace = {id(a.out): _folded_nodes(graph, a, i, factors, shape, mask)
+               for i, (a, factors, shape, _) in enumerate(found)}
     for n in graph.node:
         nodes.extend(replace.get(id(n), [n]))
     del graph.node[:]
     graph.node.extend(nodes)
     drop_dead_nodes(graph)
     _unname_read_outputs(graph)
-    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    return Fusions(attention=len(replace))
+    return Folding(layers=len(found))
 
 
 def _unname_read_outputs(graph: onnx.GraphProto) -> None:
@@ -271,8 +306,9 @@ def _unname_read_outputs(graph: onnx.GraphProto) -> None:
 
     ONNX Runtime's session-time SkipLayerNormalization fusion, whose kernel rounds differently from Add +
     LayerNormalization, fires on a residual Add whose two inputs carry the same named batch and sequence
-    dims. In the export the attention's closing Reshape hid those names from the attention branch; the
-    fused kernel passes them through, so a hidden state declared with named dims would tie the two.
+    dims. In the export the attention's closing Reshape to a computed shape hid those names from the
+    attention branch; a constant shape passes them through, so a hidden state declared with named dims
+    would tie the two.
     """
     read = {i for n in graph.node for i in n.input}
     for output in graph.output:
@@ -306,21 +342,21 @@ def proof_feeds(model: onnx.ModelProto, rows: Sequence[Row], pad_id: int = 0) ->
             + [pad_batch(ordered[i:i + PROOF_BATCH], names, pad_id) for i in range(0, len(ordered), PROOF_BATCH)])
 
 
-def fuse_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int = 0) -> tuple[onnx.ModelProto, Fusions]:
-    """``model`` fused by :func:`fuse_encoder` (a copy; ``model`` itself when nothing matched), proven
-    bit-identical to ``model`` on :func:`proof_feeds` with every PROOF_THREADS count. Raises
-    FusionMismatch when any output differs in any bit."""
-    fused = onnx.ModelProto()
-    fused.CopyFrom(model)
-    found = fuse_encoder(fused)
-    if not found.attention:
+def fold_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int = 0) -> tuple[onnx.ModelProto, Folding]:
+    """``model`` folded by :func:`fold_attention_shapes` (a copy; ``model`` itself when nothing matched),
+    proven bit-identical to ``model`` on :func:`proof_feeds` with every PROOF_THREADS count. Raises
+    FoldingMismatch when any output differs in any bit."""
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model)
+    found = fold_attention_shapes(folded)
+    if not found.layers:
         return model, found
     feeds = proof_feeds(model, rows, pad_id)
     for threads in PROOF_THREADS:
-        want, got = _session(model, threads), _session(fused, threads)
+        want, got = _session(model, threads), _session(folded, threads)
         for i, f in enumerate(feeds):
             pairs = zip(want.run(None, f), got.run(None, f))
             if any(w.shape != g.shape or w.tobytes() != g.tobytes() for w, g in pairs):
-                raise FusionMismatch(f"the graph with {found.attention} fused attentions differs from the unfused "
-                                     f"one on proof batch {i} with {threads} thread(s)")
-    return fused, Fusions(attention=found.attention, forwards=len(feeds) * len(PROOF_THREADS))
+                raise FoldingMismatch(f"the graph with {found.layers} attentions folded differs from the export "
+                                      f"on proof batch {i} with {threads} thread(s)")
+    return folded, Folding(layers=found.layers, forwards=len(feeds) * len(PROOF_THREADS))

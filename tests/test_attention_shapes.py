@@ -1,6 +1,7 @@
-"""Encoder attention as ONNX Runtime's MultiHeadAttention kernel (converters.fusion): the fused graph answers
-bit for bit as the export does, alone and batched, fp32 and exact int8, with fewer kernels per forward; a
-fusion that would change a bit is refused, and an attention of another form is left alone."""
+"""An encoder export's attention with its shape arithmetic folded into constants (converters.attention_shapes):
+the folded graph answers bit for bit as the export does, alone and batched, fp32 and exact int8, with fewer
+kernels per forward; a folding that would change a bit is refused, and an attention of another form is left
+alone."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from converters import fusion
+from converters import attention_shapes as folding
 from converters.quantize import CALIBRATED_RECIPE, check_integer_products_on, quantize_int8_exact
 from converters.verify import Row, pad_batch
 from edge_runtime.engine import create_session
@@ -28,14 +29,14 @@ OUTPUT = "last_hidden_state"
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny fixture encoder as Optimum exports it, before any fusion, with its first layer's hidden
+    """The tiny fixture encoder as Optimum exports it, before any folding, with its first layer's hidden
     state exposed as an output as the fixture package does (a graph output that later layers read)."""
     from transformers import BertModel
 
     from converters import onnx_export
     from converters.encoder.fixture import build_source
 
-    root = tmp_path_factory.mktemp("fusion-export")
+    root = tmp_path_factory.mktemp("attention-export")
     model = BertModel.from_pretrained(build_source("embedding", root / "source")).eval()
     return onnx_export.export_onnx(model, "embedding", root / "onnx", layers=[1])
 
@@ -67,53 +68,52 @@ def _save(model: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def test_fused_fp32_is_bit_identical_and_runs_fewer_kernels(export: Path, tmp_path: Path) -> None:
+def test_folded_fp32_is_bit_identical_and_runs_fewer_kernels(export: Path, tmp_path: Path) -> None:
     model = onnx.load(str(export))
-    fused, found = fusion.fuse_verified(model, _rows())
-    assert found.attention == LAYERS and found.forwards > 0
-    assert [n.op_type for n in fused.graph.node].count(fusion.FUSED_OP) == LAYERS
-    assert "Softmax" not in [n.op_type for n in fused.graph.node]
-    # each layer's ~27 attention and shape kernels become 3 (two Muls and the fused kernel), the mask's
-    # chain one Cast
-    before, after = _kernels(model, tmp_path), _kernels(fused, tmp_path)
-    assert after <= before - 20 * LAYERS, (before, after)
+    folded, found = folding.fold_verified(model, _rows())
+    assert found.layers == LAYERS and found.forwards > 0
+    ops = [n.op_type for n in folded.graph.node]
+    assert ops.count("Softmax") == LAYERS and "Sqrt" not in ops
+    # each layer's ~14 shape and factor kernels go, and the mask's ~15-kernel chain becomes 3
+    before, after = _kernels(model, tmp_path), _kernels(folded, tmp_path)
+    assert after <= before - 10 * LAYERS - 10, (before, after)
     # the same answers through the server's session factory, and rows alone equal rows batched
     old_alone, old_batched = _alone_and_batched(export, _rows())
-    new_alone, new_batched = _alone_and_batched(_save(fused, tmp_path / "fused.onnx"), _rows())
+    new_alone, new_batched = _alone_and_batched(_save(folded, tmp_path / "folded.onnx"), _rows())
     for a, b, c, d in zip(old_alone, new_alone, old_batched, new_batched):
         assert a.tobytes() == b.tobytes() and c.tobytes() == d.tobytes() and b.tobytes() == d.tobytes()
 
 
-def test_fused_exact_int8_is_bit_identical_and_its_products_exact(export: Path, tmp_path: Path) -> None:
-    """The int8 rewriter's graph with and without the fusion: same bits, every integer GEMM exact."""
+def test_folded_exact_int8_is_bit_identical_and_its_products_exact(export: Path, tmp_path: Path) -> None:
+    """The int8 rewriter's graph with and without the folding: same bits, every integer GEMM exact."""
     rows = _rows()
-    unfused_recipe = dataclasses.replace(CALIBRATED_RECIPE, fuse_attention=False)
-    fused = quantize_int8_exact(export, tmp_path / "fused.onnx", CALIBRATED_RECIPE, rows)
-    unfused = quantize_int8_exact(export, tmp_path / "unfused.onnx", unfused_recipe, rows)
-    ops = [n.op_type for n in onnx.load(str(fused)).graph.node]
-    assert ops.count(fusion.FUSED_OP) == LAYERS and "Softmax" not in ops
-    assert _kernels(onnx.load(str(fused)), tmp_path) <= _kernels(onnx.load(str(unfused)), tmp_path) - 20 * LAYERS
-    for got, want in zip(_alone_and_batched(fused, rows), _alone_and_batched(unfused, rows)):
+    unfolded_recipe = dataclasses.replace(CALIBRATED_RECIPE, fold_attention=False)
+    folded = quantize_int8_exact(export, tmp_path / "folded.onnx", CALIBRATED_RECIPE, rows)
+    unfolded = quantize_int8_exact(export, tmp_path / "unfolded.onnx", unfolded_recipe, rows)
+    ops = [n.op_type for n in onnx.load(str(folded)).graph.node]
+    assert ops.count("Softmax") == LAYERS and "Sqrt" not in ops
+    assert _kernels(onnx.load(str(folded)), tmp_path) <= _kernels(onnx.load(str(unfolded)), tmp_path) - 10 * LAYERS - 10
+    for got, want in zip(_alone_and_batched(folded, rows), _alone_and_batched(unfolded, rows)):
         assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
-    assert check_integer_products_on(fused, pad_batch(rows, INPUTS, 0), CALIBRATED_RECIPE)["gemms"] > 0
+    assert check_integer_products_on(folded, pad_batch(rows, INPUTS, 0), CALIBRATED_RECIPE)["gemms"] > 0
 
 
-def test_a_fusion_that_changes_a_bit_is_refused(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_folding_that_changes_a_bit_is_refused(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The proof can fail: Q's factor one ulp off is caught, and nothing is returned."""
-    exact = fusion._constant
+    exact = folding._constant
 
     def off_by_an_ulp(values: list[np.ndarray]) -> np.ndarray | None:
         value = exact(values)
         return None if value is None else np.nextafter(value, np.float32(1)).reshape(())
 
-    monkeypatch.setattr(fusion, "_constant", off_by_an_ulp)
-    with pytest.raises(fusion.FusionMismatch, match="differs from the unfused"):
-        fusion.fuse_verified(onnx.load(str(export)), _rows())
+    monkeypatch.setattr(folding, "_constant", off_by_an_ulp)
+    with pytest.raises(folding.FoldingMismatch, match="differs from the export"):
+        folding.fold_verified(onnx.load(str(export)), _rows())
 
 
 def test_an_attention_of_another_form_is_left_alone(export: Path) -> None:
     """A mask that is not the export's padding mask (its masked value made mild, as a bias would be) and a
-    graph with inputs no encoder has: nothing fused, the graph unchanged."""
+    graph with inputs no encoder has: nothing folded, the graph unchanged."""
     model = onnx.load(str(export))
     lowest = np.finfo(np.float32).min
     for node in model.graph.node:
@@ -122,19 +122,34 @@ def test_an_attention_of_another_form_is_left_alone(export: Path) -> None:
                                                                                 np.array(lowest, np.float32)):
             value.CopyFrom(onnx.numpy_helper.from_array(np.array(-1.0, np.float32)))
     nodes = len(model.graph.node)
-    found = fusion.fuse_encoder(model)
-    assert found.attention == 0 and "constants" in found.why and len(model.graph.node) == nodes
+    found = folding.fold_attention_shapes(model)
+    assert found.layers == 0 and "constants" in found.why and len(model.graph.node) == nodes
     other = onnx.load(str(export))
     other.graph.input[0].name = "pixel_values"
-    assert fusion.fuse_encoder(other).why.startswith("not an encoder graph")
+    assert folding.fold_attention_shapes(other).why.startswith("not an encoder graph")
 
 
-def test_packages_ship_the_fused_graphs_and_say_so(fixture_package: Callable[..., Path]) -> None:
-    """The converter's fixture package: fp32 and int8 graphs fused, the card's record of each."""
+def test_packages_ship_the_folded_graphs_and_say_so(fixture_package: Callable[..., Path]) -> None:
+    """The converter's fixture package: fp32 and int8 graphs folded, the card's record of each."""
     package = read_package(fixture_package("embedding", quantize=True))
     card = package.card.raw
-    assert card["verification"]["fusion"]["kernels"] == {fusion.FUSED_OP: LAYERS}
-    assert card["variants"]["int8"]["recipe"]["fused_kernels"] == [fusion.FUSED_OP]
+    assert card["verification"]["attention_shapes"]["layers"] == LAYERS
+    assert card["variants"]["int8"]["recipe"]["attention_shapes"] == "constant"
     for variant in ("fp32", "int8"):
         ops = [n.op_type for n in onnx.load(str(package.graph(variant))).graph.node]
-        assert ops.count(fusion.FUSED_OP) == LAYERS, variant
+        assert ops.count("Softmax") == LAYERS and "Sqrt" not in ops, variant
+
+
+def test_the_identity_bench_finds_any_differing_forward(export: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench.graph_identity: the folded graph differs from the export in no forward; a graph one ulp off does."""
+    from bench.graph_identity import differing
+
+    feeds = folding.proof_feeds(onnx.load(str(export)), _rows())
+    folded, _ = folding.fold_verified(onnx.load(str(export)))
+    assert differing(export, _save(folded, tmp_path / "folded.onnx"), feeds, 2) == 0
+    exact = folding._constant
+    monkeypatch.setattr(folding, "_constant", lambda values: np.nextafter(exact(values), np.float32(1)).reshape(()))
+    off = onnx.load(str(export))
+    folding.fold_attention_shapes(off)
+    assert differing(export, _save(off, tmp_path / "off.onnx"), feeds, 1) > 0
