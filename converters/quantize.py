@@ -35,7 +35,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from converters.attention_shapes import fold_verified
 from converters.graph_files import save_graph
+from converters.progress import log
 from converters.readout import cosine, pool, sigmoid, softmax
 from converters.verify import Row
 from edge_runtime.engine.cpu import cpu_class
@@ -77,6 +79,10 @@ class Int8Recipe:
     #: Input channels per quantized activation kept out of its int8 codes and multiplied in fp32 (the
     #: largest after smoothing, by calibration), so they no longer set every token's scale. 0: none.
     outliers: int = 0
+    #: Fold an encoder export's attention shape arithmetic into constants where the pattern matches
+    #: (converters.attention_shapes): about 14 kernels fewer a layer, refused unless bit-identical to the
+    #: unfolded graph on the calibration rows, so the numbers are the same either way.
+    fold_attention: bool = False
 
     @property
     def activation_zero_point(self) -> int:
@@ -114,7 +120,8 @@ class Int8Recipe:
                    fp32=tuple(described.get("fp32_matmuls", ())),
                    smooth_alpha=float(described.get("smooth_alpha", 0.0)),
                    split=tuple(described.get("split_matmuls", ())),
-                   outliers=int(described.get("fp32_outlier_channels", 0)))
+                   outliers=int(described.get("fp32_outlier_channels", 0)),
+                   fold_attention=described.get("attention_shapes") == "constant")
 
     def describe(self) -> dict[str, Any]:
         """The card's record of the recipe (what a reader needs to judge exactness and cost)."""
@@ -124,7 +131,8 @@ class Int8Recipe:
                 "weight_max": self.weight_max, "pair_sum_bound": self.pair_sum_bound,
                 "fp32_matmuls": list(self.fp32), "smooth_alpha": self.smooth_alpha,
                 **({"split_matmuls": list(self.split), "split_radix": self.split_radix} if self.split else {}),
-                **({"fp32_outlier_channels": self.outliers} if self.outliers else {})}
+                **({"fp32_outlier_channels": self.outliers} if self.outliers else {}),
+                **({"attention_shapes": "constant"} if self.fold_attention else {})}
 
 
 #: Weights +-64 against 8-bit activations: 2 x 255 x 64 = 32,640 fits int16, so AVX2's vpmaddubsw
@@ -134,8 +142,8 @@ DEFAULT_RECIPE = Int8Recipe(weight_max=64)
 #: 0.6, which wins back what the weights' lost bit cost and more, and each activation's 4 largest
 #: channels in fp32, which halves the remaining distance to fp32 for about a tenth of int8's speed at
 #: batch 32. Chosen by measurement on the STS Benchmark dev split (bench/int8_quality.py;
-#: docs/benchmarks.md).
-CALIBRATED_RECIPE = Int8Recipe(weight_max=64, smooth_alpha=0.6, outliers=4)
+#: docs/benchmarks.md). The attention's shape arithmetic is folded into constants (bit-identical; issue 40).
+CALIBRATED_RECIPE = Int8Recipe(weight_max=64, smooth_alpha=0.6, outliers=4, fold_attention=True)
 
 
 def variant_file(variant: str) -> str:
@@ -473,8 +481,10 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     integer terms (``split``); ``calibration`` rows give the channel ranges the first two need.
     Activations are quantized once per producer (Q, K and V share theirs), and all over the same
     tokens share one zero-point tensor. Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
-    fp32. Raises ValueError when the graph has no
-    constant-weight MatMul (nothing to quantize).
+    fp32; with ``recipe.fold_attention`` an encoder's attention shape arithmetic is then folded into
+    constants (converters.attention_shapes; FoldingMismatch unless bit-identical to the unfolded graph
+    on ``calibration``). Raises ValueError when the graph has no constant-weight MatMul (nothing to
+    quantize).
     """
     recipe.check()
     model = onnx.load(str(src))
@@ -496,6 +506,10 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
             o.version = BLOCKED_QUANTIZE_OPSET
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    if recipe.fold_attention:
+        model, folded = fold_verified(model, calibration)
+        log(f"int8 attention shapes: {folded.layers} layers folded (bit-identical on {folded.forwards} forwards)"
+            if folded.layers else f"int8 attention shapes: nothing folded ({folded.why})")
     # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
     dst = Path(dst)
     save_graph(model, dst)
