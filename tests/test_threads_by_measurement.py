@@ -14,7 +14,7 @@ import pytest
 
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine.probe import bitwise_equal
-from edge_runtime.engine.threads import LONG_FORWARD_MS, _plan, choose_threads, counts
+from edge_runtime.engine.threads import LONG_FORWARD_MS, RUNS, _plan, choose_threads, counts
 from edge_runtime.loading import ServedModel, load_model
 
 KINDS = ("embedding", "sequence-classification", "token-classification", "rerank", "decision-codes", "vela2")
@@ -48,6 +48,18 @@ class _Session:
         return _Forced()
 
 
+def test_the_counts_take_turns_in_every_measured_shape() -> None:
+    session, calls = _Session(), []
+
+    def forward(batch: list[int]) -> list[np.ndarray]:
+        calls.append((len(batch), batch[0], session.now))
+        return [np.zeros(1)]
+
+    choose_threads(session, forward, lambda n: n, max_tokens=16, batches=False)  # type: ignore[arg-type]
+    # one untimed forward at the budget, each count's equality check, then the timed runs alternating
+    assert [n for _, _, n in calls] == [2, 1, 2] + [1, 2] * RUNS
+
+
 def test_a_long_forward_and_every_larger_one_take_the_budget_unmeasured() -> None:
     session, calls = _Session(), []
 
@@ -59,7 +71,7 @@ def test_a_long_forward_and_every_larger_one_take_the_budget_unmeasured() -> Non
 
     choice = choose_threads(session, forward, lambda n: n, max_tokens=512)  # type: ignore[arg-type]
     assert choice is not None
-    assert [t[:2] for t in choice.timings] == [(1, 16), (1, 64), (1, 256)]
+    assert [t[:2] for t in choice.timings] == [(1, 16), (1, 32), (1, 64), (1, 256)]
     assert set(choice.timings[-1][2]) == {2} and choice.plan[-1] == (256, 2)
     assert not any(rows * tokens > 256 for rows, tokens, _ in calls)  # nothing larger ran at all
 
