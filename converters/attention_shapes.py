@@ -35,6 +35,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from converters.graph_files import drop_dead_nodes
 from converters.verify import Row, pad_batch
 
 #: The graph inputs an encoder's attention reads (Optimum's BERT-family names).
@@ -316,21 +317,6 @@ def _unname_read_outputs(graph: onnx.GraphProto) -> None:
             for dim in output.type.tensor_type.shape.dim:
                 if dim.HasField("dim_param"):
                     dim.ClearField("dim_param")
-
-
-def drop_dead_nodes(graph: onnx.GraphProto) -> None:
-    """Remove the nodes no graph output depends on, then the initializers nothing reads."""
-    needed = {o.name for o in graph.output}
-    live: list[onnx.NodeProto] = []
-    for n in reversed(graph.node):
-        if any(o in needed for o in n.output):
-            live.append(n)
-            needed.update(i for i in n.input if i)
-    del graph.node[:]
-    graph.node.extend(reversed(live))
-    keep = [t for t in graph.initializer if t.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
 
 
 def proof_feeds(model: onnx.ModelProto, rows: Sequence[Row], pad_id: int = 0) -> list[dict[str, np.ndarray]]:

@@ -1,4 +1,5 @@
-"""ONNX graphs as package files: one file, or past protobuf's 2 GB the graph and one data file.
+"""ONNX graphs as package files: one file, or past protobuf's 2 GB the graph and one data file; and
+dropping what a rewritten graph no longer reads.
 
 ONNX Runtime reads a graph's external data relative to the graph file, so a package carries
 ``<graph>.onnx`` and ``<graph>.onnx.data`` side by side and sessions are created from the path.
@@ -21,6 +22,23 @@ INLINE_TENSOR_BYTES = 1024
 #: Each tensor starts at a multiple of this in a gathered data file, so it can be mapped page-aligned.
 ALIGNMENT = 4096
 _CHUNK = 1 << 24
+
+
+def drop_dead_nodes(graph: onnx.GraphProto) -> None:
+    """Remove the nodes no graph output depends on (and those whose outputs are now initializers: a
+    value stored as a constant), then the initializers nothing reads."""
+    stored = {t.name for t in graph.initializer}
+    needed = {o.name for o in graph.output}
+    live: list[onnx.NodeProto] = []
+    for n in reversed(graph.node):
+        if any(o in needed and o not in stored for o in n.output):
+            live.append(n)
+            needed.update(i for i in n.input if i)
+    del graph.node[:]
+    graph.node.extend(reversed(live))
+    keep = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
 
 
 def data_file(graph: Path) -> Path:

@@ -30,7 +30,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from converters import quantize
-from converters.graph_files import save_graph
+from converters.graph_files import drop_dead_nodes, save_graph
 from converters.multimodal.verify import tower_session
 from converters.readout import cosine
 
@@ -172,18 +172,7 @@ def fold_computed_weights(model: onnx.ModelProto, feeds_list: Sequence[Feeds]) -
     for i, n in enumerate(names):
         if n in stored:
             graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(seen[0][i]), n))
-    # nodes whose outputs nothing reads any more (the slicing of in_proj_weight) go, then unread weights
-    needed = {o.name for o in graph.output}
-    kept: list[onnx.NodeProto] = []
-    for node in reversed(graph.node):
-        if any(o in needed and o not in stored for o in node.output):
-            kept.append(node)
-            needed.update(i for i in node.input if i)
-    del graph.node[:]
-    graph.node.extend(reversed(kept))
-    keep = [t for t in graph.initializer if t.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
+    drop_dead_nodes(graph)  # the slicing of in_proj_weight, then the weights it read
     return stored
 
 
