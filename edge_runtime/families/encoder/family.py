@@ -12,9 +12,10 @@ import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
 from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan, random_row, token_budget
+from edge_runtime.families.base import Plan, token_budget
 from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
 from edge_runtime.families.items import InputUsage, failed_item, outcome, ran, request_usage
+from edge_runtime.families.text_model import TextEncoderModel
 from edge_runtime.heads.activations import sigmoid, softmax
 from edge_runtime.heads.pooling import Dense, embed
 from edge_runtime.heads.tokens import bio_answer
@@ -23,7 +24,7 @@ from edge_runtime.packages import Package
 from edge_runtime.requests.common import Options, Overflow
 from edge_runtime.requests.embedding_inputs import modality_unsupported
 from edge_runtime.requests.encoder import ClassifyRequest, EmbeddingsRequest, RerankRequest, TextItem
-from edge_runtime.text import Encoded, InputError, TextEncoder, Window
+from edge_runtime.text import Encoded, InputError, Window
 
 
 def _dense_layers(spec: list[dict[str, Any]], weights: dict[str, np.ndarray], dimension: int | None) -> list[Dense]:
@@ -50,55 +51,30 @@ HEAD_INPUTS = {"sequence-classification": ["text", "pair"], "multi-label": ["tex
                "token-classification": ["text", "grounded"]}
 
 
-class EncoderFamily:
+class EncoderFamily(TextEncoderModel):
     """One encoder package: its tokenizer, head settings and the forward over its graph."""
-
-    batchable = True  # the load-time probe decides how rows may share a forward
 
     def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None,
                  max_scan_tokens: int | None = None) -> None:
-        card = package.card
-        self.kind = card.kind
-        self.surfaces = frozenset(card.surfaces)
-        self.labels: list[str] = list(card.labels or [])
-        self.head: dict[str, Any] = dict(card.head or {})
-        self.max_input_tokens = min(
-            int(card.limits["max_input_tokens"]), max_input_tokens or int(card.limits["max_input_tokens"])
-        )
-        self.text = TextEncoder(package.file("tokenizer.json"), self.max_input_tokens)
-        # The models file's scan budget for overflow: window when options.max_tokens sets none.
-        self.max_scan_tokens = max_scan_tokens
+        super().__init__(package, max_input_tokens, max_scan_tokens)
         self.layers: dict[int, str] = {int(k): v for k, v in (self.head.get("layers") or {}).items()}
         self.dimension: int | None = self.head.get("dimension")
         self.dimensions: list[int] = sorted(set(self.head.get("dimensions") or []), reverse=True)
         # sentence-transformers prompts by input_type, and dense projections after pooling
         self.prompts: dict[str, str] = dict(self.head.get("prompts") or {})
         self.dense = _dense_layers(self.head.get("dense") or [], package.head_weights(), self.dimension)
-        self.digest = package.digest
         outputs = sorted(set(self.layers.values())) if self.kind == "embedding" else [
             self.head.get("output", "logits")
         ]
         if self.kind == "embedding" and not outputs:
             outputs = ["last_hidden_state"]
         self.forward = EncoderForward(session, outputs=outputs)
-        self._vocab_size = self.text.tokenizer.get_vocab_size()
-        self._probe_rng = np.random.default_rng(0)
         # A package holds one head; its name is the card's, else the name every single-head card shares.
         self.head_name: str = str(self.head.get("name") or "default")
         # A cross-encoder reads one exit: its last layer at the hidden width (0 where the converter
         # did not record them, in packages written before it did).
         self.rerank_exit = {"layer": int(self.head.get("layer") or 0),
                             "dimension": int(self.head.get("dimension") or 0)}
-
-    # -- engine hooks -------------------------------------------------------------------------
-
-    def probe_row(self, length: int) -> Any:
-        """A fresh row of random token ids for the batch-invariance probe (equal rows would prove nothing)."""
-        return random_row(self._probe_rng, self._vocab_size, length)
-
-    def warm(self) -> None:
-        """Probe the tokenizer's cut classes now, so the first long input does not pay for it."""
-        self.text.cut_report()
 
     def describe(self) -> dict[str, Any]:
         """The card's per-surface blocks: ``heads`` (classify), ``embedding`` or ``rerank``."""

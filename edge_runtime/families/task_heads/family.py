@@ -25,11 +25,12 @@ import numpy as np
 
 from edge_runtime.engine.encoder import EncoderForward
 from edge_runtime.errors import ItemError, invalid_request
-from edge_runtime.families.base import Plan, ProbeRow, random_row, token_budget
+from edge_runtime.families.base import Plan, token_budget
 from edge_runtime.families.embeddings import Embedded, embedding_card, embeddings_body
 from edge_runtime.families.items import InputUsage, failed_item, outcome, ran, request_usage
 from edge_runtime.families.task_heads.card import HEAD_KINDS, NUMPY_HEADS
 from edge_runtime.families.task_heads.readout import classifier_logits, relevance_logit
+from edge_runtime.families.text_model import TextEncoderModel
 from edge_runtime.heads.activations import sigmoid, softmax
 from edge_runtime.heads.pooling import embed
 from edge_runtime.heads.tokens import bio_answer, positive_runs
@@ -38,7 +39,7 @@ from edge_runtime.packages import Package
 from edge_runtime.requests.common import Options, Overflow
 from edge_runtime.requests.embedding_inputs import modality_unsupported
 from edge_runtime.requests.encoder import ClassifyRequest, EmbeddingsRequest, RerankRequest, TextItem
-from edge_runtime.text import Encoded, InputError, TextEncoder, Window
+from edge_runtime.text import Encoded, InputError, Window
 
 #: The one head a package holds, as the Router names a single-head model's head.
 HEAD_NAME = "default"
@@ -48,40 +49,17 @@ INPUTS = {"task-sequence": ["text", "pair"], "task-scores": ["text", "pair"], "t
 COMPARISONS = {">=": lambda p, t: p >= t, ">": lambda p, t: p > t}
 
 
-class TaskHeadsFamily:
+class TaskHeadsFamily(TextEncoderModel):
     """One task package: its tokenizer, its head and the forward over its graph."""
-
-    batchable = True  # the load-time probe decides how rows may share a forward
 
     def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None,
                  max_scan_tokens: int | None = None) -> None:
-        card = package.card
-        self.kind = card.kind
-        self.surfaces = frozenset(card.surfaces)
-        self.labels: list[str] = list(card.labels)
-        self.head: dict[str, Any] = dict(card.head)
-        limit = int(card.limits["max_input_tokens"])
-        self.max_input_tokens = min(limit, max_input_tokens or limit)
-        self.max_scan_tokens = max_scan_tokens
-        self.text = TextEncoder(package.file("tokenizer.json"), self.max_input_tokens)
+        super().__init__(package, max_input_tokens, max_scan_tokens)
         self.weights = package.head_weights() if self.kind in NUMPY_HEADS else {}
-        self.digest = package.digest
         self.layers: dict[int, str] = {int(k): v for k, v in (self.head.get("layers") or {}).items()} \
             if self.kind == "task-pooled" else {}
         outputs = sorted(set(self.layers.values())) if self.layers else [self.head["output"]]
         self.forward = EncoderForward(session, outputs=outputs)
-        self._vocab_size = self.text.tokenizer.get_vocab_size()
-        self._probe_rng = np.random.default_rng(0)
-
-    # -- engine hooks -------------------------------------------------------------------------
-
-    def probe_row(self, length: int) -> ProbeRow:
-        """A fresh row of random token ids for the batch-invariance probe (equal rows would prove nothing)."""
-        return random_row(self._probe_rng, self._vocab_size, length)
-
-    def warm(self) -> None:
-        """Probe the tokenizer's cut classes now, so the first long input does not pay for it."""
-        self.text.cut_report()
 
     def describe(self) -> dict[str, Any]:
         """The card's per-surface block: ``heads`` (classify), ``embedding`` or ``rerank``."""
