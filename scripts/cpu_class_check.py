@@ -58,6 +58,9 @@ DEFAULT_ARM64_ROOT = Path(os.environ.get("EDGE_RUNTIME_ARM64_ROOT", "/var/cache/
 ARM_CPUS = {"neon": "cortex-a72", "udot": "neoverse-n1", "i8mm": "max,sve=off", "sve": "max"}
 #: Probe rows per variant for --outputs: the family's own probe_row at these token lengths.
 ROW_LENGTHS = (3, 9, 17, 40, 64, 5, 23, 128)
+#: The task-heads fixtures checked: one layout per head kind the family reads (sequence, token BIO,
+#: grounded runs, pooled 2D Matryoshka, relevance), each with its exact int8.
+TASK_HEAD_LAYOUTS = ("domain", "pii", "halu", "embedding", "reranker")
 #: The default packages `python -m converters default` writes (under models/).
 DEFAULT_PACKAGES = ("minilm-embedding", "sparrow-nano")
 
@@ -68,12 +71,16 @@ def build_fixtures(out: Path) -> list[Path]:
     from converters.__main__ import ENCODER_KINDS, KIND_CHOICES, MULTIMODAL_KINDS
 
     quantized = {*ENCODER_KINDS, "decision-codes", *MULTIMODAL_KINDS}
+    builds = [(kind, kind, ["--quantize", "int8"] if kind in quantized else []) for kind in KIND_CHOICES
+              if kind != "task-heads"]
+    # the task-heads kind is one layout per fixture (its exact int8 is written by default)
+    builds += [(f"task-heads-{layout}", "task-heads", ["--layout", layout]) for layout in TASK_HEAD_LAYOUTS]
     packages = []
-    for kind in KIND_CHOICES:
-        target = out / kind
+    for name, kind, options in builds:
+        target = out / name
         if not (target / "MANIFEST.json").is_file():
             subprocess.run([sys.executable, "-m", "converters", "fixture", "--kind", kind, "--out", str(target),
-                            *(["--quantize", "int8"] if kind in quantized else [])], cwd=ROOT, check=True)
+                            *options], cwd=ROOT, check=True)
         packages.append(target)
     return packages
 
