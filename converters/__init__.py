@@ -11,5 +11,6 @@ This package may import torch, transformers and optimum; the server never import
 #: 0.5.0: task-heads packages (ModernBERT task sources) carry the exact int8 by default, with its agreement
 #: read through the head and its integer products proven at conversion.
 #: 0.6.0: encoders' attention shape arithmetic is folded into constants in the fp32 and exact int8 graphs,
-#: bit-identical to the unfolded graphs (checked at every build; issue 40).
+#: bit-identical to the unfolded graphs (checked at every build; issue 40); vela2 packages carry the exact
+#: int8 by default, with its answers' agreement and its integer products proven at conversion (issue 37).
 CONVERTER_VERSION = "0.6.0"

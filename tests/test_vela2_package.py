@@ -134,6 +134,50 @@ def test_alone_or_batched_is_bit_identical(vela2: dict[str, Any]) -> None:
         assert (sa is None and sb is None) or np.array_equal(sa, sb)
 
 
+def test_the_exact_int8_is_batch_invariant_with_exact_products_and_serves_its_stated_agreement(
+        vela2: dict[str, Any]) -> None:
+    """The converter writes the exact int8 beside fp32 by default (the Router's newest signal model is a Vela
+    2.0 over ModernBERT): rows alone equal rows batched, every integer GEMM was proven exact, and the
+    loaded int8 answers a request within the card's stated difference from fp32's answers."""
+    from converters import verify
+    from converters.vela2.verify import int8_agreement, onnx_hidden, run_requests
+    from edge_runtime.config import ModelConfig
+    from edge_runtime.loading import ServedModel, load_model
+
+    pkg, a = vela2["pkg"], vela2["assets"]
+    card = pkg.card.raw
+    entry = card["variants"]["int8"]
+    assert (entry["quantization"], entry["numerics"]) == ("per-token", "exact")
+    stated = entry["agreement"]
+    assert stated["metric"] == "decision answers" and stated["cases"] == 51 and stated["questions"] > 0
+    assert 0 < stated["answer_agreement"] <= 1 and stated["max_abs_dp"] < 0.5
+    products = card["verification"]["integer_products"]
+    assert products["gemms"] > 0 and products["max_relative_error"] <= 1e-6
+    int8 = graph_readout(onnx_hidden(verify.create_session(pkg.graph("int8"))), a.head)
+    state, questions = golden_request()
+    seqs = [s for row in _run(vela2, state, questions).sequences for s in row]
+    alone = [run_sequences([s], int8, a.layout.pad)[0] for s in seqs]
+    batched = run_sequences(seqs, int8, a.layout.pad, max_batch_tokens=10 ** 9)
+    for (qa, sa), (qb, sb) in zip(alone, batched):
+        assert all(np.array_equal(x, y) for x, y in zip(qa, qb))
+        assert (sa is None and sb is None) or np.array_equal(sa, sb)
+    # the golden request is one of the card's cases: its answers stay within what the card states
+    pipeline = {"tokens": a.tokens, "layout": a.layout, "calibration": a.calibration}
+    one = int8_agreement(run_requests([(state, questions)], int8, **pipeline),
+                         run_requests([(state, questions)], vela2["onnx"], **pipeline))
+    assert one["max_abs_dp"] <= stated["max_abs_dp"]
+    assert all(one["max_abs_dlogit"][k] <= stated["max_abs_dlogit"][k] for k in ("option", "set", "span"))
+    # served: the int8 loads, passes its own goldens, and the probe proves its grouping
+    model = ServedModel(ModelConfig(name="v", package=pkg.path, variant="int8", device="cpu", threads=1))
+    load_model(model)
+    try:
+        assert model.status == "ready", model.reason
+        assert model.info()["variant"] == "int8"
+    finally:
+        if model.executor is not None:
+            model.executor.close()
+
+
 def test_user_text_never_makes_a_marker(vela2: dict[str, Any]) -> None:
     a = vela2["assets"]
     ids = a.tokens.ids("[Q] [O] [ABS] [SEP_SCHEMA] [SEG_user] [SEG_answer] [E] [SEG_context]")
@@ -241,6 +285,12 @@ def test_cli_fixture_and_detected_export(tmp_path: Path, capsys: pytest.CaptureF
     card = read_package(tmp_path / "pkg").card.raw
     assert card["family"] == "vela2" and card["verification"]["cases"] == 3
     assert card["verification"]["tolerance"] == 1e-4
+    assert list(card["variants"]) == ["fp32", "int8"] and card["variants"]["int8"]["agreement"]["cases"] == 3
+    assert main(["export", str(src), "--out", str(tmp_path / "fp32"), "--check-requests", "0",
+                 "--quantize", "none"]) == 0
+    capsys.readouterr()
+    card = read_package(tmp_path / "fp32").card.raw
+    assert list(card["variants"]) == ["fp32"] and "integer_products" not in card["verification"]
     for bad in (["--parity-tolerance", "0"], ["--parity-tolerance", "0.5"]):
         assert main(["export", str(src), "--out", str(tmp_path / "p3"), *bad]) == 2
     assert main(["export", str(src), "--out", str(tmp_path / "p2"), "--base", str(tmp_path)]) == 2

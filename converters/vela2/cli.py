@@ -12,11 +12,16 @@ from converters.package_writer import ExportResult
 
 
 def add_options(parser: argparse.ArgumentParser, command: str, kind: str) -> None:
-    """export: how many generated requests the parity check runs, and its tolerance."""
+    """export: the variant written beside fp32, how many generated requests the parity check runs, and its
+    tolerance."""
     if command != "export":
         return
     parser.add_argument("--check-requests", type=int, default=None,
                         help="generated requests the parity check runs besides the golden one (default 50)")
+    parser.add_argument("--quantize", choices=("int8", "int8-dynamic", "none"), default="int8",
+                        help="the variant written beside fp32: int8 = per-token scales, batch-invariant, exact "
+                             "integer products (the default, what a CPU serves); int8-dynamic = ONNX Runtime's "
+                             "dynamic quantization (approximate); none = fp32 only")
     parser.add_argument("--parity-tolerance", type=float, default=None,
                         help="the largest |package - PyTorch| logit accepted (default 1e-5; deep fp32 backbones "
                              "may need 1e-4, which the card then records)")
@@ -41,5 +46,6 @@ def run(args: argparse.Namespace) -> ExportResult | None:
     tolerance = LOGIT_TOLERANCE if args.parity_tolerance is None else args.parity_tolerance
     if not 0 < tolerance <= 1e-3:
         raise ConversionError("--parity-tolerance must be in (0, 1e-3]")
-    return export_vela2(args.src, args.out, Vela2Options(check_requests=checks, tolerance=tolerance,
-                                                         **identity(args)))
+    return export_vela2(args.src, args.out, Vela2Options(
+        check_requests=checks, tolerance=tolerance, quantize=None if args.quantize == "none" else args.quantize,
+        **identity(args)))

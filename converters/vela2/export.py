@@ -34,12 +34,20 @@ from converters.package_writer import ExportResult, PackageBuild, card_start, js
 from converters.progress import log
 from converters.vela2.requests import generated_requests, golden_request
 from converters.vela2.source import Vela2Source, load_tensors, read_source
-from converters.vela2.verify import LOGIT_TOLERANCE, Vela2Parity, check_parity, onnx_hidden, torch_readout
+from converters.vela2.verify import (
+    LOGIT_TOLERANCE,
+    Vela2Parity,
+    check_parity,
+    int8_agreement,
+    onnx_hidden,
+    run_requests,
+    torch_readout,
+)
 from converters.verify import create_session, rounded, torch_reference
 from edge_runtime.families.vela2.answers import Calibration
 from edge_runtime.families.vela2.layout import LayoutConfig, Tokens, pad_batch, strip_markers
 from edge_runtime.families.vela2.marker import MarkerHead
-from edge_runtime.families.vela2.pipeline import SCAN_INPUTS_CPU, graph_readout, run_request
+from edge_runtime.families.vela2.pipeline import SCAN_INPUTS_CPU, RequestResult, graph_readout, run_request
 from edge_runtime.families.vela2.state import PRESETS
 from edge_runtime.packages.golden import npz_bytes
 from edge_runtime.packages.manifest import compute_digest
@@ -49,6 +57,12 @@ CONFIG_FORMAT = "vela2-package/1"
 QUESTION_TYPES = ("choice", "noul", "score", "set", "span")
 DEFAULT_CHECK_REQUESTS = 50
 GOLDEN_SEQUENCES = 3
+#: The exact int8 is calibrated on the check requests' shortest sequences, whole (markers and all):
+#: at most this many.
+CALIBRATION_SEQUENCES = 32
+#: Its integer products are proven on this many of them, cut to this many tokens (every integer GEMM's
+#: operands of the batch are held at once).
+EXACTNESS_ROWS, EXACTNESS_MAX_TOKENS = 8, 64
 
 
 @dataclass
@@ -60,6 +74,9 @@ class Vela2Options(PackageIdentity):
     #: the parity check's bound on logits and on answers' numbers; looser only for benchmark subjects
     #: of random weights (the card records the bound the package was checked under)
     tolerance: float = LOGIT_TOLERANCE
+    #: the variant written beside fp32: "int8" (exact per-token, what a CPU serves by default),
+    #: "int8-dynamic" (ONNX Runtime's, approximate) or None (fp32 only)
+    quantize: str | None = "int8"
 
 
 # ---- PyTorch reference --------------------------------------------------------------------
@@ -186,13 +203,65 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
             "head.npz": npz_bytes({k: np.asarray(v, dtype=np.float32) for k, v in assets.head_arrays.items()}),
             "decision_config.json": json_bytes(package_config(source)),
         }
+        variants: dict[str, dict[str, Any]] = {"fp32": {"file": "model.onnx", "dtype": "fp32"}}
+        goldens = {"fp32": _goldens(session, golden_seqs)}
+        products = None
+        if opts.quantize is not None:
+            from converters import quantize
+
+            variant = opts.quantize
+            with build.step("quantize", f"quantizing to {variant} ({quantize.QUANTIZATIONS[variant]} activation "
+                                        "scales, per-channel int8 weights) and measuring its agreement"):
+                q_path, q_session, variants[variant], products = _quantized(
+                    variant, requests, assets, session, graph, build.work)
+            log(f"{variant} agreement with fp32: {variants[variant]['agreement']}")
+            goldens[variant] = _goldens(q_session, golden_seqs)
+            files[quantize.variant_file(variant)] = q_path
         files.update(notice_files(src_dir, opts))
-        card = _card(opts, source, src_dir, assets, inputs, outputs, parity)
-        return build.write(card, files, {"fp32": _goldens(session, golden_seqs)})
+        card = _card(opts, source, src_dir, assets, inputs, outputs, parity, variants)
+        if products is not None:
+            card["verification"]["integer_products"] = products
+        return build.write(card, files, goldens)
+
+
+def _quantized(variant: str, requests: Sequence[tuple[Any, dict[str, Any]]], assets: Vela2Assets, session: Any,
+               graph: Path, work: Path) -> tuple[Path, Any, dict[str, Any], dict[str, Any] | None]:
+    """The quantized variant of the backbone: its file, session, card entry (its answers against fp32's on
+    the check requests, read through the server's pipeline) and, for the exact int8, the proof of its
+    integer products on this CPU. The exact int8 takes the encoders' calibrated recipe (smoothing, and each
+    activation's largest channels in fp32): ModernBERT's activation outliers broke upstream's dynamic int8."""
+    from converters import quantize
+    from converters.verify import pad_batch as pad_rows
+
+    def read(graph_session: Any) -> list[RequestResult]:
+        return run_requests(requests, graph_readout(onnx_hidden(graph_session), assets.head), tokens=assets.tokens,
+                            layout=assets.layout, calibration=assets.calibration)
+
+    fp32 = read(session)
+    seqs = [s for result in fp32 for row in result.sequences for s in row]
+    shortest = sorted({tuple(s.ids) for s in seqs}, key=len)[:CALIBRATION_SEQUENCES]
+    calibration = [{"input_ids": np.asarray(ids, dtype=np.int64), "attention_mask": np.ones(len(ids), np.int64)}
+                   for ids in shortest]
+    recipe = quantize.CALIBRATED_RECIPE if variant == "int8" else None
+    path = quantize.quantize_variant(variant, graph, work / quantize.variant_file(variant),
+                                     recipe or quantize.DEFAULT_RECIPE, calibration)
+    q_session = create_session(path)
+    agreement = int8_agreement(read(q_session), fp32)
+    agreement["inputs"] = "the parity check's requests: the golden one and the generated ones"
+    products = None
+    if recipe is not None:
+        short = [{k: v[:EXACTNESS_MAX_TOKENS] for k, v in r.items()} for r in calibration[:EXACTNESS_ROWS]]
+        pad = assets.layout.pad
+        try:
+            products = quantize.check_integer_products_on(
+                path, pad_rows(short, ["input_ids", "attention_mask"], pad), recipe)
+        except ValueError as exc:
+            raise ConversionError(f"int8: {exc}; no package written") from None
+    return path, q_session, quantize.variant_entry(variant, agreement, recipe), products
 
 
 def _card(opts: Vela2Options, source: Vela2Source, src_dir: Path, assets: Vela2Assets, inputs: list[str],
-          outputs: list[str], parity: Vela2Parity) -> dict[str, Any]:
+          outputs: list[str], parity: Vela2Parity, variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     from converters.onnx_export import OPSET
 
     stamp = compute_digest(source.sha256)
@@ -209,7 +278,7 @@ def _card(opts: Vela2Options, source: Vela2Source, src_dir: Path, assets: Vela2A
         "limits": {"max_input_tokens": assets.layout.max_length,
                    "max_scan_tokens": SCAN_INPUTS_CPU * assets.layout.max_length},
         "graph": {"inputs": inputs, "outputs": outputs, "opset": OPSET},
-        "variants": {"fp32": {"file": "model.onnx", "dtype": "fp32"}},
+        "variants": variants,
         "verification": {
             "reference": torch_reference("ModernBertModel (sdpa) + marker head in torch, each sequence alone"),
             "max_abs_diff": rounded(parity.worst), "tolerance": opts.tolerance,
@@ -220,7 +289,8 @@ def _card(opts: Vela2Options, source: Vela2Source, src_dir: Path, assets: Vela2A
             "truncated_rows": parity.truncated_rows,
         },
         "build": {"converter_version": CONVERTER_VERSION, "source_stamp": stamp,
-                  "options": {"kind": KIND, "check_requests": opts.check_requests, "seed": opts.seed}},
+                  "options": {"kind": KIND, "check_requests": opts.check_requests, "seed": opts.seed,
+                              "quantize": opts.quantize}},
         "question_types": list(QUESTION_TYPES),
         "presets": [p for p in PRESETS if isinstance(source.calibration.get(f"{p}_schema"), dict)],
     }

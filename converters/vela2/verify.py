@@ -137,6 +137,11 @@ def compare(got: RequestResult, ref: RequestResult, report: Vela2Parity, where: 
             tolerance: float = ANSWER_TOLERANCE) -> None:
     """Fold one request's logit differences into ``report``; ConversionError when answers differ."""
     _compare_answers(got.body, ref.body, where, tolerance)
+    _fold_logits(got, ref, report)
+
+
+def _fold_logits(got: RequestResult, ref: RequestResult, report: Vela2Parity) -> None:
+    """Fold one request's option, set and span logit differences (and its rows' counts) into ``report``."""
     for row, a, b, seqs in zip(got.rows, got.raws, ref.raws, got.sequences):
         if a is None or b is None:
             continue
@@ -173,3 +178,49 @@ def check_parity(requests: Sequence[tuple[Any, dict[str, Any]]], *, tokens: Toke
                               f"(option {report.option:.3g}, set {report.set:.3g}, span {report.span:.3g}) "
                               f"exceeds {tolerance:g}; no package written")
     return report
+
+
+@dataclass
+class _AnswerAgreement:
+    """Questions whose every discrete value (choice, selection, span, refusal) is the same, and the largest
+    difference of their numbers (probabilities, scores, confidences)."""
+
+    questions: int = 0
+    agreeing: int = 0
+    max_abs_dp: float = 0.0
+
+    def fold(self, a: Any, b: Any) -> bool:
+        """Whether ``a`` and ``b`` have the same structure and discrete values; numbers' |a - b| kept."""
+        if isinstance(a, dict) and isinstance(b, dict):
+            return list(a) == list(b) and all([self.fold(a[k], b[k]) for k in a])
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all([self.fold(x, y) for x, y in zip(a, b)])
+        if isinstance(a, float) and isinstance(b, float):
+            self.max_abs_dp = max(self.max_abs_dp, abs(a - b))
+            return True
+        return bool(a == b)
+
+
+def run_requests(requests: Sequence[tuple[Any, dict[str, Any]]], readout: Readout, *, tokens: Tokens,
+                 layout: LayoutConfig, calibration: Calibration) -> list[RequestResult]:
+    """Every request read through the server's pipeline (layout, windows, numpy head, answers) with ``readout``."""
+    return [run_request(state, questions, readout=readout, tokens=tokens, layout=layout, calibration=calibration)
+            for state, questions in requests]
+
+
+def int8_agreement(int8: Sequence[RequestResult], fp32: Sequence[RequestResult]) -> dict[str, Any]:
+    """The exact int8's answers against fp32's on the same requests (see run_requests): the share of
+    questions answered alike (every choice, selection and span the same), the largest |dp| of their
+    numbers, and the largest logit differences by kind."""
+    logits, answers = Vela2Parity(), _AnswerAgreement()
+    for got, ref in zip(int8, fp32, strict=True):
+        _fold_logits(got, ref, logits)
+        mine, theirs = got.body.get("answers", {}), ref.body.get("answers", {})
+        for qid in theirs:
+            answers.questions += 1
+            answers.agreeing += answers.fold(mine.get(qid), theirs[qid])
+    return {"metric": "decision answers", "cases": len(fp32), "questions": answers.questions,
+            "answer_agreement": round(answers.agreeing / max(answers.questions, 1), 6),
+            "max_abs_dp": round(answers.max_abs_dp, 6),
+            "max_abs_dlogit": {"option": round(logits.option, 6), "set": round(logits.set, 6),
+                               "span": round(logits.span, 6)}}
