@@ -143,7 +143,8 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Path
     if not all((ROOT / "models" / name / "MANIFEST.json").is_file() for name in CHECK.DEFAULT_PACKAGES):
         subprocess.run([sys.executable, "-m", "converters", "default", "--out", str(ROOT / "models")],
                        cwd=ROOT, check=True)
-    packages += [ROOT / "models" / name for name in CHECK.DEFAULT_PACKAGES]
+    # resolved, as the script names them in its report (models/ may be a link)
+    packages = [p.resolve() for p in [*packages, *(ROOT / "models" / name for name in CHECK.DEFAULT_PACKAGES)]]
     outputs = tmp_path_factory.mktemp("native") / "outputs.pickle"
     report, done = _check("--outputs", str(outputs), *map(str, packages))
     assert done.returncode == 0, done.stderr[-3000:]
