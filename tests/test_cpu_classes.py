@@ -153,6 +153,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Path
 
 @pytest.mark.heavy
 @needs_arm
+@pytest.mark.timeout(3600)  # the check's own limit: under emulation SVE takes longer than the suite's 600 s
 @pytest.mark.parametrize("name", list(ARM_CPUS))
 def test_every_kind_and_default_on_an_emulated_arm_class(name: str, native: tuple[list[Path], dict[str, Any], Path],
                                                          tmp_path: Path) -> None:
