@@ -35,11 +35,13 @@ exits 0 when every check passed. Emulation is slow: the int8 MiniLM loads in abo
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import pickle
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -280,6 +282,16 @@ def passed(found: dict[str, Any]) -> bool:
         for pkg in found["packages"].values())
 
 
+#: prctl(2)'s option that sends a child a signal when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the emulated child, before exec: killed when this script dies (a test that times out kills
+    this script; the emulator, minutes into its run, would otherwise go on as an orphan)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _under_x86_emulator(cpu: str, argv: list[str]) -> int:
     qemu = shutil.which("qemu-x86_64")
     if qemu is None:
@@ -287,7 +299,7 @@ def _under_x86_emulator(cpu: str, argv: list[str]) -> int:
         return 2
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([qemu, "-cpu", cpu, sys.executable, str(Path(__file__).resolve()), *argv],
-                          env=env, capture_output=True, text=True)
+                          env=env, capture_output=True, text=True, preexec_fn=_die_with_parent)
     # QEMU warns once per CPUID feature TCG cannot emulate (rdseed, sha-ni, ...): none is an int8 path
     sys.stderr.write("".join(line for line in done.stderr.splitlines(keepends=True)
                              if "TCG doesn't support" not in line))
@@ -335,7 +347,7 @@ def _under_arm64_emulator(cpu: str, root: Path, argv: list[str], paths: Sequence
              str(Path(__file__).resolve()), *argv]
     script = " && ".join([*steps, "exec " + shlex.join(inner)])
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, preexec_fn=_die_with_parent)
     sys.stderr.write(done.stderr)
     sys.stdout.write(done.stdout)
     return done.returncode
