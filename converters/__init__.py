@@ -13,4 +13,7 @@ This package may import torch, transformers and optimum; the server never import
 #: 0.6.0: encoders' attention shape arithmetic is folded into constants in the fp32 and exact int8 graphs,
 #: bit-identical to the unfolded graphs (checked at every build; issue 40); vela2 packages carry the exact
 #: int8 by default, with its answers' agreement and its integer products proven at conversion (issue 37).
-CONVERTER_VERSION = "0.6.0"
+#: 0.7.0: every pick of a static dimension out of a Shape is a constant (converters.static_dims), and the
+#: task-heads and vela2 graphs (ModernBERT) are folded too, bit-identical to the export (issue 37: a 307M
+#: int8 forward runs 1,895 kernels instead of 2,431).
+CONVERTER_VERSION = "0.7.0"

@@ -20,7 +20,9 @@ ONNX Runtime's fused MultiHeadAttention kernel was measured too and left out: it
 same bits, and removes ~11 kernels a layer more, but it runs one small SGEMM call per (row, head)
 where MatMul batches them, and was 4-7 % slower than the export at batch 32 (docs/benchmarks.md).
 
-:func:`fold_verified` proves the folded graph bit-identical to the export on the rows it is given
+:func:`fold_verified` also writes every pick of a static dimension as its constant
+(converters.static_dims: ModernBERT's rotary halves, attention scale and MLP chunk, which this attention
+pattern does not cover), proves the folded graph bit-identical to the export on the rows it is given
 (alone and in right-padded batches, with 1 and 2 intra-op threads) and refuses it otherwise.
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +38,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from converters.graph_files import drop_dead_nodes
+from converters.graph_files import drop_dead_nodes, save_graph
+from converters.static_dims import fold_static_dims
 from converters.verify import Row, pad_batch
 
 #: The graph inputs an encoder's attention reads (Optimum's BERT-family names).
@@ -43,6 +47,7 @@ MASK_INPUT = "attention_mask"
 ENCODER_INPUTS = frozenset({"input_ids", MASK_INPUT, "token_type_ids"})
 #: The export's additive mask must push a masked score at least this far down (it uses float32's lowest).
 MASK_FLOOR = -1e4
+NOT_AN_ENCODER = "not an encoder graph (input_ids, attention_mask, token_type_ids)"
 #: Node and tensor names this module adds start with this.
 PREFIX = "er_attention"
 #: Graphs whose weights pass this are left alone: the proof serializes both graphs (protobuf's 2 GB cap).
@@ -59,16 +64,30 @@ class FoldingMismatch(ValueError):
 
 @dataclass(frozen=True)
 class Folding:
-    """How many attentions :func:`fold_attention_shapes` folded (0: ``why`` says why none), and how many
-    forwards proved the folded graph bit-identical (:func:`fold_verified`)."""
+    """How many attentions :func:`fold_attention_shapes` folded (0: ``why`` says why none), how many
+    static dimension picks became constants (converters.static_dims), and how many forwards proved the
+    folded graph bit-identical (:func:`fold_verified`)."""
 
     layers: int = 0
     why: str = ""
     forwards: int = 0
+    static_dims: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether the graph was rewritten at all."""
+        return bool(self.layers or self.static_dims)
+
+    def summary(self) -> str:
+        """One line for the converter's log."""
+        return (f"shape arithmetic folded: attention in {self.layers} layers, {self.static_dims} static dimension "
+                f"picks" + (f" ({self.why})" if self.why and not self.layers else "")
+                + (f"; bit-identical on {self.forwards} forwards" if self.forwards else ""))
 
     def describe(self) -> dict[str, Any]:
         """The card's record of the folding and its proof."""
-        return {"layers": self.layers, "bit_identical_forwards": self.forwards, "threads": list(PROOF_THREADS)}
+        return {"layers": self.layers, "static_dims": self.static_dims, "bit_identical_forwards": self.forwards,
+                "threads": list(PROOF_THREADS)}
 
 
 @dataclass(frozen=True)
@@ -267,9 +286,8 @@ def fold_attention_shapes(model: onnx.ModelProto) -> Folding:
     depends on (one constant Q and one K factor, one head count, a padding-only mask with one masked
     value) check out on :func:`probe_feeds`. A graph that is not an encoder is left alone."""
     graph = model.graph
-    inputs = {i.name for i in graph.input}
-    if MASK_INPUT not in inputs or not inputs <= ENCODER_INPUTS:
-        return Folding(why="not an encoder graph (input_ids, attention_mask, token_type_ids)")
+    if not _is_encoder(graph):
+        return Folding(why=NOT_AN_ENCODER)
     if sum(t.ByteSize() for t in graph.initializer) > MAX_WEIGHT_BYTES:
         return Folding(why="weights over protobuf's 2 GB cap")
     ix = _Index(graph)
@@ -302,6 +320,11 @@ def fold_attention_shapes(model: onnx.ModelProto) -> Folding:
     return Folding(layers=len(found))
 
 
+def _is_encoder(graph: onnx.GraphProto) -> bool:
+    inputs = {i.name for i in graph.input}
+    return MASK_INPUT in inputs and inputs <= ENCODER_INPUTS
+
+
 def _unname_read_outputs(graph: onnx.GraphProto) -> None:
     """Drop the symbolic dim names of graph outputs that nodes also read (exposed hidden states).
 
@@ -329,13 +352,17 @@ def proof_feeds(model: onnx.ModelProto, rows: Sequence[Row], pad_id: int = 0) ->
 
 
 def fold_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int = 0) -> tuple[onnx.ModelProto, Folding]:
-    """``model`` folded by :func:`fold_attention_shapes` (a copy; ``model`` itself when nothing matched),
-    proven bit-identical to ``model`` on :func:`proof_feeds` with every PROOF_THREADS count. Raises
-    FoldingMismatch when any output differs in any bit."""
+    """``model`` folded by :func:`fold_attention_shapes` and converters.static_dims (a copy; ``model``
+    itself when nothing changed or it is no encoder graph), proven bit-identical to ``model`` on
+    :func:`proof_feeds` with every PROOF_THREADS count. Raises FoldingMismatch when any output differs in
+    any bit."""
+    if not _is_encoder(model.graph):
+        return model, Folding(why=NOT_AN_ENCODER)
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
     found = fold_attention_shapes(folded)
-    if not found.layers:
+    found = Folding(layers=found.layers, why=found.why, static_dims=fold_static_dims(folded))
+    if not found.changed:
         return model, found
     feeds = proof_feeds(model, rows, pad_id)
     for threads in PROOF_THREADS:
@@ -343,6 +370,20 @@ def fold_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int 
         for i, f in enumerate(feeds):
             pairs = zip(want.run(None, f), got.run(None, f))
             if any(w.shape != g.shape or w.tobytes() != g.tobytes() for w, g in pairs):
-                raise FoldingMismatch(f"the graph with {found.layers} attentions folded differs from the export "
-                                      f"on proof batch {i} with {threads} thread(s)")
-    return folded, Folding(layers=found.layers, forwards=len(feeds) * len(PROOF_THREADS))
+                raise FoldingMismatch(f"the graph with {found.layers} attentions and {found.static_dims} static "
+                                      f"dimensions folded differs from the export on proof batch {i} with "
+                                      f"{threads} thread(s)")
+    return folded, Folding(layers=found.layers, why=found.why, forwards=len(feeds) * len(PROOF_THREADS),
+                           static_dims=found.static_dims)
+
+
+def fold_file(graph: Path, rows: Sequence[Row], pad_id: int, work: Path) -> tuple[Path, Folding]:
+    """The graph file a package ships: ``graph`` folded by :func:`fold_verified` and saved under
+    ``work``/folded, or ``graph`` itself when nothing folded."""
+    folded, found = fold_verified(onnx.load(str(graph)), rows, pad_id)
+    if not found.changed:
+        return graph, found
+    path = work / "folded" / graph.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_graph(folded, path)
+    return path, found

@@ -508,8 +508,7 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     if recipe.fold_attention:
         model, folded = fold_verified(model, calibration)
-        log(f"int8 attention shapes: {folded.layers} layers folded (bit-identical on {folded.forwards} forwards)"
-            if folded.layers else f"int8 attention shapes: nothing folded ({folded.why})")
+        log(f"int8 {folded.summary()}")
     # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
     dst = Path(dst)
     save_graph(model, dst)

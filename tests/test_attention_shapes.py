@@ -133,7 +133,7 @@ def test_packages_ship_the_folded_graphs_and_say_so(fixture_package: Callable[..
     """The converter's fixture package: fp32 and int8 graphs folded, the card's record of each."""
     package = read_package(fixture_package("embedding", quantize=True))
     card = package.card.raw
-    assert card["verification"]["attention_shapes"]["layers"] == LAYERS
+    assert card["verification"]["shape_folding"]["layers"] == LAYERS
     assert card["variants"]["int8"]["recipe"]["attention_shapes"] == "constant"
     for variant in ("fp32", "int8"):
         ops = [n.op_type for n in onnx.load(str(package.graph(variant))).graph.node]

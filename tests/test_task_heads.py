@@ -128,6 +128,18 @@ def test_graphs_are_batch_invariant(layout: Callable[[str], tuple[Path, TaskHead
         assert probe(family.forward, family.probe_row).grouping == "padded", name
 
 
+def test_the_graph_ships_with_its_static_shapes_folded(fixture_package: Callable[..., Path]) -> None:
+    """ModernBERT's shape arithmetic (rotary halves, attention scale, MLP chunk, QKV reshape) is constants in
+    the shipped graph, proven bit-identical to the export at conversion (converters.static_dims)."""
+    import onnx
+
+    path = fixture_package("task-domain")
+    folding = json.loads((path / "card.json").read_text())["verification"]["shape_folding"]
+    assert folding["static_dims"] > 0 and folding["bit_identical_forwards"] > 0 and folding["threads"] == [1, 2]
+    ops = [n.op_type for n in onnx.load(str(path / "model.onnx")).graph.node]
+    assert ops.count("Shape") < ops.count("LayerNormalization")  # the export has three a LayerNormalization
+
+
 # -- classifiers ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["domain", "nli"])

@@ -153,6 +153,7 @@ def test_the_exact_int8_is_batch_invariant_with_exact_products_and_serves_its_st
     assert 0 < stated["answer_agreement"] <= 1 and stated["max_abs_dp"] < 0.5
     products = card["verification"]["integer_products"]
     assert products["gemms"] > 0 and products["max_relative_error"] <= 1e-6
+    assert card["verification"]["shape_folding"]["static_dims"] > 0  # proven bit-identical to the export
     int8 = graph_readout(onnx_hidden(verify.create_session(pkg.graph("int8"))), a.head)
     state, questions = golden_request()
     seqs = [s for row in _run(vela2, state, questions).sequences for s in row]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from converters import CONVERTER_VERSION
-from converters.attention_shapes import Folding, fold_verified
+from converters.attention_shapes import Folding, fold_file
 from converters.encoder import verify as encoder_verify
 from converters.errors import ConversionError
 from converters.graph_files import EXTERNAL_DATA_BYTES, data_file, gather_graph
@@ -298,23 +298,6 @@ def _graph(source: EncoderSource, opts: ExportOptions, work: Path) -> EncoderGra
     return EncoderGraph(gather_graph(path, opts.external_data_above), inputs, outputs)
 
 
-def _folded(source: EncoderSource, graph: EncoderGraph, work: Path) -> tuple[Path, Folding]:
-    """The fp32 graph the package ships: the export with its attention shape arithmetic folded into
-    constants where the pattern matches, proven bit-identical to the export on the sample rows
-    (converters.attention_shapes)."""
-    import onnx
-
-    from converters.graph_files import save_graph
-
-    folded, found = fold_verified(onnx.load(str(graph.path)), source.rows, source.pad_id)
-    if not found.layers:
-        return graph.path, found
-    path = work / "folded" / graph.path.name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_graph(folded, path)
-    return path, found
-
-
 def _quantized(source: EncoderSource, opts: ExportOptions, session: Any, graph: Path, work: Path
                ) -> tuple[Path, Any, dict[str, Any], Any]:
     """The int8 variant of ``graph``: its file, session, agreement with fp32 and recipe."""
@@ -357,9 +340,9 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
             source = _source(src_dir, hub_id, opts)
         with build.step("export", f"exporting ONNX (opset {onnx_export.OPSET}, task {onnx_export.TASKS[opts.kind]})"):
             graph = _graph(source, opts, build.work)
-        with build.step("fold", "folding the attention's shape arithmetic into constants, checked bit-identical"):
-            shipped, folding = _folded(source, graph, build.work)
-        log(f"attention shapes folded in {folding.layers} layers" + (f" ({folding.why})" if folding.why else ""))
+        with build.step("fold", "folding the graph's shape arithmetic into constants, checked bit-identical"):
+            shipped, folding = fold_file(graph.path, source.rows, source.pad_id, build.work)
+        log(folding.summary())
         tolerance = encoder_verify.FP32_TOLERANCE
         with build.step("parity", "checking parity against PyTorch (batch 1 and 4, several lengths)"):
             session = create_session(shipped)
@@ -432,7 +415,7 @@ def _card(opts: ExportOptions, source: EncoderSource, graph: EncoderGraph, varia
             "outputs": {k: rounded(v) for k, v in parity.outputs.items()},
             "lengths": parity.lengths,
             "batch_sizes": parity.batch_sizes,
-            **({"attention_shapes": folding.describe()} if folding.layers else {}),
+            **({"shape_folding": folding.describe()} if folding.changed else {}),
         },
         "build": {"converter_version": CONVERTER_VERSION, "source_stamp": source.stamp, "options": build_options(opts)},
         **({"sentence_transformers": _prompts_record(source.st)} if source.st is not None and source.st.prompts

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
+from converters.attention_shapes import fold_file
 from converters.errors import ConversionError
 from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import ExportResult, PackageBuild, card_start
@@ -298,12 +299,17 @@ def export_task_heads(src: str | Path, out: Path, opts: TaskOptions) -> ExportRe
             with build.step("export", f"exporting ONNX (opset {OPSET}, outputs {', '.join(outputs)})"):
                 module = graph_module(model, source, layers, head.get("exit_normalization", "none"))
                 graph = export_graph(module, outputs, build.work / "model.onnx")
+            parity_tokens = min(max_tokens, opts.parity_tokens)
+            with build.step("fold", "folding the graph's shape arithmetic into constants, checked bit-identical"):
+                rows = verify.tokenized_rows(tokenizer, samples, head, parity_tokens)
+                graph, folding = fold_file(graph, rows, 0, build.work)
+            log(folding.summary())
             weights = head_weights(source, model, exits) if source.head in ("sequence", "scores", "relevance") \
                 else {}
             with build.step("parity", "checking parity against Transformers (alone and right-padded batches)"):
                 session = verify.create_session(graph)
                 parity = verify.check_parity(source, model, module, session, tokenizer, head, weights, samples,
-                                             min(max_tokens, opts.parity_tokens), outputs)
+                                             parity_tokens, outputs)
         log(f"parity: graph max |onnx - torch| {parity.graph_max_abs_diff:.3g}, readout {parity.metric} "
             f"{parity.readout:.3g} over {parity.cases} cases")
         files: dict[str, Path | bytes] = {"model.onnx": graph,
@@ -330,6 +336,8 @@ def export_task_heads(src: str | Path, out: Path, opts: TaskOptions) -> ExportRe
         stamp = compute_digest({"weights": source_stamp(src_dir, source.model_dir),
                                 **task_source.stamp_files(source)})
         card = _card(opts, source, src_dir, stamp, head, max_tokens, outputs, parity, variants)
+        if folding.changed:
+            card["verification"]["shape_folding"] = folding.describe()
         if products is not None:
             card["verification"]["integer_products"] = products
         return build.write(card, files, goldens)

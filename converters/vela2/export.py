@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
+from converters.attention_shapes import fold_file
 from converters.errors import ConversionError
 from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import ExportResult, PackageBuild, card_start, json_bytes
@@ -60,6 +61,10 @@ GOLDEN_SEQUENCES = 3
 #: The exact int8 is calibrated on the check requests' shortest sequences, whole (markers and all):
 #: at most this many.
 CALIBRATION_SEQUENCES = 32
+#: About how many of the check requests' sequences (spread over their lengths, up to PROOF_MAX_TOKENS: past
+#: the 128-token local attention window) prove the folded graph bit-identical to the export.
+PROOF_ROWS = 16
+PROOF_MAX_TOKENS = 320
 #: Its integer products are proven on this many of them, cut to this many tokens (every integer GEMM's
 #: operands of the batch are held at once).
 EXACTNESS_ROWS, EXACTNESS_MAX_TOKENS = 8, 64
@@ -193,6 +198,14 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
         log(f"parity: max |package - torch| option {parity.option:.3g}, set {parity.set:.3g}, span "
             f"{parity.span:.3g} over {parity.requests} requests ({parity.sequences} sequences, "
             f"{parity.windowed_rows} windowed rows, {parity.truncated_rows} truncated rows)")
+        with build.step("fold", "folding the graph's shape arithmetic into constants, checked bit-identical"):
+            results = run_requests(requests, graph_readout(onnx_hidden(session), assets.head), tokens=assets.tokens,
+                                   layout=layout, calibration=assets.calibration)
+            rows = [r for r in sequence_rows(results) if len(r["input_ids"]) <= PROOF_MAX_TOKENS]
+            graph, folding = fold_file(graph, rows[::max(1, len(rows) // PROOF_ROWS)], layout.pad, build.work)
+        log(folding.summary())
+        if folding.changed:
+            session = create_session(graph)
         state, questions = golden_request()
         golden_seqs = [s for seqs in run_request(
             state, questions, tokens=assets.tokens, layout=layout, calibration=assets.calibration,
@@ -219,6 +232,8 @@ def export_vela2(src: str | Path, out: Path, opts: Vela2Options) -> ExportResult
             files[quantize.variant_file(variant)] = q_path
         files.update(notice_files(src_dir, opts))
         card = _card(opts, source, src_dir, assets, inputs, outputs, parity, variants)
+        if folding.changed:
+            card["verification"]["shape_folding"] = folding.describe()
         if products is not None:
             card["verification"]["integer_products"] = products
         return build.write(card, files, goldens)
@@ -238,10 +253,7 @@ def _quantized(variant: str, requests: Sequence[tuple[Any, dict[str, Any]]], ass
                             layout=assets.layout, calibration=assets.calibration)
 
     fp32 = read(session)
-    seqs = [s for result in fp32 for row in result.sequences for s in row]
-    shortest = sorted({tuple(s.ids) for s in seqs}, key=len)[:CALIBRATION_SEQUENCES]
-    calibration = [{"input_ids": np.asarray(ids, dtype=np.int64), "attention_mask": np.ones(len(ids), np.int64)}
-                   for ids in shortest]
+    calibration = sequence_rows(fp32)[:CALIBRATION_SEQUENCES]
     recipe = quantize.CALIBRATED_RECIPE if variant == "int8" else None
     path = quantize.quantize_variant(variant, graph, work / quantize.variant_file(variant),
                                      recipe or quantize.DEFAULT_RECIPE, calibration)
@@ -258,6 +270,12 @@ def _quantized(variant: str, requests: Sequence[tuple[Any, dict[str, Any]]], ass
         except ValueError as exc:
             raise ConversionError(f"int8: {exc}; no package written") from None
     return path, q_session, quantize.variant_entry(variant, agreement, recipe), products
+
+
+def sequence_rows(results: Sequence[RequestResult]) -> list[dict[str, np.ndarray]]:
+    """The distinct token sequences the requests' forwards ran, shortest first, as graph rows."""
+    ids = sorted({tuple(s.ids) for result in results for row in result.sequences for s in row}, key=len)
+    return [{"input_ids": np.asarray(i, dtype=np.int64), "attention_mask": np.ones(len(i), np.int64)} for i in ids]
 
 
 def _card(opts: Vela2Options, source: Vela2Source, src_dir: Path, assets: Vela2Assets, inputs: list[str],
