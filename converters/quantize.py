@@ -336,18 +336,32 @@ class _Rewriter:
                 left = a / s if alpha > 0 else a
                 self.outliers[x] = np.sort(np.argsort(-left, kind="stable")[:self.recipe.outliers])
 
-    def outlier_product(self, x: str, found: tuple[str, bool, float], p: str, nodes: list[onnx.NodeProto]) -> str:
-        """x's outlier channels (gathered once per x) times their weight rows, in fp32."""
+    def outlier_product(self, x: str, found: tuple[str, bool, float], p: str, partial: str, y: str,
+                        nodes: list[onnx.NodeProto]) -> None:
+        """y = partial + x's outlier channels (gathered once per x) times their weight rows, in fp32.
+
+        One Gemm with ``partial`` as its C instead of MatMul then Add: the same bits (the few channels'
+        dot product is summed in one K block of the SGEMM kernel, then added to C once, as Add did),
+        one pass over the output fewer (5 % of a 307M ModernBERT forward at batch 1 and 8). Gemm takes
+        rows, so x's channels and ``partial`` are viewed as [tokens, k] and [tokens, N] (Reshape, no copy)."""
         channels = self.outliers[x]
         if x not in self.gathered:
             idx, g = self._name(f"er_q/{x}/outlier_channels"), self._name(f"er_q/{x}/outliers")
-            self.new_inits.append(_const(idx, channels.astype(np.int64)))
-            nodes.append(helper.make_node("Gather", [x, idx], [g], name=f"{g}/Gather", axis=-1))
-            self.gathered[x] = g
-        rows = self._name(f"{found[0]}_outlier_rows")
-        self.new_inits.append(_const(rows, self.weight_matrix(*found)[channels]))
-        nodes.append(helper.make_node("MatMul", [self.gathered[x], rows], [f"{p}/fp32"], name=f"{p}/OutlierMatMul"))
-        return f"{p}/fp32"
+            rows_shape = self._name(f"er_q/{x}/outlier_rows_shape")
+            self.new_inits += [_const(idx, channels.astype(np.int64)),
+                               _const(rows_shape, np.array([-1, len(channels)], np.int64))]
+            nodes += [helper.make_node("Gather", [x, idx], [g], name=f"{g}/Gather", axis=-1),
+                      helper.make_node("Reshape", [g, rows_shape], [f"{g}/rows"], name=f"{g}/Rows")]
+            self.gathered[x] = f"{g}/rows"
+        weights = self._name(f"{found[0]}_outlier_rows")
+        matrix = self.weight_matrix(*found)[channels]
+        self.new_inits += [_const(weights, matrix),
+                           _const(f"{p}/rows_shape", np.array([-1, matrix.shape[1]], np.int64))]
+        nodes += [helper.make_node("Reshape", [partial, f"{p}/rows_shape"], [f"{p}/partial_rows"], name=f"{p}/Rows"),
+                  helper.make_node("Gemm", [self.gathered[x], weights, f"{p}/partial_rows"], [f"{p}/sum_rows"],
+                                   name=f"{p}/OutlierGemm"),
+                  helper.make_node("Shape", [partial], [f"{p}/shape"], name=f"{p}/Shape"),
+                  helper.make_node("Reshape", [f"{p}/sum_rows", f"{p}/shape"], [y], name=f"{p}/Outliers")]
 
     def plan_zero_points(self, model: onnx.ModelProto, names: Sequence[str]) -> None:
         """Group the activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
@@ -416,9 +430,8 @@ class _Rewriter:
             if len(parts) > 1:
                 out.append(helper.make_node("Add", parts, [acc], name=f"{p}/Terms"))
             if x in self.outliers:
-                fp = self.outlier_product(x, found, p, out)
                 out.append(helper.make_node("Mul", [acc, scale], [f"{p}/int8"], name=f"{p}/TokenScale"))
-                out.append(helper.make_node("Add", [f"{p}/int8", fp], [scaled], name=f"{p}/Outliers"))
+                self.outlier_product(x, found, p, f"{p}/int8", scaled, out)
             else:
                 out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
             if has_bias:

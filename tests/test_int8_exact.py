@@ -62,7 +62,7 @@ def test_exact_int8_variant_is_batch_invariant(kind: str, fixture_package: Calla
     dims = {t.name: list(t.dims) for t in graph.graph.initializer}
     floats = [n for n in graph.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
     outliers = entry["recipe"].get("fp32_outlier_channels", 0)
-    assert all(n.name.endswith("/OutlierMatMul") and dims[n.input[1]][0] == outliers for n in floats)
+    assert all(n.name.endswith("/OutlierGemm") and dims[n.input[1]][0] == outliers for n in floats)
     # one quantization per distinct activation: Q, K and V share theirs
     assert ops.count("ReduceMax") < ops.count("MatMulIntegerToFloat")
     assert _probe(_served(path, "int8")) == "padded"
@@ -119,8 +119,8 @@ def test_split_weight_terms_rebuild_wide_codes_within_each_terms_bound() -> None
 @pytest.mark.parametrize("variant", ["split", "outliers"])
 def test_recipe_options_are_exact_batch_invariant_and_closer_to_fp32(variant: str, tmp_path: Path,
                                                                      fixture_package: Callable[..., Path]) -> None:
-    """Two-term weights (two integer GEMMs per matmul) and fp32 outlier channels (a Gather and a small
-    fp32 MatMul beside each GEMM): every GEMM exact on this CPU, rows alone equal to rows in a padded
+    """Two-term weights (two integer GEMMs per matmul) and fp32 outlier channels (a Gather and a small fp32
+    Gemm adding to each GEMM's output): every GEMM exact on this CPU, rows alone equal to rows in a padded
     batch bit for bit, and the embedding closer to fp32's than without."""
     from tokenizers import Tokenizer
 
@@ -141,7 +141,7 @@ def test_recipe_options_are_exact_batch_invariant_and_closer_to_fp32(variant: st
     if variant == "outliers":
         # one Gather per quantized activation (Q, K and V share theirs), one fp32 MatMul per weight
         gathers = sum(n.endswith("/outliers/Gather") for n in names)
-        assert 0 < gathers < gemms == sum(n.endswith("/OutlierMatMul") for n in names)
+        assert 0 < gathers < gemms == sum(n.endswith("/OutlierGemm") for n in names)
 
     encs = [tok.encode(t) for t in real_sentences()[::400]]
     width = max(len(e.ids) for e in encs)
