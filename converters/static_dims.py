@@ -43,11 +43,16 @@ Dim = int | str | None
 def _dims(model: onnx.ModelProto) -> dict[str, list[Dim]]:
     """Each tensor's dimensions as ONNX shape inference (with data propagation) knows them: a size, the
     name of a symbolic dimension, or None."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for t in light.graph.initializer:
+    # the graph without its weights' values (a weight's dims infer its readers' shapes; its values are
+    # never read): each large float initializer becomes an input of its type and shape
+    light = helper.make_model(helper.make_graph(list(model.graph.node), model.graph.name, list(model.graph.input),
+                                                list(model.graph.output)),
+                              opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    for t in model.graph.initializer:
         if t.data_type == onnx.TensorProto.FLOAT and t.ByteSize() > 1024:
-            t.ClearField("raw_data")  # a weight's dims infer its readers' shapes; its values are not read
+            light.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            light.graph.initializer.append(t)
     inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     dims: dict[str, list[Dim]] = {}
     for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
