@@ -38,7 +38,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from converters.graph_files import drop_dead_nodes, save_graph
+from converters.graph_files import EXTERNAL_DATA_BYTES, drop_dead_nodes, save_graph
 from converters.static_dims import fold_static_dims
 from converters.verify import Row, pad_batch
 
@@ -377,13 +377,15 @@ def fold_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int 
                            static_dims=found.static_dims)
 
 
-def fold_file(graph: Path, rows: Sequence[Row], pad_id: int, work: Path) -> tuple[Path, Folding]:
+def fold_file(graph: Path, rows: Sequence[Row], pad_id: int, work: Path,
+              external_above: int = EXTERNAL_DATA_BYTES) -> tuple[Path, Folding]:
     """The graph file a package ships: ``graph`` folded by :func:`fold_verified` and saved under
-    ``work``/folded, or ``graph`` itself when nothing folded."""
+    ``work``/folded (weights beside it past ``external_above`` bytes, as the export was), or ``graph``
+    itself when nothing folded."""
     folded, found = fold_verified(onnx.load(str(graph)), rows, pad_id)
     if not found.changed:
         return graph, found
     path = work / "folded" / graph.name
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_graph(folded, path)
+    save_graph(folded, path, external_above)
     return path, found

@@ -341,7 +341,7 @@ def export_model(src: str | Path, out: Path, opts: ExportOptions) -> ExportResul
         with build.step("export", f"exporting ONNX (opset {onnx_export.OPSET}, task {onnx_export.TASKS[opts.kind]})"):
             graph = _graph(source, opts, build.work)
         with build.step("fold", "folding the graph's shape arithmetic into constants, checked bit-identical"):
-            shipped, folding = fold_file(graph.path, source.rows, source.pad_id, build.work)
+            shipped, folding = fold_file(graph.path, source.rows, source.pad_id, build.work, opts.external_data_above)
         log(folding.summary())
         tolerance = encoder_verify.FP32_TOLERANCE
         with build.step("parity", "checking parity against PyTorch (batch 1 and 4, several lengths)"):
