@@ -342,7 +342,7 @@ class _Rewriter:
 
         One Gemm with ``partial`` as its C instead of MatMul then Add: the same bits on the AVX-512 SGEMM
         measured (the few channels' dot product is summed in one K block, then added to C once, as Add
-        did), one pass over the output fewer (5 % of a 307M ModernBERT forward at batch 1 and 8); each row
+        did), one pass over the output fewer (1.046x at batch 8 on a 307M ModernBERT, 1.01x at batch 1); each row
         is still its own, so batch invariance holds on any kernel (the load-time probe checks it). Gemm
         takes rows, so x's channels and ``partial`` are viewed as [tokens, k] and [tokens, N] (Reshape)."""
         channels = self.outliers[x]
