@@ -3,7 +3,8 @@
 A head that pools over tokens (mean pooling) cannot run inside the graph without losing batch
 invariance: ONNX Runtime's masked sum over a padded sequence rounds differently from the same row alone.
 The graph therefore stops at the hidden states (bit-identical under right padding) and the pooled
-readout runs here, one row at a time, in float64.
+readout runs here, one row at a time, in float64. Callers that read many rows hand in float64 weights
+(:func:`float64_weights`, once at load): converting a 768 x 768 matrix on every row cost 0.25 ms a row.
 """
 
 from __future__ import annotations
@@ -35,11 +36,16 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+def float64_weights(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays as float64 (shared, not copied, where they already are)."""
+    return {name: np.asarray(w, dtype=np.float64) for name, w in weights.items()}
+
+
 def linear(x: np.ndarray, weights: Mapping[str, np.ndarray], name: str) -> np.ndarray:
     """``x @ W.T + b`` with ``{name}.weight`` [out, in] and, when present, ``{name}.bias``."""
-    y = np.asarray(x, dtype=np.float64) @ weights[f"{name}.weight"].astype(np.float64).T
+    y = np.asarray(x, dtype=np.float64) @ np.asarray(weights[f"{name}.weight"], dtype=np.float64).T
     bias = weights.get(f"{name}.bias")
-    return y if bias is None else y + bias.astype(np.float64)
+    return y if bias is None else y + np.asarray(bias, dtype=np.float64)
 
 
 def layer_norm(x: np.ndarray, weights: Mapping[str, np.ndarray], name: str, eps: float) -> np.ndarray:
@@ -47,9 +53,9 @@ def layer_norm(x: np.ndarray, weights: Mapping[str, np.ndarray], name: str, eps:
     x = np.asarray(x, dtype=np.float64)
     centred = x - x.mean(axis=-1, keepdims=True)
     y = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-    y = y * weights[f"{name}.weight"].astype(np.float64)
+    y = y * np.asarray(weights[f"{name}.weight"], dtype=np.float64)
     bias = weights.get(f"{name}.bias")
-    return y if bias is None else y + bias.astype(np.float64)
+    return y if bias is None else y + np.asarray(bias, dtype=np.float64)
 
 
 def activation(name: str) -> Callable[[np.ndarray], np.ndarray]:

@@ -50,7 +50,7 @@ def project(vector: np.ndarray, layers: Sequence[Dense]) -> np.ndarray:
     """A pooled vector through dense projections in order, ``activation(weight @ x + bias)``, in float64."""
     x = vector.astype(np.float64)
     for weight, bias, activation in layers:
-        x = weight.astype(np.float64) @ x
+        x = np.asarray(weight, dtype=np.float64) @ x  # no copy: the encoder family loads them as float64
         if bias is not None:
             x = x + bias
         if activation == "tanh":

@@ -37,7 +37,9 @@ def _dense_layers(spec: list[dict[str, Any]], weights: dict[str, np.ndarray], di
             raise ValueError(f"head.npz: dense.{i} does not match the card's head.dense[{i}]")
         if layers and layers[-1][0].shape[0] != weight.shape[1]:
             raise ValueError(f"head.npz: dense.{i} takes {weight.shape[1]} inputs after {layers[-1][0].shape[0]}")
-        layers.append((weight, bias, str(layer["activation"])))
+        # float64 once here: project() reads them for every vector
+        layers.append((weight.astype(np.float64), None if bias is None else bias.astype(np.float64),
+                       str(layer["activation"])))
     if layers and layers[-1][0].shape[0] != dimension:
         raise ValueError(f"head.npz: the dense projections end at {layers[-1][0].shape[0]}, the head's dimension "
                          f"is {dimension}")

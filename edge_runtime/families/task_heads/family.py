@@ -32,6 +32,7 @@ from edge_runtime.families.task_heads.card import HEAD_KINDS, NUMPY_HEADS
 from edge_runtime.families.task_heads.readout import classifier_logits, relevance_logit
 from edge_runtime.families.text_model import TextEncoderModel
 from edge_runtime.heads.activations import sigmoid, softmax
+from edge_runtime.heads.mlp import float64_weights
 from edge_runtime.heads.pooling import embed
 from edge_runtime.heads.tokens import bio_answer, positive_runs
 from edge_runtime.heads.windows import max_over_windows, pick_token_rows
@@ -55,7 +56,7 @@ class TaskHeadsFamily(TextEncoderModel):
     def __init__(self, package: Package, session: Any, max_input_tokens: int | None = None,
                  max_scan_tokens: int | None = None) -> None:
         super().__init__(package, max_input_tokens, max_scan_tokens)
-        self.weights = package.head_weights() if self.kind in NUMPY_HEADS else {}
+        self.weights = float64_weights(package.head_weights()) if self.kind in NUMPY_HEADS else {}
         self.layers: dict[int, str] = {int(k): v for k, v in (self.head.get("layers") or {}).items()} \
             if self.kind == "task-pooled" else {}
         outputs = sorted(set(self.layers.values())) if self.layers else [self.head["output"]]
