@@ -42,6 +42,7 @@ from bench.harness.runners import Answer, WorkerProcess, build_in_subprocess, co
 from bench.harness.server import ServerProcess
 from bench.harness.stats import Summary, ratio, summarize, timed
 from bench.harness.texts import fit_words, sentences
+from edge_runtime.artifacts import built_by
 
 #: Vela 1.0's encoder (mmBERT-base, 32K YaRN), as config overrides of the task-heads fixture writer.
 SHAPE: dict[str, Any] = {"vocab_size": 256000, "hidden_size": 768, "intermediate_size": 1152,
@@ -86,9 +87,13 @@ def build(sources: Path, packages: Path) -> None:
 
 
 def _has_variant(package: Path, variant: str) -> bool:
-    """A package converted before the exact int8 was the converter's default has fp32 only: rebuilt."""
+    """Whether ``package`` is current: one converted before the exact int8 was the converter's default has
+    fp32 only, and one an older converter made lacks its graph changes (both are rebuilt)."""
+    from converters import CONVERTER_VERSION
+
     card = package / "card.json"
-    return card.is_file() and variant in json.loads(card.read_text(encoding="utf-8"))["variants"]
+    return (card.is_file() and variant in json.loads(card.read_text(encoding="utf-8"))["variants"]
+            and built_by(package) == CONVERTER_VERSION)
 
 
 def prepare(root: Path, log_dir: Path) -> tuple[Path, Path, float | None]:

@@ -17,4 +17,6 @@ This package may import torch, transformers and optimum; the server never import
 #: task-heads and vela2 graphs (ModernBERT) are folded too, bit-identical to the export (issue 37: a 307M
 #: int8 forward runs 1,895 kernels instead of 2,431); the exact int8's outlier channels add to the integer
 #: product inside one Gemm instead of a MatMul and an Add (the same bits).
-CONVERTER_VERSION = "0.7.0"
+#: 0.8.0: SDPA's scale of K moves before K's transpose (the same bits), so ONNX Runtime folds that transpose
+#: into the attention's MatMul (issue 37: one copy of K less a layer).
+CONVERTER_VERSION = "0.8.0"
