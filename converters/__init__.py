@@ -18,5 +18,6 @@ This package may import torch, transformers and optimum; the server never import
 #: int8 forward runs 1,895 kernels instead of 2,431); the exact int8's outlier channels add to the integer
 #: product inside one Gemm instead of a MatMul and an Add (the same bits).
 #: 0.8.0: SDPA's scale of K moves before K's transpose (the same bits), so ONNX Runtime folds that transpose
-#: into the attention's MatMul (issue 37: one copy of K less a layer).
+#: into the attention's MatMul (issue 37: one copy of K less a layer); the folded BERT attention's scores
+#: read K transposed (FusedMatMul transB) instead of a copy of K^T (the same bits).
 CONVERTER_VERSION = "0.8.0"

@@ -10,8 +10,9 @@ constant), so every forward runs it, and at batch 1 a kernel costs about as much
 :func:`fold_attention_shapes` rewrites each such attention with the same computing kernels on the same
 values: ``Mul`` of Q and K by the export's own factor (its value as ONNX Runtime computes it, now a
 constant, applied before the split into heads: the same elementwise product), ``Reshape`` to and from
-heads with constant shapes (``[0, 0, heads, head size]``, ``[0, 0, hidden]``), the same transposes,
-MatMuls, mask Add and Softmax; and the mask as ``Where(attention_mask == 0, m, 0)`` over
+heads with constant shapes (``[0, 0, heads, head size]``, ``[0, 0, hidden]``), the same transposes
+but K's (the scores' MatMul reads K transposed: ``FusedMatMul`` with ``transB``), the same MatMuls, mask
+Add and Softmax; and the mask as ``Where(attention_mask == 0, m, 0)`` over
 ``[batch, 1, 1, keys]`` (m: the export's own masked value; the same values the export's chain
 broadcast). Anything the pattern does not match exactly (another export's attention, a causal mask,
 a factor that is not one constant) stays as it was.
@@ -50,6 +51,8 @@ MASK_FLOOR = -1e4
 NOT_AN_ENCODER = "not an encoder graph (input_ids, attention_mask, token_type_ids)"
 #: Node and tensor names this module adds start with this.
 PREFIX = "er_attention"
+#: ONNX Runtime's contrib operators (FusedMatMul).
+MS_DOMAIN = "com.microsoft"
 #: Graphs whose weights pass this are left alone: the proof serializes both graphs (protobuf's 2 GB cap).
 MAX_WEIGHT_BYTES = 1_800_000_000
 #: Intra-op thread counts the proof runs both graphs with (kernels split their work by thread).
@@ -269,10 +272,12 @@ def _folded_nodes(graph: onnx.GraphProto, a: _Attention, i: int, factors: tuple[
             node("Reshape", [f"{p}/q", f"{p}/heads"], f"{p}/q_split"),
             node("Transpose", [f"{p}/q_split"], f"{p}/q_heads", perm=[0, 2, 1, 3]),
             node("Reshape", [f"{p}/k", f"{p}/heads"], f"{p}/k_split"),
-            node("Transpose", [f"{p}/k_split"], f"{p}/k_heads", perm=[0, 2, 3, 1]),
+            node("Transpose", [f"{p}/k_split"], f"{p}/k_heads", perm=[0, 2, 1, 3]),
             node("Reshape", [a.v, f"{p}/heads"], f"{p}/v_split"),
             node("Transpose", [f"{p}/v_split"], f"{p}/v_heads", perm=[0, 2, 1, 3]),
-            node("MatMul", [f"{p}/q_heads", f"{p}/k_heads"], f"{p}/scores"),
+            # K^T read by the MatMul (transB) rather than copied: the export's [0, 2, 3, 1] transpose
+            # moved every element apart where [0, 2, 1, 3] moves rows of head size
+            node("FusedMatMul", [f"{p}/q_heads", f"{p}/k_heads"], f"{p}/scores", domain=MS_DOMAIN, transB=1),
             node("Add", [f"{p}/scores", mask], f"{p}/masked_scores"),
             node("Softmax", [f"{p}/masked_scores"], f"{p}/weights", axis=-1),
             node("MatMul", [f"{p}/weights", f"{p}/v_heads"], f"{p}/context_heads"),
@@ -315,6 +320,8 @@ def fold_attention_shapes(model: onnx.ModelProto) -> Folding:
         nodes.extend(replace.get(id(n), [n]))
     del graph.node[:]
     graph.node.extend(nodes)
+    if all(o.domain != MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     drop_dead_nodes(graph)
     _unname_read_outputs(graph)
     return Folding(layers=len(found))
