@@ -138,6 +138,10 @@ def test_the_graph_ships_with_its_static_shapes_folded(fixture_package: Callable
     assert folding["static_dims"] > 0 and folding["bit_identical_forwards"] > 0 and folding["threads"] == [1, 2]
     ops = [n.op_type for n in onnx.load(str(path / "model.onnx")).graph.node]
     assert ops.count("Shape") < ops.count("LayerNormalization")  # the export has three a LayerNormalization
+    # and its rotary embedding runs as one kernel for Q and one for K a layer (converters.rotary)
+    rotary = json.loads((path / "card.json").read_text())["verification"]["rotary_fusion"]
+    assert rotary["rotations"] == ops.count("RotaryEmbedding") == 2 * ops.count("Softmax") > 0
+    assert rotary["max_abs_diff"] <= 1e-4 and "Neg" not in ops
 
 
 # -- classifiers ----------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Steps: the source read as data (which head, its operating point or layout: source.py); the checkpoint
 loaded into Transformers with SDPA attention (never FlashAttention 2, which drops YaRN) and every weight
 accounted for; one graph exported with ``torch.onnx.export`` (opset 18) that ends where the head's
-batch-invariant part ends (source.py's head -> :data:`GRAPH_OUTPUTS`); the numpy part of the head
+batch-invariant part ends (source.py's head -> :data:`GRAPH_OUTPUTS`), its shape arithmetic folded
+(attention_shapes.fold_file) and its rotary embedding fused (rotary.fuse_file); the numpy part of the head
 written to head.npz; parity against Transformers (verify.py), refused above tolerance; the card; the write.
 """
 
@@ -26,6 +27,7 @@ from converters.errors import ConversionError
 from converters.identity import PackageIdentity, identity_card, notice_files, sanitize_name
 from converters.package_writer import ExportResult, PackageBuild, card_start
 from converters.progress import log
+from converters.rotary import fuse_file
 from converters.source import check_tokenizer, package_tokenizer, resolve_source, source_stamp
 from converters.task_heads import source as task_source
 from converters.task_heads import verify
@@ -304,6 +306,10 @@ def export_task_heads(src: str | Path, out: Path, opts: TaskOptions) -> ExportRe
                 rows = verify.tokenized_rows(tokenizer, samples, head, parity_tokens)
                 graph, folding = fold_file(graph, rows, 0, build.work)
             log(folding.summary())
+            with build.step("rotary", "fusing the rotary embedding into one kernel, checked against the export"):
+                graph, rotary = fuse_file(graph, rows, 0, build.work)
+            log(f"rotary embedding: {rotary['rotations']} rotations fused"
+                + (f", outputs within {rotary['max_abs_diff']:.3g} of the export" if rotary["rotations"] else ""))
             weights = head_weights(source, model, exits) if source.head in ("sequence", "scores", "relevance") \
                 else {}
             with build.step("parity", "checking parity against Transformers (alone and right-padded batches)"):
@@ -338,6 +344,8 @@ def export_task_heads(src: str | Path, out: Path, opts: TaskOptions) -> ExportRe
         card = _card(opts, source, src_dir, stamp, head, max_tokens, outputs, parity, variants)
         if folding.changed:
             card["verification"]["shape_folding"] = folding.describe()
+        if rotary["rotations"]:
+            card["verification"]["rotary_fusion"] = rotary
         if products is not None:
             card["verification"]["integer_products"] = products
         return build.write(card, files, goldens)
