@@ -39,7 +39,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from converters.graph_files import EXTERNAL_DATA_BYTES, drop_dead_nodes, save_graph
+from converters.graph_files import EXTERNAL_DATA_BYTES, MS_DOMAIN, drop_dead_nodes, save_graph, use_contrib_ops
 from converters.static_dims import fold_static_dims
 from converters.verify import Row, pad_batch
 
@@ -51,8 +51,6 @@ MASK_FLOOR = -1e4
 NOT_AN_ENCODER = "not an encoder graph (input_ids, attention_mask, token_type_ids)"
 #: Node and tensor names this module adds start with this.
 PREFIX = "er_attention"
-#: ONNX Runtime's contrib operators (FusedMatMul).
-MS_DOMAIN = "com.microsoft"
 #: Graphs whose weights pass this are left alone: the proof serializes both graphs (protobuf's 2 GB cap).
 MAX_WEIGHT_BYTES = 1_800_000_000
 #: Intra-op thread counts the proof runs both graphs with (kernels split their work by thread).
@@ -195,7 +193,7 @@ def probe_feeds(model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
     return feeds
 
 
-def _session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+def proof_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
     """A CPU session with the server's pinned settings (the optimisation level is part of the numerics)."""
     from edge_runtime.engine.session import session_options
 
@@ -212,7 +210,7 @@ def _evaluate(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[dict
     wanted = list(dict.fromkeys(names))
     have = {o.name for o in probe.graph.output}
     probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in wanted if n not in have)
-    session = _session(probe, 1)
+    session = proof_session(probe, 1)
     return [dict(zip(wanted, session.run(wanted, f))) for f in feeds]
 
 
@@ -320,8 +318,7 @@ def fold_attention_shapes(model: onnx.ModelProto) -> Folding:
         nodes.extend(replace.get(id(n), [n]))
     del graph.node[:]
     graph.node.extend(nodes)
-    if all(o.domain != MS_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    use_contrib_ops(model)
     drop_dead_nodes(graph)
     _unname_read_outputs(graph)
     return Folding(layers=len(found))
@@ -373,7 +370,7 @@ def fold_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int 
         return model, found
     feeds = proof_feeds(model, rows, pad_id)
     for threads in PROOF_THREADS:
-        want, got = _session(model, threads), _session(folded, threads)
+        want, got = proof_session(model, threads), proof_session(folded, threads)
         for i, f in enumerate(feeds):
             pairs = zip(want.run(None, f), got.run(None, f))
             if any(w.shape != g.shape or w.tobytes() != g.tobytes() for w, g in pairs):

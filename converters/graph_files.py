@@ -15,6 +15,8 @@ import onnx
 from onnx import TensorProto
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
+#: ONNX Runtime's contrib operators' domain.
+MS_DOMAIN = "com.microsoft"
 #: Graphs above this are saved with their weights in one external data file (protobuf's 2 GB cap).
 EXTERNAL_DATA_BYTES = 1_800_000_000
 #: Tensors under this many bytes stay inside the graph file (as onnx.save's size_threshold=1024).
@@ -22,6 +24,13 @@ INLINE_TENSOR_BYTES = 1024
 #: Each tensor starts at a multiple of this in a gathered data file, so it can be mapped page-aligned.
 ALIGNMENT = 4096
 _CHUNK = 1 << 24
+
+
+def use_contrib_ops(model: onnx.ModelProto) -> None:
+    """Declare ONNX Runtime's contrib domain (FusedMatMul, MatMulIntegerToFloat, RotaryEmbedding, ...) in
+    ``model``'s opset imports when a rewrite added one of its operators."""
+    if all(o.domain != MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(MS_DOMAIN, 1))
 
 
 def drop_dead_nodes(graph: onnx.GraphProto) -> None:

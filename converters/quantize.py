@@ -36,7 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from converters.attention_shapes import fold_verified
-from converters.graph_files import save_graph
+from converters.graph_files import MS_DOMAIN, save_graph, use_contrib_ops
 from converters.progress import log
 from converters.readout import cosine, pool, sigmoid, softmax
 from converters.verify import Row
@@ -426,7 +426,7 @@ class _Rewriter:
             parts = [acc] if len(terms) == 1 else [f"{p}/acc_{i}" for i in range(len(terms))]
             out += [helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [part],
                                      name=f"{p}/MatMulIntegerToFloat{'_' + str(i) if len(terms) > 1 else ''}",
-                                     domain="com.microsoft")
+                                     domain=MS_DOMAIN)
                     for i, ((wq, ws), part) in enumerate(zip(terms, parts))]
             if len(parts) > 1:
                 out.append(helper.make_node("Add", parts, [acc], name=f"{p}/Terms"))
@@ -518,8 +518,7 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
             # blocked QuantizeLinear needs opset 21; the exported ops (BERT's and causal LMs') mean
             # the same from 18 to 21
             o.version = BLOCKED_QUANTIZE_OPSET
-    if not any(o.domain == "com.microsoft" for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    use_contrib_ops(model)
     if recipe.fold_attention:
         model, folded = fold_verified(model, calibration)
         log(f"int8 {folded.summary()}")

@@ -24,11 +24,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from converters.attention_shapes import MS_DOMAIN, proof_feeds
-from converters.graph_files import EXTERNAL_DATA_BYTES, drop_dead_nodes, save_graph
+from converters.attention_shapes import proof_feeds, proof_session
+from converters.graph_files import EXTERNAL_DATA_BYTES, MS_DOMAIN, drop_dead_nodes, save_graph, use_contrib_ops
 from converters.verify import Row
 
 #: Node and tensor names this module adds start with this.
@@ -89,22 +88,20 @@ def fuse_rotary(model: onnx.ModelProto) -> int:
     if not rotations:
         return 0
     graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), f"{PREFIX}/zero"))
-    caches: dict[str, str] = {}
-    added: list[onnx.NodeProto] = []
+    caches_made: dict[str, list[onnx.NodeProto]] = {}  # a cos or sin table -> the nodes making its cache
     producer_index = {o: i for i, n in enumerate(graph.node) for o in n.output}
 
     def cache(table: str) -> str:
         """``table`` [.., tokens, head size] (halves equal) as [tokens, head size / 2]: its first half, the
         leading axes (ones: the export's tables are a batch of one) flattened into the rows."""
-        if table not in caches:
-            p = f"{PREFIX}/{len(caches)}"
-            added.extend([
+        if table not in caches_made:
+            p = f"{PREFIX}/{len(caches_made)}"
+            caches_made[table] = [
                 helper.make_node("Split", [table], [f"{p}/first_half", f"{p}/second_half"], name=f"{p}/halves",
                                  axis=-1, num_outputs=2),
                 helper.make_node("Flatten", [f"{p}/first_half"], [f"{p}/cache"], name=f"{p}/cache", axis=-1),
-            ])
-            caches[table] = f"{p}/cache"
-        return caches[table]
+            ]
+        return caches_made[table][-1].output[0]
 
     replaced: dict[int, onnx.NodeProto] = {}
     for i, r in enumerate(rotations):
@@ -112,31 +109,17 @@ def fuse_rotary(model: onnx.ModelProto) -> int:
             # position ids [0]: the caches' rows are the tokens' positions from 0, as the export's tables
             "RotaryEmbedding", [r.x, f"{PREFIX}/zero", cache(r.cos), cache(r.sin)], [r.out],
             name=f"{PREFIX}/{i}", domain=MS_DOMAIN, interleaved=0)
-    nodes = [replaced.get(i, n) for i, n in enumerate(graph.node)] + added
+    # each cache right after the node that computes its table (first when the table is a graph input or a
+    # constant), so the node list stays in topological order
+    nodes = [n for table, made in caches_made.items() if table not in producer_index for n in made]
+    for i, n in enumerate(graph.node):
+        nodes.append(replaced.get(i, n))
+        nodes.extend(m for o in n.output for m in caches_made.get(o, []))
     del graph.node[:]
-    graph.node.extend(_topological(nodes, {t.name for t in graph.initializer} | {i.name for i in graph.input}))
-    if all(o.domain != MS_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    graph.node.extend(nodes)
+    use_contrib_ops(model)
     drop_dead_nodes(graph)
     return len(rotations)
-
-
-def _topological(nodes: list[onnx.NodeProto], known: set[str]) -> list[onnx.NodeProto]:
-    """``nodes`` in an order where each runs after its inputs' producers (stable where already so: each pass
-    takes every node whose inputs are ready, so the caches appended at the end move up in the second)."""
-    ready, done, waiting = set(known), [], list(nodes)
-    while waiting:
-        left = []
-        for n in waiting:
-            if all(not i or i in ready for i in n.input):
-                done.append(n)
-                ready.update(n.output)
-            else:
-                left.append(n)
-        if len(left) == len(waiting):
-            raise ValueError("the rotary rewrite left a node whose inputs nothing produces")
-        waiting = left
-    return done
 
 
 class RotaryMismatch(ValueError):
@@ -145,9 +128,7 @@ class RotaryMismatch(ValueError):
 
 def _run(model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
     """Every feed's outputs under the server's session settings, one thread."""
-    from edge_runtime.engine.session import CPU_PROVIDER, session_options
-
-    session = ort.InferenceSession(model.SerializeToString(), session_options(1), providers=[CPU_PROVIDER])
+    session = proof_session(model, 1)
     return [session.run(None, f) for f in feeds]
 
 
