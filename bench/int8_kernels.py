@@ -189,7 +189,7 @@ def _macs(args: dict[str, Any]) -> int:
 
 def glue_part(event: str) -> str | None:
     """Which step of the converter's per-token quantization a profiled node is (the rewriter names its
-    nodes ``er_q/<activation or matmul>/<step>``: Smooth, Abs, ReduceMax, Max, Scale, ScaleShape,
+    nodes ``er_q/<activation or matmul>/<step>``: Smooth, ReduceMax, ReduceMin, Neg, Max, Scale, ScaleShape,
     ZeroPoints, QuantizeLinear, TokenScale, Bias), or None for the graph's own nodes and the GEMM."""
     name = event.removesuffix("_kernel_time")
     if not name.startswith("er_q/"):

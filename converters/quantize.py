@@ -235,8 +235,8 @@ class _Rewriter:
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
         p = self._name(f"er_q/{x}")
-        src, absx, amax, floor, scale, shape, zp, q = (
-            f"{p}/{s}" for s in ("smoothed", "abs", "amax", "floor", "scale", "shape", "zp", "q"))
+        src, high, low, neg, floor, scale, shape, zp, q = (
+            f"{p}/{s}" for s in ("smoothed", "max", "min", "neg_min", "floor", "scale", "shape", "zp", "q"))
         if x in self.smooth or x in self.outliers:
             inv = (1.0 / self.smooth[x]) if x in self.smooth else np.ones(k, np.float32)
             inv[self.outliers.get(x, [])] = 0.0  # those channels go through fp32 instead
@@ -246,9 +246,12 @@ class _Rewriter:
         else:
             src = x
         nodes += [
-            helper.make_node("Abs", [src], [absx], name=f"{p}/Abs"),
-            helper.make_node("ReduceMax", [absx, "er_q_axes"], [amax], name=f"{p}/ReduceMax", keepdims=1),
-            helper.make_node("Max", [amax, "er_q_eps"], [floor], name=f"{p}/Max"),
+            # max|x| as max(max x, -min x): x read twice, but no |x| written and read back (bit-identical;
+            # 1.06-1.09x at batch 8 on a 307M ModernBERT, one tiny kernel more per activation)
+            helper.make_node("ReduceMax", [src, "er_q_axes"], [high], name=f"{p}/ReduceMax", keepdims=1),
+            helper.make_node("ReduceMin", [src, "er_q_axes"], [low], name=f"{p}/ReduceMin", keepdims=1),
+            helper.make_node("Neg", [low], [neg], name=f"{p}/Neg"),
+            helper.make_node("Max", [high, neg, "er_q_eps"], [floor], name=f"{p}/Max"),
             helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"),
         ]
         dims = self.token_dims.get(x)
