@@ -23,5 +23,7 @@ This package may import torch, transformers and optimum; the server never import
 #: their rotary embedding as ONNX Runtime's RotaryEmbedding kernel (converters.rotary: not bit-identical,
 #: within 1e-4 of the export's hidden states, parity and int8 agreement measured on the fused graph).
 #: 0.9.0: the exact int8 takes each token's max|x| as max(max x, -min x) instead of the max of an |x| tensor
-#: written and read back (the same bits; issue 37: 1.06-1.09x at batch 8 on a 307M ModernBERT).
+#: written and read back; a matmul read only in pieces (ModernBERT's Q/K/V unbind, GeGLU's halves) is one
+#: integer matmul per piece (converters.matmul_pieces); activations with outlier channels are quantized as
+#: rows, so their products need no reshapes to rows and back (all the same bits; issue 37).
 CONVERTER_VERSION = "0.9.0"

@@ -36,7 +36,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from converters.attention_shapes import fold_verified
-from converters.graph_files import MS_DOMAIN, save_graph, use_contrib_ops
+from converters.graph_files import MS_DOMAIN, drop_dead_nodes, save_graph, use_contrib_ops
+from converters.matmul_pieces import Plan, plan_pieces
 from converters.progress import log
 from converters.readout import cosine, pool, sigmoid, softmax
 from converters.verify import Row
@@ -193,17 +194,26 @@ class _Rewriter:
         self.inits = {t.name: t for t in self.graph.initializer}
         self.new_inits: list[TensorProto] = []
         self.quantized_inputs: dict[str, tuple[str, str]] = {}  # activation -> (codes, token scale)
-        #: (weight, transposed, alpha, smoothing activation, split) -> its terms' (codes, channel scale)
-        self.quantized_weights: dict[tuple[str, bool, float, str, bool], list[tuple[str, str]]] = {}
+        #: (weight, transposed, alpha, smoothing activation, split, columns) -> its terms' (codes, channel scale)
+        self.quantized_weights: dict[tuple[str, bool, float, str, bool, tuple[int, int] | None],
+                                     list[tuple[str, str]]] = {}
+        #: matmul outputs read only in pieces of their last axis, computed a piece at a time
+        self.pieces = Plan()
         #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
         self.smooth: dict[str, np.ndarray] = {}
         #: activation -> its channels multiplied in fp32 (recipe.outliers), and their gathered tensor
         self.outliers: dict[str, np.ndarray] = {}
         self.gathered: dict[str, str] = {}
+        #: activation with outlier channels -> its rows view [tokens, K] (quantized as rows)
+        self.rows: dict[str, str] = {}
+        #: constant int64 vectors -> their initializer (shape targets, shared)
+        self.constants: dict[tuple[int, ...], str] = {}
         #: activation -> the symbolic leading dims of its tokens, when known: activations with the same
         #: dims share one per-token zero-point tensor (one Shape and one Expand for the whole graph)
         self.token_dims: dict[str, tuple[str | int, ...]] = {}
         self.shared_zero_points: dict[tuple[str | int, ...], str] = {}
+        #: (token dims, columns) -> the shape of every matmul output over those tokens that wide
+        self.shared_shapes: dict[tuple[tuple[str | int, ...], int], str] = {}
         self.count = 0
         self.used_names = {n for node in self.graph.node for n in (*node.input, *node.output, node.name)}
         self.used_names |= set(self.inits)
@@ -214,6 +224,14 @@ class _Rewriter:
                   "er_q_axes": np.array([-1], np.int64)}
         for name, value in shared.items():
             self.new_inits.append(_const(name, value))
+
+    def constant(self, value: np.ndarray) -> str:
+        """An int64 initializer holding ``value``, one per distinct value."""
+        key = tuple(int(v) for v in value.reshape(-1))
+        if key not in self.constants:
+            self.constants[key] = self._name("er_q_shape_" + "_".join(str(v).replace("-", "m") for v in key))
+            self.new_inits.append(_const(self.constants[key], value.astype(np.int64)))
+        return self.constants[key]
 
     def _name(self, base: str) -> str:
         name = base
@@ -229,22 +247,29 @@ class _Rewriter:
 
         One blocked QuantizeLinear (opset 21: axis -1, one block of K, so a scale per token) does the
         divide, round (half to even), shift and saturating cast in place, on x's own shape: no
-        reshapes to rows and back, which at batch 1 cost more than the arithmetic. Activations over the
-        same tokens share one zero-point tensor (:meth:`plan_zero_points`).
+        reshapes to rows and back, which at batch 1 cost more than the arithmetic. An x with outlier
+        channels is viewed as rows [tokens, K] first, once: its products end in a Gemm, which takes rows,
+        so its codes, scales and products stay rows until each sum takes its output's shape back.
+        Activations over the same tokens share one zero-point tensor (:meth:`plan_zero_points`).
         """
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
         p = self._name(f"er_q/{x}")
         src, high, low, neg, floor, scale, shape, zp, q = (
             f"{p}/{s}" for s in ("smoothed", "max", "min", "neg_min", "floor", "scale", "shape", "zp", "q"))
+        base = x
+        if x in self.outliers:
+            base = self.rows[x] = f"{p}/rows"
+            nodes.append(helper.make_node("Reshape", [x, self.constant(np.array([-1, k], np.int64))], [base],
+                                          name=f"{p}/Rows"))
         if x in self.smooth or x in self.outliers:
             inv = (1.0 / self.smooth[x]) if x in self.smooth else np.ones(k, np.float32)
             inv[self.outliers.get(x, [])] = 0.0  # those channels go through fp32 instead
             name = self._name(f"{p}/inv_smooth")
             self.new_inits.append(_const(name, inv.astype(np.float32)))
-            nodes.append(helper.make_node("Mul", [x, name], [src], name=f"{p}/Smooth"))
+            nodes.append(helper.make_node("Mul", [base, name], [src], name=f"{p}/Smooth"))
         else:
-            src = x
+            src = base
         nodes += [
             # max|x| as max(max x, -min x): x read twice, but no |x| written and read back (bit-identical;
             # 1.06-1.09x at batch 8 on a 307M ModernBERT, one tiny kernel more per activation)
@@ -255,6 +280,8 @@ class _Rewriter:
             helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"),
         ]
         dims = self.token_dims.get(x)
+        if dims is not None and x in self.rows:
+            dims = ("rows", *dims)  # the scale is [tokens, 1]
         if dims is not None and dims in self.shared_zero_points:
             zp = self.shared_zero_points[dims]  # same tokens as an earlier activation: same scale shape
         else:
@@ -268,19 +295,21 @@ class _Rewriter:
         self.quantized_inputs[x] = (q, scale)
         return q, scale
 
-    def weight_matrix(self, name: str, transpose: bool, alpha: float) -> np.ndarray:
-        """The fp32 weight as [K, N], alpha applied."""
+    def weight_matrix(self, name: str, transpose: bool, alpha: float,
+                      columns: tuple[int, int] | None = None) -> np.ndarray:
+        """The fp32 weight as [K, N], alpha applied; only ``columns`` [start, stop) when given."""
         w = numpy_helper.to_array(self.inits[name]).astype(np.float32)
-        return (w.T if transpose else w) * np.float32(alpha)
+        w = (w.T if transpose else w) * np.float32(alpha)
+        return w if columns is None else np.ascontiguousarray(w[:, columns[0]:columns[1]])
 
-    def quantize_constant_weight(self, name: str, transpose: bool, alpha: float, x: str,
-                                 split: bool) -> list[tuple[str, str]]:
+    def quantize_constant_weight(self, name: str, transpose: bool, alpha: float, x: str, split: bool,
+                                 columns: tuple[int, int] | None = None) -> list[tuple[str, str]]:
         """The int8 weight [K, N] and its per-channel scale [N] as new initializers, one pair per term
         (two when ``split``: the high term's scale carries R), built once per weight (and activation
-        ``x``, whose smoothing factors multiply the weight's rows)."""
-        key = (name, transpose, alpha, x if x in self.smooth or x in self.outliers else "", split)
+        ``x``, whose smoothing factors multiply the weight's rows, and ``columns``)."""
+        key = (name, transpose, alpha, x if x in self.smooth or x in self.outliers else "", split, columns)
         if key not in self.quantized_weights:
-            w = self.weight_matrix(name, transpose, alpha)
+            w = self.weight_matrix(name, transpose, alpha, columns)
             if x in self.smooth:
                 w = w * self.smooth[x][:, None].astype(np.float32)
             if x in self.outliers:
@@ -340,32 +369,39 @@ class _Rewriter:
                 self.outliers[x] = np.sort(np.argsort(-left, kind="stable")[:self.recipe.outliers])
 
     def outlier_product(self, x: str, found: tuple[str, bool, float], p: str, partial: str, y: str,
-                        nodes: list[onnx.NodeProto]) -> None:
+                        nodes: list[onnx.NodeProto], columns: tuple[int, int] | None) -> None:
         """y = partial + x's outlier channels (gathered once per x) times their weight rows, in fp32.
 
         One Gemm with ``partial`` as its C instead of MatMul then Add: the same bits on the AVX-512 SGEMM
         measured (the few channels' dot product is summed in one K block, then added to C once, as Add
         did), one pass over the output fewer (1.046x at batch 8 on a 307M ModernBERT, 1.01x at batch 1); each row
         is still its own, so batch invariance holds on any kernel (the load-time probe checks it). Gemm
-        takes rows, so x's channels and ``partial`` are viewed as [tokens, k] and [tokens, N] (Reshape)."""
+        takes rows: x was quantized as rows (:meth:`quantize_tokens`), so ``partial`` is [tokens, N]; the sum
+        takes x's leading dimensions back, their shape built once for all outputs over the same tokens and
+        as wide (at batch 1 a Shape and a Reshape per matmul were ~7 % of a 307M forward)."""
         channels = self.outliers[x]
         if x not in self.gathered:
             idx, g = self._name(f"er_q/{x}/outlier_channels"), self._name(f"er_q/{x}/outliers")
-            rows_shape = self._name(f"er_q/{x}/outlier_rows_shape")
-            self.new_inits += [_const(idx, channels.astype(np.int64)),
-                               _const(rows_shape, np.array([-1, len(channels)], np.int64))]
-            nodes += [helper.make_node("Gather", [x, idx], [g], name=f"{g}/Gather", axis=-1),
-                      helper.make_node("Reshape", [g, rows_shape], [f"{g}/rows"], name=f"{g}/Rows")]
-            self.gathered[x] = f"{g}/rows"
+            self.new_inits.append(_const(idx, channels.astype(np.int64)))
+            nodes.append(helper.make_node("Gather", [self.rows[x], idx], [g], name=f"{g}/Gather", axis=-1))
+            self.gathered[x] = g
         weights = self._name(f"{found[0]}_outlier_rows")
-        matrix = self.weight_matrix(*found)[channels]
-        self.new_inits += [_const(weights, matrix),
-                           _const(f"{p}/rows_shape", np.array([-1, matrix.shape[1]], np.int64))]
-        nodes += [helper.make_node("Reshape", [partial, f"{p}/rows_shape"], [f"{p}/partial_rows"], name=f"{p}/Rows"),
-                  helper.make_node("Gemm", [self.gathered[x], weights, f"{p}/partial_rows"], [f"{p}/sum_rows"],
-                                   name=f"{p}/OutlierGemm"),
-                  helper.make_node("Shape", [partial], [f"{p}/shape"], name=f"{p}/Shape"),
-                  helper.make_node("Reshape", [f"{p}/sum_rows", f"{p}/shape"], [y], name=f"{p}/Outliers")]
+        matrix = self.weight_matrix(*found, columns)[channels]
+        self.new_inits.append(_const(weights, matrix))
+        nodes.append(helper.make_node("Gemm", [self.gathered[x], weights, partial], [f"{p}/sum_rows"],
+                                      name=f"{p}/OutlierGemm"))
+        n = matrix.shape[1]
+        dims = self.token_dims.get(x)
+        shape = self.shared_shapes.get((dims, n)) if dims is not None else None
+        if shape is None:
+            # x's leading dimensions and N: built once for all outputs over the same tokens and as wide
+            shape = f"{p}/shape"
+            nodes += [helper.make_node("Shape", [x], [f"{p}/tokens"], name=f"{p}/Tokens", end=-1),
+                      helper.make_node("Concat", [f"{p}/tokens", self.constant(np.array([n]))], [shape],
+                                       name=f"{p}/Shape", axis=0)]
+            if dims is not None:
+                self.shared_shapes[(dims, n)] = shape
+        nodes.append(helper.make_node("Reshape", [f"{p}/sum_rows", shape], [y], name=f"{p}/Outliers"))
 
     def plan_zero_points(self, model: onnx.ModelProto, names: Sequence[str]) -> None:
         """Group the activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
@@ -404,64 +440,83 @@ class _Rewriter:
                     and len(set(named)) == len(named):
                 self.token_dims[x] = (len(dims), *dims)
 
+    def plan_pieces(self, model: onnx.ModelProto) -> None:
+        """Find the quantized MatMuls whose outputs are only read in pieces (converters.matmul_pieces): each
+        piece becomes its own integer matmul on the same activation codes (bit-identical)."""
+        matmuls = {n.output[0]: int(self.inits[found[0]].dims[1]) for n in self.graph.node
+                   if n.op_type == "MatMul" and (found := self.weight_of(n)) is not None}
+        self.pieces = plan_pieces(model, matmuls)
+        self.new_inits += self.pieces.constants
+
     def rewrite(self) -> int:
-        """Replace every constant-weight MatMul/Gemm in place; returns how many were replaced."""
+        """Replace every constant-weight MatMul/Gemm in place (a pieced one by its pieces and their tails, in
+        place of the readers they replace); returns how many were replaced."""
         out: list[onnx.NodeProto] = []
         for node in self.graph.node:
+            if node.output and node.output[0] in self.pieces.replaced:
+                continue  # a piece makes its output, where the matmul was
             found = self.weight_of(node)
             if found is None:
                 out.append(node)
                 continue
             self.count += 1
-            x = node.input[0]
-            split = any(p.search(node.name) for p in self.split)
-            terms = self.quantize_constant_weight(*found, node.input[0], split)
-            k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
-            q, scale = self.quantize_tokens(x, k, out)
-            p = self._name(f"er_q/{node.name or node.output[0]}")
-            y = node.output[0]
-            acc = f"{p}/acc"
-            has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
-            scaled = f"{p}/scaled" if has_bias else y
-            # integer GEMM (int32 accumulation) on x's own shape, with the per-channel weight scale in its
-            # output stage; a_scale must be a scalar, so the per-token scale is a separate Mul. A split
-            # weight's two terms are two GEMMs on the same codes, added in float (each element alone).
-            parts = [acc] if len(terms) == 1 else [f"{p}/acc_{i}" for i in range(len(terms))]
-            out += [helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [part],
-                                     name=f"{p}/MatMulIntegerToFloat{'_' + str(i) if len(terms) > 1 else ''}",
-                                     domain=MS_DOMAIN)
-                    for i, ((wq, ws), part) in enumerate(zip(terms, parts))]
-            if len(parts) > 1:
-                out.append(helper.make_node("Add", parts, [acc], name=f"{p}/Terms"))
-            if x in self.outliers:
-                out.append(helper.make_node("Mul", [acc, scale], [f"{p}/int8"], name=f"{p}/TokenScale"))
-                self.outlier_product(x, found, p, f"{p}/int8", scaled, out)
-            else:
-                out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
-            if has_bias:
-                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-                beta = float(attrs.get("beta", 1.0))
-                c = numpy_helper.to_array(self.inits[node.input[2]]) if node.input[2] in self.inits else None
-                if c is not None:
-                    cn = self._name(f"{node.input[2]}_beta")
-                    self.new_inits.append(_const(cn, (c * np.float32(beta)).astype(np.float32)))
-                    out.append(helper.make_node("Add", [scaled, cn], [y], name=f"{p}/Bias"))
-                else:
-                    bn = self._name(f"{p}/beta")
-                    self.new_inits.append(_const(bn, np.array(beta, np.float32)))
-                    out.append(helper.make_node("Mul", [node.input[2], bn], [f"{p}/c"], name=f"{p}/Beta"))
-                    out.append(helper.make_node("Add", [scaled, f"{p}/c"], [y], name=f"{p}/Bias"))
+            pieces = self.pieces.pieces.get(node.output[0])
+            if pieces is None:
+                self.quantized_matmul(node, found, node.output[0], None, out)
+            for piece in pieces or ():
+                self.quantized_matmul(node, found, piece.output, (piece.start, piece.stop), out)
+                out += piece.tail
         del self.graph.node[:]
         self.graph.node.extend(out)
         return self.count
 
-    def drop_unused_initializers(self) -> None:
-        """Remove fp32 weights no node reads any more (they would double the file)."""
+    def quantized_matmul(self, node: onnx.NodeProto, found: tuple[str, bool, float], y: str,
+                         columns: tuple[int, int] | None, out: list[onnx.NodeProto]) -> None:
+        """Append to ``out`` the int8 nodes computing ``node``'s output (only ``columns`` of it, when given)
+        into ``y``."""
+        x = node.input[0]
+        split = any(p.search(node.name) for p in self.split)
+        terms = self.quantize_constant_weight(*found, x, split, columns)
+        k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
+        q, scale = self.quantize_tokens(x, k, out)
+        p = self._name(f"er_q/{node.name or node.output[0]}" + (f"/columns_{columns[0]}" if columns else ""))
+        acc = f"{p}/acc"
+        has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
+        scaled = f"{p}/scaled" if has_bias else y
+        # integer GEMM (int32 accumulation) on x's own shape, with the per-channel weight scale in its
+        # output stage; a_scale must be a scalar, so the per-token scale is a separate Mul. A split
+        # weight's two terms are two GEMMs on the same codes, added in float (each element alone).
+        parts = [acc] if len(terms) == 1 else [f"{p}/acc_{i}" for i in range(len(terms))]
+        out += [helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [part],
+                                 name=f"{p}/MatMulIntegerToFloat{'_' + str(i) if len(terms) > 1 else ''}",
+                                 domain=MS_DOMAIN)
+                for i, ((wq, ws), part) in enumerate(zip(terms, parts))]
+        if len(parts) > 1:
+            out.append(helper.make_node("Add", parts, [acc], name=f"{p}/Terms"))
+        if x in self.outliers:
+            out.append(helper.make_node("Mul", [acc, scale], [f"{p}/int8"], name=f"{p}/TokenScale"))
+            self.outlier_product(x, found, p, f"{p}/int8", scaled, out, columns)
+        else:
+            out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
+        if has_bias:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            beta = float(attrs.get("beta", 1.0))
+            c = numpy_helper.to_array(self.inits[node.input[2]]) if node.input[2] in self.inits else None
+            if c is not None:
+                cn = self._name(f"{node.input[2]}_beta")
+                self.new_inits.append(_const(cn, (c * np.float32(beta)).astype(np.float32)))
+                out.append(helper.make_node("Add", [scaled, cn], [y], name=f"{p}/Bias"))
+            else:
+                bn = self._name(f"{p}/beta")
+                self.new_inits.append(_const(bn, np.array(beta, np.float32)))
+                out.append(helper.make_node("Mul", [node.input[2], bn], [f"{p}/c"], name=f"{p}/Beta"))
+                out.append(helper.make_node("Add", [scaled, f"{p}/c"], [y], name=f"{p}/Bias"))
+
+    def finish(self) -> None:
+        """Add the new initializers, then drop what nothing reads any more: the fp32 weights (they would
+        double the file) and the pieces' former slice bounds."""
         self.graph.initializer.extend(self.new_inits)
-        read = {i for node in self.graph.node for i in node.input} | {o.name for o in self.graph.output}
-        keep = [t for t in self.graph.initializer if t.name in read]
-        del self.graph.initializer[:]
-        self.graph.initializer.extend(keep)
+        drop_dead_nodes(self.graph)
 
 
 def activation_ranges(model: onnx.ModelProto, names: Sequence[str], rows: Sequence[Row]) -> dict[str, np.ndarray]:
@@ -497,11 +552,12 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     largest channels out of the codes and multiply them in fp32 (``outliers``), and give weights two
     integer terms (``split``); ``calibration`` rows give the channel ranges the first two need.
     Activations are quantized once per producer (Q, K and V share theirs), and all over the same
-    tokens share one zero-point tensor. Attention MatMuls, LayerNorm, softmax, GELU and embeddings stay
-    fp32; with ``recipe.fold_attention`` an encoder's attention shape arithmetic is then folded into
-    constants (converters.attention_shapes; FoldingMismatch unless bit-identical to the unfolded graph
-    on ``calibration``). Raises ValueError when the graph has no constant-weight MatMul (nothing to
-    quantize).
+    tokens share one zero-point tensor. A MatMul whose output is only read in pieces of its last axis
+    becomes one integer matmul per piece (converters.matmul_pieces; bit-identical). Attention MatMuls,
+    LayerNorm, softmax, GELU and embeddings stay fp32; with ``recipe.fold_attention`` an encoder's
+    attention shape arithmetic is then folded into constants (converters.attention_shapes;
+    FoldingMismatch unless bit-identical to the unfolded graph on ``calibration``). Raises ValueError
+    when the graph has no constant-weight MatMul (nothing to quantize).
     """
     recipe.check()
     model = onnx.load(str(src))
@@ -513,9 +569,10 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
         if not calibration:
             raise ValueError("int8 recipe: smoothing and outlier channels need calibration rows")
         rewriter.plan_smoothing(activation_ranges(model, quantized, calibration))
+    rewriter.plan_pieces(model)
     if rewriter.rewrite() == 0:
         raise ValueError(f"{src}: no MatMul or Gemm with a constant weight to quantize")
-    rewriter.drop_unused_initializers()
+    rewriter.finish()
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version < BLOCKED_QUANTIZE_OPSET:
             # blocked QuantizeLinear needs opset 21; the exported ops (BERT's and causal LMs') mean

@@ -140,12 +140,13 @@ def fold_static_dims(model: onnx.ModelProto) -> int:
     values = {name: v for name, v in values.items() if name not in outputs}
     stored = {t.name for t in graph.initializer} | set(constants)
     graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in values.items())
-    _keep_scales_apart(model, _closure(graph, stored | set(values)) - _closure(graph, stored), dims, readers)
+    newly_constant = constant_closure(graph, stored | set(values)) - constant_closure(graph, stored)
+    _keep_scales_apart(model, newly_constant, dims, readers)
     drop_dead_nodes(graph)
     return len(values)
 
 
-def _closure(graph: onnx.GraphProto, known: set[str]) -> set[str]:
+def constant_closure(graph: onnx.GraphProto, known: set[str]) -> set[str]:
     """The tensors whose values follow from ``known`` alone (ONNX Runtime folds them at session creation)."""
     found = set(known)
     for n in graph.node:  # topological order
@@ -185,7 +186,7 @@ def _keep_scales_apart(model: onnx.ModelProto, folded: set[str], dims: dict[str,
             if c not in folded or x in folded or shape is None:
                 continue
             if c not in scales:
-                scales[c] = _evaluate(model, c)
+                scales[c] = evaluate_constant(model, c)
             if scales[c].size == 1:
                 name = f"{PREFIX}/{c}/{'x'.join(map(str, shape))}"
                 if all(t.name != name for t in graph.initializer):
@@ -238,7 +239,7 @@ def _broadcast_shape(dims: list[Dim]) -> tuple[int, ...] | None:
     return None
 
 
-def _evaluate(model: onnx.ModelProto, name: str) -> np.ndarray:
+def evaluate_constant(model: onnx.ModelProto, name: str) -> np.ndarray:
     """The value of ``name``, which follows from the graph's constants alone, as ONNX Runtime computes it."""
     import onnxruntime as ort
 
