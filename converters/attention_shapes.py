@@ -107,7 +107,7 @@ class _Attention:
     out: onnx.NodeProto
 
 
-class _Index:
+class GraphIndex:
     """Who produces and who reads each tensor of a graph."""
 
     def __init__(self, graph: onnx.GraphProto) -> None:
@@ -131,20 +131,21 @@ class _Index:
         return readers[0]
 
 
-def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+def attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    """``node``'s attribute ``name`` as a Python value, or ``default`` when it has none."""
     return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
-def _heads(ix: _Index, name: str, perm: list[int]) -> tuple[str, str] | None:
+def _heads(ix: GraphIndex, name: str, perm: list[int]) -> tuple[str, str] | None:
     """(x, heads) when ``name`` is Transpose(perm) of heads = Reshape(x, [B, S, H, D])."""
     t = ix.made_by(name, "Transpose")
-    if t is None or list(_attr(t, "perm", [])) != perm:
+    if t is None or list(attribute(t, "perm", [])) != perm:
         return None
     r = ix.made_by(t.input[0], "Reshape")
     return (r.input[0], r.output[0]) if r is not None else None
 
 
-def _scaled_heads(ix: _Index, name: str, perm: list[int]) -> tuple[str, str, str] | None:
+def _scaled_heads(ix: GraphIndex, name: str, perm: list[int]) -> tuple[str, str, str] | None:
     """(x, factor, heads) when ``name`` is Mul(Transpose(perm) of Reshape(x), factor)."""
     m = ix.made_by(name, "Mul")
     if m is None:
@@ -156,10 +157,10 @@ def _scaled_heads(ix: _Index, name: str, perm: list[int]) -> tuple[str, str, str
     return None
 
 
-def _match_attention(ix: _Index, softmax: onnx.NodeProto) -> _Attention | None:
+def _match_attention(ix: GraphIndex, softmax: onnx.NodeProto) -> _Attention | None:
     """The export's attention around ``softmax``, or None where any piece differs."""
     add = ix.made_by(softmax.input[0], "Add")
-    if _attr(softmax, "axis", -1) != -1 or add is None:
+    if attribute(softmax, "axis", -1) != -1 or add is None:
         return None
     scores, mask = add.input
     if ix.made_by(scores, "MatMul") is None:
@@ -174,7 +175,7 @@ def _match_attention(ix: _Index, softmax: onnx.NodeProto) -> _Attention | None:
         return None
     v = _heads(ix, pv.input[1], [0, 2, 1, 3])
     back = ix.only_reader(pv.output[0], "Transpose")
-    if v is None or back is None or list(_attr(back, "perm", [])) != [0, 2, 1, 3]:
+    if v is None or back is None or list(attribute(back, "perm", [])) != [0, 2, 1, 3]:
         return None
     out = ix.only_reader(back.output[0], "Reshape")
     if out is None:
@@ -293,7 +294,7 @@ def fold_attention_shapes(model: onnx.ModelProto) -> Folding:
         return Folding(why=NOT_AN_ENCODER)
     if sum(t.ByteSize() for t in graph.initializer) > MAX_WEIGHT_BYTES:
         return Folding(why="weights over protobuf's 2 GB cap")
-    ix = _Index(graph)
+    ix = GraphIndex(graph)
     attentions = [a for n in graph.node if n.op_type == "Softmax" and (a := _match_attention(ix, n)) is not None]
     if not attentions:
         return Folding(why="no attention of the export's form")

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from converters.attention_shapes import GraphIndex, attribute
 from converters.static_dims import constant_closure, evaluate_constant
 
 STANDARD = ("", "ai.onnx")
@@ -53,23 +53,19 @@ class Plan:
     constants: list[onnx.TensorProto] = field(default_factory=list)
 
 
-class _Graph:
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self.model = model
-        graph = model.graph
-        self.readers: dict[str, list[onnx.NodeProto]] = {}
-        for n in graph.node:
-            for i in n.input:
-                self.readers.setdefault(i, []).append(n)
-        self.stored = {t.name: t for t in graph.initializer}
-        self.constant = constant_closure(graph, set(self.stored))
-        self.outputs = {o.name for o in graph.output}
+class _Graph(GraphIndex):
+    """The index of who reads what, plus which int tensors the graph's constants fix."""
 
-    def only_reader(self, tensor: str, op: str) -> onnx.NodeProto | None:
-        found = self.readers.get(tensor, [])
-        if len(found) != 1 or found[0].op_type != op or found[0].domain not in STANDARD or tensor in self.outputs:
-            return None
-        return found[0]
+    def __init__(self, model: onnx.ModelProto) -> None:
+        super().__init__(model.graph)
+        self.model = model
+        self.stored = {t.name: t for t in model.graph.initializer}
+        self.constant = constant_closure(model.graph, set(self.stored))
+
+    def only_reader(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        """The one node reading ``name``, of the standard op ``op_type``, when ``name`` is no graph output."""
+        reader = super().only_reader(name, op_type)
+        return reader if reader is not None and reader.domain in STANDARD else None
 
     def value(self, tensor: str) -> list[int] | None:
         """A constant int tensor's entries, or None when the graph does not fix it."""
@@ -78,10 +74,6 @@ class _Graph:
         value = numpy_helper.to_array(self.stored[tensor]) if tensor in self.stored else \
             evaluate_constant(self.model, tensor)
         return [int(v) for v in np.asarray(value).reshape(-1)]
-
-
-def _attr(node: onnx.NodeProto, name: str) -> Any:
-    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
 
 
 def _clamp(v: int, n: int) -> int:
@@ -109,7 +101,7 @@ def _slices(g: _Graph, y: str, n: int) -> list[Piece] | None:
 def _unbound(g: _Graph, y: str, n: int, plan: Plan) -> list[Piece] | None:
     reshape = g.only_reader(y, "Reshape")
     shape = g.value(reshape.input[1]) if reshape is not None and list(reshape.input[:1]) == [y] else None
-    if reshape is None or shape is None or _attr(reshape, "allowzero"):
+    if reshape is None or shape is None or attribute(reshape, "allowzero"):
         return None
     lead = next((i for i, v in enumerate(shape) if v > 0), len(shape))
     if lead == len(shape) or any(v not in (0, -1) for v in shape[:lead]) or shape[:lead].count(-1) > 1:
@@ -118,12 +110,12 @@ def _unbound(g: _Graph, y: str, n: int, plan: Plan) -> list[Piece] | None:
     if int(np.prod(shape[lead:])) != n or any(v <= 0 for v in rest):
         return None
     transpose = g.only_reader(reshape.output[0], "Transpose")
-    perm = list(_attr(transpose, "perm") or []) if transpose is not None else []
+    perm = list(attribute(transpose, "perm") or []) if transpose is not None else []
     if transpose is None or sorted(perm) != list(range(len(shape))):
         return None
     axis = perm.index(lead)
     split = g.only_reader(transpose.output[0], "Split")
-    if split is None or len(split.output) != parts or _attr(split, "axis") not in (axis, axis - len(shape)):
+    if split is None or len(split.output) != parts or attribute(split, "axis") not in (axis, axis - len(shape)):
         return None
     sizes = g.value(split.input[1]) if len(split.input) > 1 and split.input[1] else [1] * parts
     squeezes = [g.only_reader(o, "Squeeze") for o in split.output]

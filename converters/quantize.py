@@ -198,7 +198,7 @@ class _Rewriter:
         self.quantized_weights: dict[tuple[str, bool, float, str, bool, tuple[int, int] | None],
                                      list[tuple[str, str]]] = {}
         #: matmul outputs read only in pieces of their last axis, computed a piece at a time
-        self.pieces = Plan()
+        self.piece_plan = Plan()
         #: activation -> per-channel smoothing factor s (x / s meets W * s); empty when not smoothing
         self.smooth: dict[str, np.ndarray] = {}
         #: activation -> its channels multiplied in fp32 (recipe.outliers), and their gathered tensor
@@ -445,22 +445,22 @@ class _Rewriter:
         piece becomes its own integer matmul on the same activation codes (bit-identical)."""
         matmuls = {n.output[0]: int(self.inits[found[0]].dims[1]) for n in self.graph.node
                    if n.op_type == "MatMul" and (found := self.weight_of(n)) is not None}
-        self.pieces = plan_pieces(model, matmuls)
-        self.new_inits += self.pieces.constants
+        self.piece_plan = plan_pieces(model, matmuls)
+        self.new_inits += self.piece_plan.constants
 
     def rewrite(self) -> int:
         """Replace every constant-weight MatMul/Gemm in place (a pieced one by its pieces and their tails, in
         place of the readers they replace); returns how many were replaced."""
         out: list[onnx.NodeProto] = []
         for node in self.graph.node:
-            if node.output and node.output[0] in self.pieces.replaced:
+            if node.output and node.output[0] in self.piece_plan.replaced:
                 continue  # a piece makes its output, where the matmul was
             found = self.weight_of(node)
             if found is None:
                 out.append(node)
                 continue
             self.count += 1
-            pieces = self.pieces.pieces.get(node.output[0])
+            pieces = self.piece_plan.pieces.get(node.output[0])
             if pieces is None:
                 self.quantized_matmul(node, found, node.output[0], None, out)
             for piece in pieces or ():
