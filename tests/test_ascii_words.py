@@ -1,4 +1,4 @@
-"""The ASCII word path gives exactly the tokenizer's ids, or declines the text or the tokenizer."""
+"""The ASCII word path gives exactly the tokenizer's ids and offsets, or declines the text or the tokenizer."""
 
 from __future__ import annotations
 
@@ -82,10 +82,15 @@ def test_ids_equal_the_tokenizers_on_random_ascii(name: str, sparrow_tokenizer: 
     read = 0
     for text in texts * 2:  # the second pass reads from the cache
         got = words.ids(text)
+        encoded = words.encode(text)
         if got is None:
+            assert encoded is None
             continue
         read += 1
-        assert got == tok.encode(text, add_special_tokens=False).ids, repr(text)
+        want = tok.encode(text, add_special_tokens=False)
+        assert got == want.ids, repr(text)
+        assert encoded is not None and encoded[0] == want.ids, repr(text)
+        assert encoded[1].tolist() == [list(o) for o in want.offsets], repr(text)
     # declined: exactly the texts that hold an added token's text, as written or lowercased
     holding = [t for t in texts if any(a in t or a.lower() in t.lower() for a in added)]
     assert read == 2 * (len(texts) - len(holding))
@@ -124,3 +129,14 @@ def test_the_budget_reader_reads_through_it(sparrow_tokenizer: Tokenizer) -> Non
     assert reader.ids(text, 5) == (want[:5], True)
     assert reader.ids("\u00e9t\u00e9 " + text, 1000)[0] == sparrow_tokenizer.encode(
         "\u00e9t\u00e9 " + text, add_special_tokens=False).ids
+    # read(): ids and offsets, whole and cut at a budget, as the tokenizer gives them
+    enc = sparrow_tokenizer.encode(text, add_special_tokens=False)
+    whole = reader.read(text, 1000)
+    assert whole.complete and whole.ids.tolist() == enc.ids
+    assert whole.offsets.tolist() == [list(o) for o in enc.offsets]
+    long_text = " ".join([text] * 400)  # past the first prefix: read through a cut
+    long_enc = sparrow_tokenizer.encode(long_text, add_special_tokens=False)
+    first = reader.read(long_text, 12)
+    assert not first.complete and len(first) >= 12
+    assert first.ids.tolist() == long_enc.ids[:len(first)]
+    assert first.offsets.tolist() == [list(o) for o in long_enc.offsets[:len(first)]]

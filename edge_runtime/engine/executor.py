@@ -46,9 +46,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The longest estimated forward time (all of a job's forwards) that runs inline on an idle
-#: executor. It bounds how long the event loop is held (1 ms), and sits above a hand-off's cost so
-#: that sub-millisecond models (sparrow-nano: ~0.2 ms a question) skip the hand-off entirely.
-INLINE_FORWARD_MAX_S = 1e-3
+#: executor. It bounds how long the event loop is held (3 ms): sub-millisecond models (sparrow-nano:
+#: ~0.2 ms a question) and one sentence through a MiniLM-sized encoder (~2 ms on one core) skip the
+#: hand-off, which cost MiniLM int8 0.09 ms of a 2.7 ms answer (queue 0.13 -> 0.04 ms in Server-Timing).
+#: A request arriving meanwhile is read when the forward ends: it would have waited for that forward
+#: anyway, the executor running one at a time.
+INLINE_FORWARD_MAX_S = 3e-3
 #: Weight of the newest forward in the running cost per token.
 _COST_SMOOTHING = 0.2
 #: Time constant of the queue's running mean (ExecutorLoad.queued_mean): about one KEDA polling

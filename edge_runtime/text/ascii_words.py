@@ -10,8 +10,9 @@ enough to write down exactly:
   character is a word of its own, and white space only separates.
 - ``WordPiece`` reads each word alone, so a word's ids never depend on its neighbours.
 
-So the ids of such a text are the concatenated ids of its words, and a word's ids come from the
-tokenizer's own model (``tokenizer.model.tokenize``), cached: the Router's states repeat their
+So the ids of such a text are the concatenated ids of its words, and a word's ids (with their
+offsets in the word, which the word's start in the text shifts) come from the tokenizer's own model
+(``tokenizer.model.tokenize``), cached: the Router's states repeat their
 vocabulary, and a hit costs a dictionary lookup where the whole pipeline costs ~2 us a token
 (normalizing with alignments). Texts that hold anything else (other characters, an added token's
 text) are left to the tokenizer. :meth:`AsciiWords.for_tokenizer` accepts only the exact pipeline
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 # Texts longer than this go to the tokenizer, which releases the GIL on them (text.bounds).
@@ -32,6 +34,9 @@ MAX_CACHED_WORD_CHARS = 48  # longer words are rare and would only crowd the cac
 # Anything but printable ASCII and the white space clean_text maps to a space.
 _OTHER = re.compile(r"[^\t\n\r\x20-\x7e]")
 _WORDS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9\s]")
+
+#: A word's WordPiece tokens: their ids, and their offsets within the word flattened (start, end, ...).
+Pieces = tuple[tuple[int, ...], tuple[int, ...]]
 
 # Texts the pipeline is checked on at construction: every printable character, long and unknown
 # words, white space of each kind, digits against letters.
@@ -60,7 +65,7 @@ def _is_bert_wordpiece(tokenizer: Tokenizer) -> bool:
 
 
 class AsciiWords:
-    """Exact ``encode(text, add_special_tokens=False).ids`` for short ASCII texts, a word at a time."""
+    """Exact ``encode(text, add_special_tokens=False)`` ids and offsets for short ASCII texts, a word at a time."""
 
     def __init__(self, tokenizer: Tokenizer, lowercase: bool) -> None:
         self._tokenizer = tokenizer
@@ -69,7 +74,7 @@ class AsciiWords:
         # tokens before normalizing, and some after): compared both as written and lowercased.
         self._added = tuple({form for token in tokenizer.get_added_tokens_decoder().values()
                              for form in (token.content, token.content.lower())})
-        self._words: dict[str, tuple[int, ...]] = {}
+        self._words: dict[str, Pieces] = {}
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer) -> AsciiWords | None:
@@ -78,29 +83,56 @@ class AsciiWords:
             return None
         words = cls(tokenizer, bool(tokenizer.normalizer.lowercase))
         for text in _SAMPLE:
-            if words.ids(text) != tokenizer.encode(text, add_special_tokens=False).ids:
+            enc = tokenizer.encode(text, add_special_tokens=False)
+            got = words.encode(text)
+            if got is None or got[0] != enc.ids or got[1].tolist() != [list(o) for o in enc.offsets]:
                 return None
         words._words.clear()
         return words
 
-    def ids(self, text: str) -> list[int] | None:
-        """The text's ids (no specials), or None when the text is not one this path reads."""
+    def _words_of(self, text: str) -> list[tuple[int, Pieces]] | None:
+        """Each word's start and its pieces, or None when the text is not one this path reads."""
         if len(text) > MAX_CHARS or not text.isascii() or _OTHER.search(text):
             return None
         lowered = text.lower()
         if self._added and any(form in text or form in lowered for form in self._added):
             return None
         if self._lowercase:
-            text = lowered
+            text = lowered  # ASCII lowercasing keeps every character where it was
         cache = self._words
-        out: list[int] = []
-        for word in _WORDS.findall(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = tuple(token.id for token in self._tokenizer.model.tokenize(word))
+        out = []
+        for match in _WORDS.finditer(text):
+            word = match.group()
+            pieces = cache.get(word)
+            if pieces is None:
+                tokens = self._tokenizer.model.tokenize(word)
+                pieces = (tuple(t.id for t in tokens), tuple(bound for t in tokens for bound in t.offsets))
                 if len(word) <= MAX_CACHED_WORD_CHARS:
                     if len(cache) >= MAX_CACHED_WORDS:
                         cache.clear()
-                    cache[word] = ids
+                    cache[word] = pieces
+            out.append((match.start(), pieces))
+        return out
+
+    def ids(self, text: str) -> list[int] | None:
+        """The text's ids (no specials), or None when the text is not one this path reads."""
+        words = self._words_of(text)
+        if words is None:
+            return None
+        out: list[int] = []
+        for _, (ids, _spans) in words:
             out += ids
         return out
+
+    def encode(self, text: str) -> tuple[list[int], np.ndarray] | None:
+        """The text's ids and their character offsets (int64 [n, 2], end exclusive), as
+        ``encode(text, add_special_tokens=False)`` gives them; None when the text is not one this path reads."""
+        words = self._words_of(text)
+        if words is None:
+            return None
+        ids: list[int] = []
+        bounds: list[int] = []
+        for start, (word_ids, spans) in words:
+            ids += word_ids
+            bounds += [start + b for b in spans]
+        return ids, np.asarray(bounds, dtype=np.int64).reshape(-1, 2)

@@ -104,6 +104,9 @@ class BudgetReader:
 
     def _encode(self, text: str) -> tuple[list[int], np.ndarray]:
         """The ids and offsets of all of ``text`` (no specials)."""
+        fast = self._ascii_words.encode(text) if self._ascii_words is not None else None
+        if fast is not None:
+            return fast
         if self._long_words is not None and len(text) >= MIN_SPACE_RUN:
             enc, offsets = self._long_words.encode(self._tokenizer, text)
             return enc.ids, offsets
