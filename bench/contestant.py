@@ -22,7 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,23 +94,34 @@ def load_optimum(source: Path, onnx_file: Path, threads: int, workdir: Path) -> 
     return embed
 
 
-def load_onnxruntime(onnx_file: Path, threads: int) -> Callable[[list[str]], Any]:
+def load_onnxruntime(onnx_file: Path, threads: int,
+                     thread_plan: Sequence[tuple[int, int]] = ()) -> Callable[[list[str]], Any]:
     """ONNX Runtime alone: the package's tokenizer (right padding), one session run, numpy pooling.
 
     The same pinned settings as the server (ORT_ENABLE_ALL, sequential, one inter-op thread), so the
-    gap to our HTTP numbers is what the server adds.
+    gap to our HTTP numbers is what the server adds. ``thread_plan`` ((most tokens, threads) pairs, the
+    plan a server measured and reports in /v1/models): a session per count, each forward at its size's
+    count as the server runs it; without it, one session at ``threads``.
     """
     import numpy as np
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(onnx_file), sess_options=options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
+    def session_at(n: int) -> Any:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = n
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        return ort.InferenceSession(str(onnx_file), sess_options=options, providers=["CPUExecutionProvider"])
+
+    sessions = {n: session_at(n) for n in {threads, *(t for _, t in thread_plan)}}
+
+    def session_for(tokens: int) -> Any:
+        count = next((t for most, t in thread_plan if tokens <= most), thread_plan[-1][1] if thread_plan else threads)
+        return sessions[count]
+
+    names = [i.name for i in sessions[threads].get_inputs()]
     tokenizer = Tokenizer.from_file(str(onnx_file.parent / "tokenizer.json"))
     tokenizer.enable_truncation(MAX_SEQ_LENGTH)
     tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -120,12 +131,22 @@ def load_onnxruntime(onnx_file: Path, threads: int) -> Callable[[list[str]], Any
         feeds = {"input_ids": np.array([e.ids for e in encs], dtype=np.int64),
                  "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64),
                  "token_type_ids": np.array([e.type_ids for e in encs], dtype=np.int64)}
+        session = session_for(feeds["input_ids"].size)
         hidden = session.run(["last_hidden_state"], {n: feeds[n] for n in names})[0]
         mask = feeds["attention_mask"][..., None].astype(np.float32)
         pooled = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
         return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
     return embed
+
+
+def _thread_plan(text: str) -> tuple[tuple[int, int], ...]:
+    """``MOST:THREADS,...`` as (most tokens, threads) pairs, ascending."""
+    try:
+        plan = tuple((int(most), int(threads)) for most, threads in (part.split(":") for part in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MOST:THREADS,..., got {text!r}") from None
+    return tuple(sorted(plan))
 
 
 def serve(embed: Callable[[list[str]], Any], stdin: Any, stdout: Any) -> None:
@@ -151,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--source", type=Path, required=True, help="the Hugging Face model directory")
     parser.add_argument("--onnx", type=Path, help="optimum, onnxruntime: the graph to load (the package's model.onnx)")
+    parser.add_argument("--thread-plan", type=_thread_plan, default=(),
+                        help="onnxruntime only: MOST:THREADS,... (a server's measured plan from /v1/models)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="sentence-transformers only: torch's device (bench/gpu.py)")
     args = parser.parse_args(argv)
@@ -170,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.kind == "onnxruntime":
             if args.onnx is None:
                 parser.error("onnxruntime needs --onnx")
-            embed = load_onnxruntime(args.onnx, args.threads)
+            embed = load_onnxruntime(args.onnx, args.threads, args.thread_plan)
         else:
             if args.onnx is None:
                 parser.error("optimum needs --onnx")

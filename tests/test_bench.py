@@ -429,3 +429,32 @@ def test_lean_client_frames_responses_kept_alive_or_closed(protocol: str) -> Non
         client.close()
         server.shutdown()
         server.server_close()
+
+
+def test_thread_plan_argument_reads_a_servers_plan_and_refuses_garbage() -> None:
+    import argparse
+
+    from bench.contestant import _thread_plan
+
+    assert _thread_plan("512:2,64:1") == ((64, 1), (512, 2))
+    for bad in ("64", "64:x", "", "64:1;512:2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _thread_plan(bad)
+
+
+def test_issue_40_goals_judge_each_client_against_torch_and_the_in_process_graph() -> None:
+    from bench import embeddings
+    from bench.harness.stats import Summary
+
+    def result(key: str, b1_ms: float, b32_ms: float) -> embeddings.Result:
+        by = {size: Summary(ms / 1000, ms / 1000, ms / 1000, ms / 1000, 1)
+              for size, ms in ((1, b1_ms), (8, b1_ms * 8), (embeddings.BATCH, b32_ms))}
+        return embeddings.Result(key, type("C", (), {"label": key})(), by)  # type: ignore[arg-type]
+
+    results = {embeddings.REFERENCE: result("torch", 7.5, 90.0),
+               "ours-int8-b64": result("http.client", 3.1, 45.0),  # 2.42x, 2.0x, +1.1 ms
+               embeddings.LEAN: result("lean", 2.9, 36.0),  # 2.59x, 2.5x, +0.9 ms
+               embeddings.ORT_INT8: result("in-process", 2.0, 34.0)}
+    rows = embeddings.goals_table(results).rows
+    assert [r[-1] for r in rows] == ["NOT met", "NOT met", "NOT met", "met", "met", "NOT met"]
+    assert rows[2][1] == "1.10 ms" and rows[5][1] == "0.90 ms"

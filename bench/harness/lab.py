@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,9 +76,10 @@ class Lab:
         self._others.append(server)
         return server
 
-    def start_worker(self, kind: str) -> WorkerContestant:
+    def start_worker(self, kind: str, thread_plan: Sequence[tuple[int, int]] = ()) -> WorkerContestant:
         """The shared worker of a kind ('sentence-transformers', 'optimum', 'onnxruntime', or
-        'onnxruntime-int8': the package's exact int8 graph in a bare session), started if needed."""
+        'onnxruntime-int8': the package's exact int8 graph in a bare session), started if needed.
+        ``thread_plan``: the onnxruntime kinds run each forward at the count a server measured for its size."""
         if kind not in self._workers:
             labels = {"sentence-transformers": "sentence-transformers (torch, in-process)",
                       "optimum": "Optimum ORTModelForFeatureExtraction (in-process)",
@@ -86,7 +88,8 @@ class Lab:
             graphs = {"optimum": "model.onnx", "onnxruntime": "model.onnx", "onnxruntime-int8": "model.int8.onnx"}
             onnx = self.settings.package / graphs[kind] if kind in graphs else None
             self._workers[kind] = WorkerContestant(labels[kind], kind.removesuffix("-int8"), self.settings.threads,
-                                                   minilm_source(), onnx, self.log_dir / f"{kind}.log")
+                                                   minilm_source(), onnx, self.log_dir / f"{kind}.log",
+                                                   thread_plan=thread_plan)
         return self._workers[kind]
 
     def stop_all(self) -> None:

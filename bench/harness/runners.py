@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bench.harness.clients import LeanClient
 from bench.harness.report import ROOT
 from bench.harness.server import ServerProcess
 from bench.harness.stats import timed
@@ -70,14 +71,26 @@ def decode_embeddings(body: dict[str, Any], encoding_format: str) -> np.ndarray:
 
 
 class HttpContestant:
-    """Our server over HTTP; each timed call encodes the request, sends it and decodes the vectors."""
+    """Our server over HTTP; each timed call encodes the request, sends it and decodes the vectors.
 
-    def __init__(self, label: str, server: ServerProcess, encoding_format: str = "float") -> None:
+    ``lean``: through LeanClient (bench/harness/clients.py) instead of http.client, whose header parsing
+    alone costs 0.1-0.3 ms a call: what the server costs a lean caller such as the Router's Go client.
+    """
+
+    def __init__(self, label: str, server: ServerProcess, encoding_format: str = "float", lean: bool = False) -> None:
         self.label = label
         self.server = server
         self.encoding_format = encoding_format
+        self.lean = LeanClient(server.port) if lean else None
 
     def _call(self, texts: list[str]) -> np.ndarray:
+        if self.lean is not None:
+            body = json.dumps({"model": self.server.name, "input": texts,
+                               "encoding_format": self.encoding_format}).encode()
+            status, raw = self.lean.post("/v1/embeddings", body)
+            if status != 200:
+                raise RuntimeError(f"{self.label}: HTTP {status}: {raw[:500]!r}")
+            return decode_embeddings(json.loads(raw), self.encoding_format)
         resp = self.server.embeddings(texts, self.encoding_format)
         if resp.status != 200:
             raise RuntimeError(f"{self.label}: HTTP {resp.status}: {resp.body[:500]!r}")
@@ -195,8 +208,11 @@ class WorkerContestant(WorkerProcess):
     """A library in its own process (bench/contestant.py)."""
 
     def __init__(self, label: str, kind: str, threads: int, source: Path, onnx: Path | None,
-                 log_path: Path, device: str = "cpu") -> None:
+                 log_path: Path, device: str = "cpu", thread_plan: Sequence[tuple[int, int]] = ()) -> None:
+        """``thread_plan``: (most tokens, threads) pairs, as a server's /v1/models reports its measured plan."""
         args = [kind, "--source", str(source), "--device", device] + (["--onnx", str(onnx)] if onnx is not None else [])
+        if thread_plan:
+            args += ["--thread-plan", ",".join(f"{most}:{threads}" for most, threads in thread_plan)]
         super().__init__(label, "bench.contestant", args, threads, log_path)
 
     def time(self, texts: list[str], n: int) -> list[float]:
