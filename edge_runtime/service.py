@@ -73,28 +73,32 @@ def deadline_at(deadline_ms: float | None, started: float) -> float | None:
     return None if deadline_ms is None else started + deadline_ms / 1000.0
 
 
-def _kept(runtime: Runtime, surface: str, body: Any, key: bytes, started: float) -> dict[str, Any] | None:
-    """The request's answer from its model's result cache (engine/result_cache.py), when it was answered
-    before by the version that would answer it now; None otherwise (the request then takes the whole
-    path, which also says what is wrong with a request that cannot be answered)."""
+def _kept(runtime: Runtime, surface: str, body: Any, started: float) -> tuple[bytes | None, dict[str, Any] | None]:
+    """The request's key in its model's result cache (engine/result_cache.py) and the answer kept under
+    it, when the version that would answer now answered it before; (key, None) otherwise (the request
+    then takes the whole path, which also says what is wrong with a request that cannot be answered).
+    The key is None when the model named keeps no answers: the body is not hashed for nothing."""
     name = body.get("model") if isinstance(body, dict) else None
     if name is not None and not isinstance(name, str):
-        return None
+        return None, None
     try:
         model = runtime.resolve(surface, name)
     except ApiError:
-        return None
+        return None, None
     try:
         cache = model.result_cache
-        kept = cache.answer(key) if cache is not None else None
+        if cache is None or not cache.enabled:
+            return None, None
+        key = answer_key(surface, body)
+        kept = cache.answer(key) if key is not None else None
         if kept is None:
-            return None
+            return key, None
         answer: dict[str, Any] = {"model": model.name, **orjson.loads(kept.body)}
     finally:
         model.release()
     model.stats.record(time.monotonic() - started, False)
     _answered(runtime, model, surface, body, kept.input_tokens)
-    return answer
+    return key, answer
 
 
 def _answered(runtime: Runtime, model: ServedModel, surface: str, body: Any, input_tokens: int) -> None:
@@ -112,9 +116,9 @@ async def serve(
     A small request answered before by the same version is answered from its result cache; a large
     one is not hashed on the loop (its rows still are, where they are planned)."""
     started = time.monotonic()
-    key = None if offloaded() else answer_key(surface, body)
-    if key is not None:
-        kept = _kept(runtime, surface, body, key, started)
+    key = None
+    if not offloaded():
+        key, kept = _kept(runtime, surface, body, started)
         if kept is not None:
             return kept
     with timing.phase("tokenize"):
