@@ -25,7 +25,7 @@ from edge_runtime.engine import (
     probe,
 )
 from edge_runtime.engine.devices import resolve_device
-from edge_runtime.engine.executor import INLINE_FORWARD_MAX_S
+from edge_runtime.engine.executor import INLINE_ALONE_FORWARD_MAX_S, INLINE_FORWARD_MAX_S
 from edge_runtime.engine.probe import PROBE_LENGTHS, finite_or_none
 from edge_runtime.engine.result_cache import ResultCache
 from edge_runtime.engine.threads import ThreadChoice, choose_threads
@@ -306,6 +306,7 @@ def load_model(model: ServedModel, metrics: Any = None, stop: threading.Event | 
         model.executor = ModelExecutor(
             model.name, forward, model.grouping, cfg.max_queue, max_batch_tokens=cfg.max_batch_tokens, metrics=metrics,
             inline_max_s=INLINE_FORWARD_MAX_S,  # sub-millisecond forwards skip the thread hand-off
+            inline_alone_max_s=INLINE_ALONE_FORWARD_MAX_S,  # and a lone request's forward of a few ms
         )
         model.result_cache = ResultCache(model.name, cfg.result_cache_entries, cfg.result_cache_bytes, metrics)
         keep_loaded()  # later full collections skip what the load left alive (edge_runtime/heap.py)

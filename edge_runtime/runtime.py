@@ -23,6 +23,11 @@ from edge_runtime.loading import ServedModel, load_model
 from edge_runtime.timing import Timing
 from edge_runtime.work import WorkPool, admitted_whole, pool_threads
 
+#: A request is alone (Runtime.alone) when no request came on another connection for this long: one
+#: client's requests keep to their connection, and clients whose requests are this far apart rarely
+#: meet; the cost of meeting is one inline forward's wait (engine/executor.py INLINE_ALONE_FORWARD_MAX_S).
+ALONE_WINDOW_S = 0.1
+
 
 class Runtime:
     """Every served model, the process's state, and the one path a surface request takes to a model."""
@@ -43,6 +48,12 @@ class Runtime:
         self.draining = False
         # Set when the server stops: a load in progress (a conversion, a retry's wait) ends early.
         self.stopping = threading.Event()
+        # Surface requests being answered now (service.serve; the event loop's alone), the connection
+        # the last one came on, and when one last came on another connection: see ``alone``.
+        self.answering = 0
+        self._last_connection: int | None = None
+        self._last_arrival = float("-inf")
+        self._other_arrival = float("-inf")
         # A full preparation queue is refused as a full model queue is: the engine's Overloaded.
         self.work = WorkPool(pool_threads(config.threads), max_queue=config.max_prep_queue, refuse=Overloaded)
 
@@ -215,6 +226,22 @@ class Runtime:
         model.acquire()  # released by the caller once answered (service.serve)
         return model
 
+    def arrived(self, connection: int) -> None:
+        """Note a surface request arriving on ``connection`` (any id that stays the same for a connection)."""
+        now = time.monotonic()
+        if connection != self._last_connection:
+            self._other_arrival = self._last_arrival
+            self._last_connection = connection
+        self._last_arrival = now
+
+    @property
+    def alone(self) -> bool:
+        """Whether the request being answered is the only one, and no request came on another connection
+        within ALONE_WINDOW_S: its forward may then run inline for a few milliseconds. A request that
+        arrives during an inline forward is read only when it ends, so concurrent requests never see each
+        other in ``answering``; their connections taking turns is what shows them."""
+        return self.answering <= 1 and time.monotonic() - self._other_arrival > ALONE_WINDOW_S
+
     async def execute(
         self, model: ServedModel, plan: Plan, deadline: float | None, timing: Timing
     ) -> dict[str, Any]:
@@ -232,7 +259,7 @@ class Runtime:
             try:
                 # Overloaded, RequestTooLarge, ExecutorClosed and ForwardError go up as they are:
                 # api/statuses.py gives each its code and status.
-                result = await executor.submit(rows, deadline, refusable=not admitted_whole())
+                result = await executor.submit(rows, deadline, refusable=not admitted_whole(), alone=self.alone)
             except DeadlineExceeded:
                 plan.complete = False
                 outputs = ItemError("deadline_exceeded", "options.deadline_ms passed before the input was run")

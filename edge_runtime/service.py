@@ -114,7 +114,18 @@ async def serve(
     """Answer one surface request; raises ApiError (or an engine error) for request-level failures.
 
     A small request answered before by the same version is answered from its result cache; a large
-    one is not hashed on the loop (its rows still are, where they are planned)."""
+    one is not hashed on the loop (its rows still are, where they are planned). While it is answered
+    it counts in ``runtime.answering`` (a lone request may run a short forward inline)."""
+    runtime.answering += 1
+    try:
+        return await _serve(runtime, surface, body, timing, bundle_deadline)
+    finally:
+        runtime.answering -= 1
+
+
+async def _serve(
+    runtime: Runtime, surface: str, body: Any, timing: Timing, bundle_deadline: float | None
+) -> dict[str, Any]:
     started = time.monotonic()
     key = None
     if not offloaded():

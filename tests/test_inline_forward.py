@@ -1,4 +1,5 @@
-"""The executor's inline path: idle executors run cheap jobs on the caller's thread, same answers.
+"""The executor's inline path: idle executors run cheap jobs on the caller's thread, same answers; a lone
+request (Runtime.alone) may run a longer forward inline.
 
 Every comparison is bit for bit (probe.bitwise_equal) between an executor that may run inline and
 one that never does, over the same rows of real graphs: sparrow-nano (rows alone) and an int8
@@ -147,3 +148,45 @@ def test_cached_question_feeds_equal_fresh_feeds_bit_for_bit(sparrow: Any) -> No
             fresh = text.feeds(state, text.segment_ids(content(q.instructions)),
                                [text.segment_ids(o) for o in text.options(q)], KINDS[q.type])
             assert bitwise_equal(row.feeds, fresh.feeds) and row.tokens == fresh.tokens
+
+
+def test_a_lone_request_has_the_longer_inline_bound(sparrow: Any) -> None:
+    rows = sparrow.plan_request(parse_decisions_request(BODIES[0])).rows
+    ex = ModelExecutor("m", sparrow.forward, "alone", max_queue=4, inline_max_s=1e-9, inline_alone_max_s=1.0)
+
+    async def main() -> None:
+        await ex.submit(rows)  # measures the cost (worker path)
+        for alone in (False, True, False, True):
+            await ex.submit(rows, alone=alone)
+
+    try:
+        asyncio.run(main())
+    finally:
+        ex.close()
+    assert ex.inline_jobs == 2  # only the lone ones ran inline
+    assert ModelExecutor("n", sparrow.forward, "alone", max_queue=1, inline_max_s=0.5,
+                         inline_alone_max_s=0.1).inline_alone_max_s == 0.5  # never below the shared bound
+
+
+def test_a_request_is_alone_until_another_connection_is_heard_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_runtime import runtime as runtime_module
+    from edge_runtime.config import ServeConfig
+
+    now = [100.0]
+    monkeypatch.setattr(runtime_module.time, "monotonic", lambda: now[0])
+    rt = runtime_module.Runtime(ServeConfig(models_file=None, models=()))
+    rt.answering = 1
+    for _ in range(3):
+        rt.arrived(1)
+        assert rt.alone  # one connection, one request at a time
+    now[0] += 0.01
+    rt.arrived(2)
+    assert not rt.alone  # a second client within the window
+    now[0] += 0.01
+    rt.arrived(2)
+    assert not rt.alone
+    now[0] += runtime_module.ALONE_WINDOW_S + 0.001
+    rt.arrived(2)
+    assert rt.alone  # connection 1 quiet for the whole window
+    rt.answering = 2
+    assert not rt.alone  # a bundle's tasks, or two requests in flight

@@ -85,6 +85,7 @@ def surface_route(endpoint: str, handler: Handler, on_error: ErrorReply = _contr
 
     async def route(request: Request) -> HTTPResponse:
         runtime: Runtime = request.app.ctx.runtime
+        runtime.arrived(id(request.conn_info))
         timing = Timing()
         request.ctx.timing = timing  # the access line's phases
         started = time.perf_counter()

@@ -10,7 +10,8 @@ and back (two thread wake-ups and the loop's wake: ~0.3 ms on 2 busy cores, meas
 queue time of sparrow-nano decisions on an idle executor) runs on the caller's thread when the
 executor is idle, with the same batch plan the worker would make for it alone, so its outputs are
 bit-identical to the worker path. The estimate is the running cost per token of this model's own
-forwards; until one has run, every job takes the worker path.
+forwards; until one has run, every job takes the worker path. A job submitted ``alone`` (its request
+the only one being answered: Runtime.alone) may run inline up to a longer bound.
 """
 
 from __future__ import annotations
@@ -39,19 +40,22 @@ from .errors import (
 from .forward import GROUPINGS, Forward, Grouping
 
 __all__ = [
-    "INLINE_FORWARD_MAX_S", "QUEUE_MEAN_TAU_S", "ExecutorLoad", "ExecutorMetrics", "Forward", "JobResult",
-    "ModelExecutor",
+    "INLINE_ALONE_FORWARD_MAX_S", "INLINE_FORWARD_MAX_S", "QUEUE_MEAN_TAU_S", "ExecutorLoad", "ExecutorMetrics",
+    "Forward", "JobResult", "ModelExecutor",
 ]
 
 log = logging.getLogger(__name__)
 
 #: The longest estimated forward time (all of a job's forwards) that runs inline on an idle
-#: executor. It bounds how long the event loop is held (3 ms): sub-millisecond models (sparrow-nano:
-#: ~0.2 ms a question) and one sentence through a MiniLM-sized encoder (~2 ms on one core) skip the
-#: hand-off, which cost MiniLM int8 0.09 ms of a 2.7 ms answer (queue 0.13 -> 0.04 ms in Server-Timing).
-#: A request arriving meanwhile is read when the forward ends: it would have waited for that forward
-#: anyway, the executor running one at a time.
-INLINE_FORWARD_MAX_S = 3e-3
+#: executor. It bounds how long the event loop is held (1 ms), and sits above a hand-off's cost so
+#: that sub-millisecond models (sparrow-nano: ~0.2 ms a question) skip the hand-off entirely.
+INLINE_FORWARD_MAX_S = 1e-3
+#: The same bound for a job whose request is the only one the server is answering: one sentence
+#: through a MiniLM-sized encoder (~2 ms on one core) then skips the hand-off too (one client:
+#: 296 -> 364 req/s, p50 3.21 -> 2.64 ms). Not with company: a request arriving during an inline
+#: forward is read only when it ends, so it can neither be prepared meanwhile nor join a batch
+#: (four clients lost 28 % of their requests a second when every such forward ran inline).
+INLINE_ALONE_FORWARD_MAX_S = 3e-3
 #: Weight of the newest forward in the running cost per token.
 _COST_SMOOTHING = 0.2
 #: Time constant of the queue's running mean (ExecutorLoad.queued_mean): about one KEDA polling
@@ -135,7 +139,8 @@ class ModelExecutor:
     max_queue bounds the jobs waiting (jobs with rows not yet started); one more raises Overloaded.
     max_batch_tokens caps a forward's padded tokens (rows x longest), max_batch_rows its rows.
     inline_max_s > 0 lets jobs estimated to run within that many seconds run on the caller's
-    thread when the executor is idle (0, the default, never does).
+    thread when the executor is idle (0, the default, never does); inline_alone_max_s is that bound
+    for a job submitted ``alone`` (its request the only one being answered), at least inline_max_s.
     """
 
     def __init__(
@@ -148,6 +153,7 @@ class ModelExecutor:
         max_batch_rows: int = 64,
         metrics: ExecutorMetrics | None = None,
         inline_max_s: float = 0.0,
+        inline_alone_max_s: float = 0.0,
     ) -> None:
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping must be one of {', '.join(GROUPINGS)}, not {grouping!r}")
@@ -168,6 +174,7 @@ class ModelExecutor:
         self.forward_started_at: float | None = None  # time.monotonic() of the forward in flight
         self.forwards = 0
         self.inline_max_s = float(inline_max_s)
+        self.inline_alone_max_s = max(self.inline_max_s, float(inline_alone_max_s))
         self.inline_jobs = 0  # jobs that ran on the caller's thread
         self._token_cost: float | None = None  # running seconds per token of this model's forwards
         self._inline_running = False
@@ -183,8 +190,12 @@ class ModelExecutor:
 
     # ---- event-loop side -------------------------------------------------------------------
 
-    async def submit(self, rows: Sequence[Any], deadline: float | None = None, refusable: bool = True) -> JobResult:
+    async def submit(self, rows: Sequence[Any], deadline: float | None = None, refusable: bool = True,
+                     alone: bool = False) -> JobResult:
         """Run `rows` (batched with other jobs' rows as allowed) and return their outputs.
+
+        ``alone``: the job's request is the only one being answered (its bound to run inline is
+        inline_alone_max_s).
 
         deadline is a time.monotonic() instant. Raises Overloaded when the queue is full (unless
         ``refusable`` is False: a task of a request admitted whole, which is queued all the same),
@@ -201,7 +212,7 @@ class ModelExecutor:
         now = time.monotonic()
         if deadline is not None and deadline <= now:
             raise DeadlineExceeded("the deadline passed before the job was queued", [None] * len(rows))
-        if self._inline_worthwhile(lengths):
+        if self._inline_worthwhile(lengths, self.inline_alone_max_s if alone else self.inline_max_s):
             inline = self._run_inline(rows, lengths, now)
             if inline is not None:
                 return inline
@@ -254,9 +265,9 @@ class ModelExecutor:
 
     # ---- inline path (caller's thread) -------------------------------------------------------
 
-    def _inline_worthwhile(self, lengths: Sequence[int]) -> bool:
+    def _inline_worthwhile(self, lengths: Sequence[int], bound: float) -> bool:
         cost = self._token_cost
-        return self.inline_max_s > 0 and cost is not None and cost * max(1, sum(lengths)) <= self.inline_max_s
+        return bound > 0 and cost is not None and cost * max(1, sum(lengths)) <= bound
 
     def _run_inline(self, rows: list[Any], lengths: list[int], submitted: float) -> JobResult | None:
         """Run a job here when nothing is queued or running; None when the executor is busy.
