@@ -1,9 +1,12 @@
 """Comparison a: all-MiniLM-L6-v2 embeddings, our server over HTTP vs PyTorch, Optimum and bare ONNX
 Runtime in-process, at batch 1, 8 and 32, then image and audio embeddings against the same towers in
-PyTorch (bench/media.py). Our own exact int8 graph also runs in-process (a bare session, tokenizers and
-numpy pooling) beside the server, so what the server adds around the forward is a number per batch.
+PyTorch (bench/media.py). Our own exact int8 graph also runs in-process (bare sessions at the thread
+counts the server measured, tokenizers and numpy pooling) beside the server, so what the server adds
+around the forward is a number per batch; the int8 server is also timed through a lean client (no header
+parsing: what the Router's Go client pays) and its Server-Timing phases read at batch 1. Issue 40's goals
+open the tables, judged on this run.
 
-Every contestant has the same intra-op thread count. Rounds are interleaved in a rotating order so
+Every contestant has the same intra-op thread budget. Rounds are interleaved in a rotating order so
 that drift on a shared machine spreads over every contestant alike. Our int8 is the exact
 (per-token) variant, served batched under exact numerics; the run checks that claim itself: every
 text embedded alone must come back bit-identical to its row in the batch of 32.
