@@ -348,7 +348,7 @@ def test_unknown_model_names_the_served_models(runtime: Runtime) -> None:
 
 
 def test_overloaded_is_529_under_5_0_and_429_under_4_0(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def full(rows: Any, deadline: Any, refusable: bool = True) -> Any:
+    async def full(rows: Any, deadline: Any, refusable: bool = True, alone: bool = False) -> Any:
         raise Overloaded("1 job waiting")
 
     monkeypatch.setattr(runtime.models[MODEL].executor, "submit", full)
