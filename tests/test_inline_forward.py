@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -172,9 +173,10 @@ def test_a_request_is_alone_until_another_connection_is_heard_from(monkeypatch: 
     from edge_runtime import runtime as runtime_module
     from edge_runtime.config import ServeConfig
 
-    now = [100.0]
-    monkeypatch.setattr(runtime_module.time, "monotonic", lambda: now[0])
     rt = runtime_module.Runtime(ServeConfig(models_file=None, models=()))
+    now = [100.0]
+    # the runtime module's clock only: the process's own time.monotonic stays as it is
+    monkeypatch.setattr(runtime_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
     rt.answering = 1
     for _ in range(3):
         rt.arrived(1)

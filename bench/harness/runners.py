@@ -85,8 +85,7 @@ class HttpContestant:
 
     def _call(self, texts: list[str]) -> np.ndarray:
         if self.lean is not None:
-            body = json.dumps({"model": self.server.name, "input": texts,
-                               "encoding_format": self.encoding_format}).encode()
+            body = json.dumps(self.server.embeddings_payload(texts, self.encoding_format)).encode()
             status, raw = self.lean.post("/v1/embeddings", body)
             if status != 200:
                 raise RuntimeError(f"{self.label}: HTTP {status}: {raw[:500]!r}")

@@ -177,9 +177,14 @@ class ServerProcess:
     def get(self, path: str) -> Response:
         return self.request("GET", path)
 
-    def embeddings(self, texts: list[str], encoding_format: str = "float",
-                   options: dict[str, Any] | None = None) -> Response:
+    def embeddings_payload(self, texts: list[str], encoding_format: str = "float",
+                           options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The /v1/embeddings body asking this server's model for ``texts``."""
         payload: dict[str, Any] = {"model": self.name, "input": texts, "encoding_format": encoding_format}
         if options:
             payload["options"] = options
-        return self.post("/v1/embeddings", payload)
+        return payload
+
+    def embeddings(self, texts: list[str], encoding_format: str = "float",
+                   options: dict[str, Any] | None = None) -> Response:
+        return self.post("/v1/embeddings", self.embeddings_payload(texts, encoding_format, options))
