@@ -90,49 +90,52 @@ class AsciiWords:
         words._words.clear()
         return words
 
-    def _words_of(self, text: str) -> list[tuple[int, Pieces]] | None:
-        """Each word's start and its pieces, or None when the text is not one this path reads."""
+    def _readable(self, text: str) -> str | None:
+        """The text as this path splits it (lowercased when the tokenizer lowercases), or None when
+        the text is not one this path reads."""
         if len(text) > MAX_CHARS or not text.isascii() or _OTHER.search(text):
             return None
         lowered = text.lower()
         if self._added and any(form in text or form in lowered for form in self._added):
             return None
-        if self._lowercase:
-            text = lowered  # ASCII lowercasing keeps every character where it was
-        cache = self._words
-        out = []
-        for match in _WORDS.finditer(text):
-            word = match.group()
-            pieces = cache.get(word)
-            if pieces is None:
-                tokens = self._tokenizer.model.tokenize(word)
-                pieces = (tuple(t.id for t in tokens), tuple(bound for t in tokens for bound in t.offsets))
-                if len(word) <= MAX_CACHED_WORD_CHARS:
-                    if len(cache) >= MAX_CACHED_WORDS:
-                        cache.clear()
-                    cache[word] = pieces
-            out.append((match.start(), pieces))
-        return out
+        return lowered if self._lowercase else text  # ASCII lowercasing keeps every character where it was
+
+    def _pieces(self, word: str) -> Pieces:
+        """A word's pieces from the tokenizer's model, cached (a hit is a dictionary lookup)."""
+        pieces = self._words.get(word)
+        if pieces is None:
+            tokens = self._tokenizer.model.tokenize(word)
+            pieces = (tuple(t.id for t in tokens), tuple(bound for t in tokens for bound in t.offsets))
+            if len(word) <= MAX_CACHED_WORD_CHARS:
+                if len(self._words) >= MAX_CACHED_WORDS:
+                    self._words.clear()
+                self._words[word] = pieces
+        return pieces
 
     def ids(self, text: str) -> list[int] | None:
         """The text's ids (no specials), or None when the text is not one this path reads."""
-        words = self._words_of(text)
-        if words is None:
+        readable = self._readable(text)
+        if readable is None:
             return None
         out: list[int] = []
-        for _, (ids, _spans) in words:
-            out += ids
+        cached = self._words.get
+        # findall, not finditer: no match objects where no offsets are wanted (half the time a word)
+        for word in _WORDS.findall(readable):
+            pieces = cached(word)
+            out += (pieces if pieces is not None else self._pieces(word))[0]
         return out
 
     def encode(self, text: str) -> tuple[list[int], np.ndarray] | None:
         """The text's ids and their character offsets (int64 [n, 2], end exclusive), as
         ``encode(text, add_special_tokens=False)`` gives them; None when the text is not one this path reads."""
-        words = self._words_of(text)
-        if words is None:
+        readable = self._readable(text)
+        if readable is None:
             return None
         ids: list[int] = []
         bounds: list[int] = []
-        for start, (word_ids, spans) in words:
+        for match in _WORDS.finditer(readable):
+            word_ids, spans = self._pieces(match.group())
             ids += word_ids
+            start = match.start()
             bounds += [start + b for b in spans]
         return ids, np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
