@@ -15,7 +15,7 @@ import pytest
 
 from bench.decision_codes import Inputs
 from bench.decision_codes_build import QWEN3_0_6B, Shape, layers_that_fit, parse_meminfo, token_rows
-from bench.decisions import Target, reference_probabilities
+from bench.decisions import PACKAGE, Target, batch_request, load_in_process, reference_probabilities
 from bench.harness.answers import answer_probabilities, max_abs_diff, response_probabilities
 from bench.harness.clients import LeanClient
 from bench.harness.report import (
@@ -239,6 +239,35 @@ def test_target_body_adds_only_our_model_member() -> None:
     theirs = json.loads(Target("theirs", 1, "/v1/systemone", None).body(request))
     assert theirs == request
     assert ours == {"model": "sparrow-nano", **request}
+
+
+def test_batch_requests_take_the_standard_form_for_one_state_and_states_for_more() -> None:
+    requests = decision_requests(5, seed=3)
+    assert batch_request(requests, 1, offset=2) == requests[2]
+    batch = batch_request(requests, 3, offset=4)
+    assert batch == {"states": {"s0": requests[4], "s1": requests[0], "s2": requests[1]}}
+    from edge_runtime.api.schema import request_validator
+
+    validator = request_validator("/v1/decisions")
+    for body in (batch_request(requests, 1), batch):
+        validator.validate({"model": PACKAGE, **body})
+
+
+def test_the_in_process_worker_answers_without_http_and_runs_the_forward_alone(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    from converters.sparrow.export import build_sparrow_package
+
+    answer = load_in_process(build_sparrow_package(tmp_path_factory.mktemp("bench-sparrow")), 1)
+    requests = decision_requests(4, seed=3)
+    for states in (1, 3):
+        body = json.dumps({"model": PACKAGE, **batch_request(requests, states)})
+        got = answer({"stage": "answer", "body": body})
+        assert answer({"stage": "forward", "body": body}) == {"rows": 3 * states}
+        entries = [got] if states == 1 else [got["states"][f"s{i}"] for i in range(states)]
+        for entry in entries:
+            assert {q: a["type"] for q, a in entry["answers"].items()} == {
+                "route": "choice", "flag": "noul", "level": "score"}
+        assert got["model"] == PACKAGE and got["usage"]["input_tokens"] > 0
 
 
 def test_answer_probabilities_by_question_type() -> None:
