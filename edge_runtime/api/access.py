@@ -74,9 +74,12 @@ def install(app: Sanic, keys: ApiKeys, schema: str, metrics_require_key: bool, m
         if not access_log.enabled():
             return
         body = getattr(response, "body", None)
-        access_log.log(rid, request.method, request.path, getattr(request.ctx, "model", None), response.status,
-                       int(getattr(request.ctx, "bytes_in", 0)), len(body) if body else 0,
-                       getattr(request.ctx, "timing", None))
+        timing = getattr(request.ctx, "timing", None)
+        access_log.write(access_log.access_record(
+            rid, request.method, request.path, getattr(request.ctx, "model", None), response.status,
+            int(getattr(request.ctx, "bytes_in", 0)), len(body) if body else 0,
+            timing.milliseconds() if timing is not None else {},
+        ))
 
     app.register_middleware(identify_and_authorize, "request", priority=100)
     app.register_middleware(stamp_and_log, "response", priority=100)

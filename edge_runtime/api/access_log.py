@@ -6,13 +6,12 @@ in milliseconds. It never holds a header, a body or a key. ``serve --no-access-l
 
 Lines go to the descriptor with ``os.write`` rather than through ``logging``: the logging module's
 record, caller lookup, lock and flush cost about as much as a whole sparrow-nano readout, on every
-request. On the event loop a request leaves only its fields (:func:`log`, a tuple kept in memory);
-they are formatted and written together FLUSH_SECONDS after the first of them, or as soon as the
-response that makes MAX_PENDING is sent, or at exit, as nginx's ``access_log ... flush=`` buffers: formatting and
-writing in the request's own path cost a sparrow-nano decision ~5 % of its latency served (the
-time formatted, the line serialized, a write per request in the next request's path). A hard kill
-loses at most FLUSH_SECONDS of lines. Each write holds whole lines, at most PIPE_BUF bytes, so
-lines stay whole beside the other log lines on stderr.
+request. On the event loop lines are buffered, as nginx's ``access_log ... flush=`` does, and
+written together FLUSH_SECONDS after the first of them, or at once when they fill PIPE_BUF bytes,
+or at exit: a write per request would sit in the next request's path (the loop reads a waiting
+request before it runs its callbacks). A hard kill loses at most FLUSH_SECONDS of lines. Each
+write holds whole lines, at most PIPE_BUF bytes, so lines stay whole beside the other log lines on
+stderr.
 """
 
 from __future__ import annotations
@@ -22,23 +21,15 @@ import atexit
 import contextlib
 import os
 import select
-import time
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 FLUSH_SECONDS = 0.05
-MAX_PENDING = 16  # lines that, waiting, are written without waiting for the timer (~4 KB)
 _fd: int | None = None  # where lines go; None: the access log is off (the default until configured)
-_pending: list[tuple[Any, ...]] = []  # requests' fields noted on the event loop, not yet written
+_pending = bytearray()  # lines made on the event loop, not yet written
 _timer_loop: asyncio.AbstractEventLoop | None = None  # the loop a timed flush is pending on
-
-
-class Timings(Protocol):
-    """What a line reads of a request's timing (edge_runtime.timing.Timing)."""
-
-    def milliseconds(self) -> dict[str, float]: ...
 
 
 def configure(enabled: bool, fd: int = 2) -> None:
@@ -54,12 +45,11 @@ def enabled() -> bool:
 
 def access_record(
     rid: str, method: str, route: str, model: str | None, status: int,
-    bytes_in: int, bytes_out: int, timings: dict[str, float], at: float | None = None,
+    bytes_in: int, bytes_out: int, timings: dict[str, float],
 ) -> dict[str, Any]:
-    """One access line's fields; ``timings`` are the Server-Timing phases in ms ({} for other routes);
-    ``at`` is when the request was answered (time.time(); default now)."""
+    """One access line's fields; ``timings`` are the Server-Timing phases in ms ({} for other routes)."""
     return {
-        "time": datetime.fromtimestamp(time.time() if at is None else at, UTC).isoformat(timespec="milliseconds"),
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
         "id": rid,
         "method": method,
         "route": route,
@@ -71,34 +61,23 @@ def access_record(
     }
 
 
-def log(rid: str, method: str, route: str, model: str | None, status: int, bytes_in: int, bytes_out: int,
-        timing: Timings | None) -> None:
-    """Note one request's access line (a no-op when the access log is off): on the event loop it is
-    formatted and written at the next flush, elsewhere at once. ``timing`` is read when the line is
-    formatted: the request's phases must be final."""
+def write(record: dict[str, Any]) -> None:
+    """Write one access line (a no-op when the access log is off)."""
     if _fd is None:
         return
-    entry = (time.time(), rid, method, route, model, status, bytes_in, bytes_out, timing)
+    line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not on a loop: write it now
-        _write(_fd, _line(entry))
+        _write(_fd, line)
         return
-    _pending.append(entry)
-    if len(_pending) == MAX_PENDING:
-        loop.call_soon(flush)  # once this response is on its way
-        return
+    if len(_pending) + len(line) > select.PIPE_BUF:
+        flush()  # a full write's worth: now, in one piece
+    _pending.extend(line)
     global _timer_loop
     if _timer_loop is not loop:  # no flush pending on this loop (a closed loop's timer never fires)
         _timer_loop = loop
         loop.call_later(FLUSH_SECONDS, _timed_flush)
-
-
-def _line(entry: tuple[Any, ...]) -> bytes:
-    at, rid, method, route, model, status, bytes_in, bytes_out, timing = entry
-    record = access_record(rid, method, route, model, status, bytes_in, bytes_out,
-                           timing.milliseconds() if timing is not None else {}, at)
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _timed_flush() -> None:
@@ -108,9 +87,9 @@ def _timed_flush() -> None:
 
 
 def flush() -> None:
-    """Format and write the lines noted since the last flush."""
+    """Write the lines made since the last flush."""
     if _pending and _fd is not None:
-        data = b"".join(_line(entry) for entry in _pending)
+        data = bytes(_pending)
         _pending.clear()
         _write(_fd, data)
 
