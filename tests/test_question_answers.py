@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_runtime.heads.decisions import InvalidModelOutput, distribution
+from edge_runtime.heads.decisions import IN_ORDER_SUM, InvalidModelOutput, distribution
 from edge_runtime.heads.tokens import Span
 from edge_runtime.questions.answers import DecisionAnswers
 from edge_runtime.questions.choice import choice_answer
@@ -95,6 +95,20 @@ def test_distribution_renormalises_and_refuses_garbage() -> None:
         distribution([0.5, 0.5], count=3)
     with pytest.raises(InvalidModelOutput):
         choice_answer(["a", "b", "c"], [0.5, 0.5])
+    for bad in ([0.5, np.nan], [0.2, 0.3, np.nan, 0.5], [0.5] * 9 + [np.nan], [0.5, -np.inf, np.inf]):
+        with pytest.raises(InvalidModelOutput):  # a NaN anywhere, on either side of the in-order threshold
+            distribution(np.array(bad))
+
+
+def test_distribution_is_numpys_renormalisation_bit_for_bit() -> None:
+    # Few options take Python floats (numpy sums fewer than 8 numbers in order); many take numpy.
+    rng = np.random.default_rng(0)
+    for n in range(1, 3 * IN_ORDER_SUM):
+        for _ in range(300):
+            z = rng.standard_normal(n) * rng.choice([1.0, 5.0, 20.0, 60.0])
+            probs = (np.exp(z - z.max()) / np.exp(z - z.max()).sum()).astype(np.float32)
+            p64 = probs.astype(np.float64)
+            assert distribution(probs).tobytes() == (p64 / p64.sum()).tobytes(), (n, probs)
 
 
 def test_set_answers_are_nouls_and_selected_at_or_above_threshold() -> None:

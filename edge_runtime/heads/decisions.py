@@ -26,6 +26,8 @@ class InvalidModelOutput(ValueError):
 
 #: The in-place error of a question whose model output was unusable.
 INVALID_MODEL_OUTPUT = "invalid_model_output"
+#: Below this many numbers numpy's sum adds them one after another (pairwise summation starts at 8).
+IN_ORDER_SUM = 8
 
 
 def distribution(probs: np.ndarray | Sequence[float], count: int | None = None) -> np.ndarray:
@@ -35,8 +37,16 @@ def distribution(probs: np.ndarray | Sequence[float], count: int | None = None) 
         raise InvalidModelOutput(f"the model returned {p.shape[0]} probabilities for {count} options")
     if p.size == 0:
         raise InvalidModelOutput("the model returned no probabilities")
-    # Two reductions cover every case: a NaN fails ``lowest >= 0``, an infinity makes the sum infinite.
-    lowest, total = p.min(), p.sum()
+    # Two reductions cover every case: a NaN makes the sum NaN, an infinity makes it infinite.
+    if p.size < IN_ORDER_SUM:
+        # a few options as Python floats: numpy's own two reductions cost more than the arithmetic, and
+        # below 8 numbers its sum adds them in order, as this loop does (the same bits)
+        values = p.tolist()
+        lowest, total = min(values), 0.0
+        for value in values:
+            total += value
+    else:
+        lowest, total = p.min(), p.sum()
     if not (lowest >= 0 and math.isfinite(total)):
         raise InvalidModelOutput("the model returned probabilities that are not finite and non-negative")
     if not total > 0:
