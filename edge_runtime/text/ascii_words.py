@@ -118,11 +118,9 @@ class AsciiWords:
         if readable is None:
             return None
         out: list[int] = []
-        cached = self._words.get
         # findall, not finditer: no match objects where no offsets are wanted (half the time a word)
         for word in _WORDS.findall(readable):
-            pieces = cached(word)
-            out += (pieces if pieces is not None else self._pieces(word))[0]
+            out += self._pieces(word)[0]
         return out
 
     def encode(self, text: str) -> tuple[list[int], np.ndarray] | None:
