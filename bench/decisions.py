@@ -214,14 +214,15 @@ def batch_request(requests: Sequence[Mapping[str, Any]], states: int, offset: in
 def load_in_process(package: Path, threads: int) -> Answer:
     """Our package loaded as the server loads it (its goldens, probe and thread plan), answering
     ``{"stage", "body"}``: stage "answer" is the whole request without HTTP (body bytes parsed, planned,
-    run, answered and serialized, on the path a small request takes in the server: no thread hand-off),
-    which returns the answer; stage "forward" is only the family's ONNX Runtime runs on the body's rows,
+    run, answered and serialized, on the server's path for a body of its size: a small one stays on the
+    loop), which returns the answer; stage "forward" is only the family's ONNX Runtime runs on the body's rows,
     planned once, and returns how many rows ran."""
     import orjson
 
     from edge_runtime.config import ModelConfig, ServeConfig
+    from edge_runtime.requests.decisions import parse_decisions_request
     from edge_runtime.runtime import Runtime
-    from edge_runtime.service import _plan, _resolve, serve
+    from edge_runtime.service import serve
     from edge_runtime.timing import Timing
     from edge_runtime.work import keep_inline
 
@@ -243,12 +244,10 @@ def load_in_process(package: Path, threads: int) -> Answer:
 
     def forward(text: str) -> dict[str, Any]:
         if text not in planned:
-            request, model = _resolve(runtime, "decisions", json.loads(text))
-            try:
-                assert model.executor is not None
-                planned[text] = (model.executor.forward, _plan("decisions", request, model).rows)
-            finally:
-                model.release()
+            model = runtime.models[PACKAGE]
+            assert model.family is not None and model.executor is not None
+            request = parse_decisions_request(json.loads(text), config.max_inputs)
+            planned[text] = (model.executor.forward, model.family.plan("decisions", request).rows)
         run, rows = planned[text]
         return {"rows": len(run(rows))}
 
@@ -510,9 +509,9 @@ def batch_table(batches: Mapping[int, BatchResult], threads: int) -> Table:
          "for one state, a `states` batch for more), three questions a state.",
          "In-process (`python -m bench.decisions in-process`, its own process): the package loaded as the server "
          "loads it; the answer is the body's bytes parsed, validated, planned, run, answered and serialized on "
-         "the path a small request takes in the server (no thread hand-off); the forward is the family's ONNX "
-         "Runtime runs alone on the rows planned once (a question's half cached as served, an answer run per "
-         "state).",
+         "the server's path for a body of its size (below 16 KiB, no thread hand-off); the forward is the "
+         "family's ONNX Runtime runs alone on the rows planned once (a question's half cached as served, an "
+         "answer run per state).",
          f"Both run as models.yaml ships sparrow-nano: {threads} intra-op thread(s)."],
     )
 
