@@ -235,12 +235,14 @@ def load_in_process(package: Path, threads: int) -> Answer:
     loop = asyncio.new_event_loop()
     planned: dict[str, tuple[Callable[[list[Any]], Any], list[Any]]] = {}
 
-    def whole(text: str) -> dict[str, Any]:
-        raw = text.encode()
-        keep_inline(len(raw))  # as the server does for a small body (the task copies this context)
-        answer = loop.run_until_complete(serve(runtime, "decisions", orjson.loads(raw), Timing()))
+    async def answered(raw: bytes) -> dict[str, Any]:
+        keep_inline(len(raw))  # as the server does for a body of this size (in this task's own context)
+        answer = await serve(runtime, "decisions", orjson.loads(raw), Timing())
         orjson.dumps(answer)
         return answer
+
+    def whole(text: str) -> dict[str, Any]:
+        return loop.run_until_complete(answered(text.encode()))
 
     def forward(text: str) -> dict[str, Any]:
         if text not in planned:

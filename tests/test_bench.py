@@ -256,6 +256,7 @@ def test_batch_requests_take_the_standard_form_for_one_state_and_states_for_more
 def test_the_in_process_worker_answers_without_http_and_runs_the_forward_alone(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     from converters.sparrow.export import build_sparrow_package
+    from edge_runtime.work import offloaded
 
     answer = load_in_process(build_sparrow_package(tmp_path_factory.mktemp("bench-sparrow")), 1)
     requests = decision_requests(4, seed=3)
@@ -268,6 +269,7 @@ def test_the_in_process_worker_answers_without_http_and_runs_the_forward_alone(
             assert {q: a["type"] for q, a in entry["answers"].items()} == {
                 "route": "choice", "flag": "noul", "level": "score"}
         assert got["model"] == PACKAGE and got["usage"]["input_tokens"] > 0
+    assert offloaded()  # the body size it answered for stayed in its own task: this thread's default holds
 
 
 def test_answer_probabilities_by_question_type() -> None:
