@@ -107,6 +107,8 @@ def load_onnxruntime(onnx_file: Path, threads: int,
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
+    from edge_runtime.engine.session import planned_threads  # the server's rule for which count serves a size
+
     def session_at(n: int) -> Any:
         options = ort.SessionOptions()
         options.intra_op_num_threads = n
@@ -118,8 +120,7 @@ def load_onnxruntime(onnx_file: Path, threads: int,
     sessions = {n: session_at(n) for n in {threads, *(t for _, t in thread_plan)}}
 
     def session_for(tokens: int) -> Any:
-        count = next((t for most, t in thread_plan if tokens <= most), thread_plan[-1][1] if thread_plan else threads)
-        return sessions[count]
+        return sessions[planned_threads(thread_plan, tokens, threads)]
 
     names = [i.name for i in sessions[threads].get_inputs()]
     tokenizer = Tokenizer.from_file(str(onnx_file.parent / "tokenizer.json"))

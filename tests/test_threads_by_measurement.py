@@ -14,6 +14,7 @@ import pytest
 
 from edge_runtime.config import ModelConfig
 from edge_runtime.engine.probe import bitwise_equal
+from edge_runtime.engine.session import planned_threads
 from edge_runtime.engine.threads import LONG_FORWARD_MS, RUNS, _plan, choose_threads, counts
 from edge_runtime.loading import ServedModel, load_model
 
@@ -46,6 +47,12 @@ class _Session:
             def __exit__(self, *exc: object) -> None:
                 outer.now = 2
         return _Forced()
+
+
+def test_a_plan_gives_each_forward_size_the_first_step_that_holds_it() -> None:
+    plan = ((32, 1), (256, 2))
+    assert [planned_threads(plan, tokens, 4) for tokens in (1, 32, 33, 256, 10_000)] == [1, 1, 2, 2, 2]
+    assert planned_threads((), 10, 4) == 4  # no plan: the session's own count
 
 
 def test_the_counts_take_turns_in_every_measured_shape() -> None:

@@ -188,8 +188,7 @@ class GraphSession:
             return self.session
         # the first two-dimensional input counts the forward's tokens (ids or mask: rows x length)
         tokens = next((v.size for v in feeds.values() if getattr(v, "ndim", 0) == 2), 0)
-        threads = next((t for most, t in self._plan if tokens <= most), self._plan[-1][1])
-        return self._by_threads[threads]
+        return self._by_threads[planned_threads(self._plan, tokens, self.threads)]
 
     @property
     def engine_args(self) -> dict[str, Any]:
@@ -255,6 +254,14 @@ class BoundInputs:
             self._io.bind_output(name)  # ONNX Runtime allocates each output (on the CPU)
         self._session.run_with_iobinding(self._io)
         return dict(zip(outputs, self._io.copy_outputs_to_cpu()))
+
+
+def planned_threads(plan: Sequence[tuple[int, int]], tokens: int, default: int) -> int:
+    """The intra-op threads a thread plan ((most tokens, threads) pairs, ascending) gives a forward of
+    ``tokens``: the first step that holds it, the last step's past them all; ``default`` without a plan."""
+    if not plan:
+        return default
+    return next((threads for most, threads in plan if tokens <= most), plan[-1][1])
 
 
 def _spec(arg: Any) -> TensorSpec:
