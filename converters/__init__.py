@@ -26,4 +26,7 @@ This package may import torch, transformers and optimum; the server never import
 #: written and read back; a matmul read only in pieces (ModernBERT's Q/K/V unbind, GeGLU's halves) is one
 #: integer matmul per piece (converters.matmul_pieces); activations with outlier channels are quantized as
 #: rows, so their products need no reshapes to rows and back (all the same bits; issue 37).
-CONVERTER_VERSION = "0.9.0"
+#: 0.10.0: the calibrated exact int8 graph has a second body for forwards of up to 64 tokens (converters.
+#: small_forward: max|x| from |x|, the token scale inside the integer GEMM, Q, K and V as one GEMM), chosen
+#: by an If on the token count; the same bits as the other body, proven at conversion (issue 40).
+CONVERTER_VERSION = "0.10.0"

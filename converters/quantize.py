@@ -35,6 +35,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from converters import small_forward
 from converters.attention_shapes import fold_verified
 from converters.graph_files import MS_DOMAIN, drop_dead_nodes, save_graph, use_contrib_ops
 from converters.matmul_pieces import Plan, plan_pieces
@@ -84,6 +85,9 @@ class Int8Recipe:
     #: (converters.attention_shapes): about 14 kernels fewer a layer, refused unless bit-identical to the
     #: unfolded graph on the calibration rows, so the numbers are the same either way.
     fold_attention: bool = False
+    #: Forwards of at most this many tokens (rows x length) run a second body of the same graph, built for
+    #: small forwards: fewer and wider kernels, the same bits (converters.small_forward). 0: one body.
+    small_forward_tokens: int = 0
 
     @property
     def activation_zero_point(self) -> int:
@@ -108,6 +112,8 @@ class Int8Recipe:
             raise ValueError(f"int8 recipe: weight_max and activation_max must be in 1..127, got {self}")
         if self.activation_zero_point + self.activation_max > 255:
             raise ValueError(f"int8 recipe: activation codes exceed uint8 ({self})")
+        if self.small_forward_tokens < 0:
+            raise ValueError(f"int8 recipe: small_forward_tokens must be >= 0, got {self.small_forward_tokens}")
         if self.pair_sum_bound > INT16_MAX:
             raise ValueError(f"int8 recipe: pair sums up to {self.pair_sum_bound} saturate 16-bit kernels "
                              f"(AVX2 without VNNI); need <= {INT16_MAX}")
@@ -122,7 +128,8 @@ class Int8Recipe:
                    smooth_alpha=float(described.get("smooth_alpha", 0.0)),
                    split=tuple(described.get("split_matmuls", ())),
                    outliers=int(described.get("fp32_outlier_channels", 0)),
-                   fold_attention=described.get("attention_shapes") == "constant")
+                   fold_attention=described.get("attention_shapes") == "constant",
+                   small_forward_tokens=int(described.get("small_forward_tokens", 0)))
 
     def describe(self) -> dict[str, Any]:
         """The card's record of the recipe (what a reader needs to judge exactness and cost)."""
@@ -133,7 +140,8 @@ class Int8Recipe:
                 "fp32_matmuls": list(self.fp32), "smooth_alpha": self.smooth_alpha,
                 **({"split_matmuls": list(self.split), "split_radix": self.split_radix} if self.split else {}),
                 **({"fp32_outlier_channels": self.outliers} if self.outliers else {}),
-                **({"attention_shapes": "constant"} if self.fold_attention else {})}
+                **({"attention_shapes": "constant"} if self.fold_attention else {}),
+                **({"small_forward_tokens": self.small_forward_tokens} if self.small_forward_tokens else {})}
 
 
 #: Weights +-64 against 8-bit activations: 2 x 255 x 64 = 32,640 fits int16, so AVX2's vpmaddubsw
@@ -143,8 +151,10 @@ DEFAULT_RECIPE = Int8Recipe(weight_max=64)
 #: 0.6, which wins back what the weights' lost bit cost and more, and each activation's 4 largest
 #: channels in fp32, which halves the remaining distance to fp32 for about a tenth of int8's speed at
 #: batch 32. Chosen by measurement on the STS Benchmark dev split (bench/int8_quality.py;
-#: docs/benchmarks.md). The attention's shape arithmetic is folded into constants (bit-identical; issue 40).
-CALIBRATED_RECIPE = Int8Recipe(weight_max=64, smooth_alpha=0.6, outliers=4, fold_attention=True)
+#: docs/benchmarks.md). The attention's shape arithmetic is folded into constants, and forwards of up to 64
+#: tokens run a body built for them (both bit-identical; issue 40).
+CALIBRATED_RECIPE = Int8Recipe(weight_max=64, smooth_alpha=0.6, outliers=4, fold_attention=True,
+                               small_forward_tokens=64)
 
 
 def variant_file(variant: str) -> str:
@@ -183,11 +193,23 @@ def quantize_weight(w: np.ndarray, max_code: int = 127) -> tuple[np.ndarray, np.
     return q.astype(np.int8), scale
 
 
-class _Rewriter:
-    """Builds the exact int8 graph: one quantization per distinct activation, one per weight."""
+def _has_bias(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is a Gemm with a C input."""
+    return node.op_type == "Gemm" and len(node.input) > 2 and bool(node.input[2])
 
-    def __init__(self, model: onnx.ModelProto, recipe: Int8Recipe) -> None:
+
+class _Rewriter:
+    """Builds the exact int8 graph: one quantization per distinct activation, one per weight.
+
+    ``small`` builds the body for small forwards instead (converters.small_forward), the same bits in
+    fewer kernels, each of which costs more on a large forward: max|x| as ReduceMax(Abs(x)); the token
+    scale as the integer GEMM's activation scale (ONNX Runtime multiplies it in after the GEMM, one
+    thread); matmuls reading the same activation as one wider GEMM whose output is split; no pieces.
+    """
+
+    def __init__(self, model: onnx.ModelProto, recipe: Int8Recipe, small: bool = False) -> None:
         self.recipe = recipe
+        self.small = small
         self.keep = [re.compile(p) for p in recipe.fp32]
         self.split = [re.compile(p) for p in recipe.split]
         self.graph = model.graph
@@ -270,15 +292,22 @@ class _Rewriter:
             nodes.append(helper.make_node("Mul", [base, name], [src], name=f"{p}/Smooth"))
         else:
             src = base
-        nodes += [
-            # max|x| as max(max x, -min x): x read twice, but no |x| written and read back (bit-identical;
-            # 1.06-1.09x at batch 8 on a 307M ModernBERT, one tiny kernel more per activation)
-            helper.make_node("ReduceMax", [src, "er_q_axes"], [high], name=f"{p}/ReduceMax", keepdims=1),
-            helper.make_node("ReduceMin", [src, "er_q_axes"], [low], name=f"{p}/ReduceMin", keepdims=1),
-            helper.make_node("Neg", [low], [neg], name=f"{p}/Neg"),
-            helper.make_node("Max", [high, neg, "er_q_eps"], [floor], name=f"{p}/Max"),
-            helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"),
-        ]
+        if self.small:
+            # two kernels fewer; |x| written and read back costs more than that past small forwards
+            nodes += [helper.make_node("Abs", [src], [f"{p}/abs"], name=f"{p}/Abs"),
+                      helper.make_node("ReduceMax", [f"{p}/abs", "er_q_axes"], [high], name=f"{p}/ReduceMax",
+                                       keepdims=1),
+                      helper.make_node("Max", [high, "er_q_eps"], [floor], name=f"{p}/Max")]
+        else:
+            nodes += [
+                # max|x| as max(max x, -min x): x read twice, but no |x| written and read back (bit-identical;
+                # 1.06-1.09x at batch 8 on a 307M ModernBERT, one tiny kernel more per activation)
+                helper.make_node("ReduceMax", [src, "er_q_axes"], [high], name=f"{p}/ReduceMax", keepdims=1),
+                helper.make_node("ReduceMin", [src, "er_q_axes"], [low], name=f"{p}/ReduceMin", keepdims=1),
+                helper.make_node("Neg", [low], [neg], name=f"{p}/Neg"),
+                helper.make_node("Max", [high, neg, "er_q_eps"], [floor], name=f"{p}/Max"),
+            ]
+        nodes.append(helper.make_node("Mul", [floor, "er_q_inv_amax"], [scale], name=f"{p}/Scale"))
         dims = self.token_dims.get(x)
         if dims is not None and x in self.rows:
             dims = ("rows", *dims)  # the scale is [tokens, 1]
@@ -309,11 +338,7 @@ class _Rewriter:
         ``x``, whose smoothing factors multiply the weight's rows, and ``columns``)."""
         key = (name, transpose, alpha, x if x in self.smooth or x in self.outliers else "", split, columns)
         if key not in self.quantized_weights:
-            w = self.weight_matrix(name, transpose, alpha, columns)
-            if x in self.smooth:
-                w = w * self.smooth[x][:, None].astype(np.float32)
-            if x in self.outliers:
-                w[self.outliers[x]] = 0.0  # their codes are 0; the rows would only widen the scales
+            w = self._as_read_by(x, self.weight_matrix(name, transpose, alpha, columns))
             if split:
                 high, low, scale = split_weight(w, self.recipe.weight_max)
                 radix = np.float32(self.recipe.split_radix)
@@ -329,6 +354,14 @@ class _Rewriter:
                 names.append((qn, sn))
             self.quantized_weights[key] = names
         return self.quantized_weights[key]
+
+    def _as_read_by(self, x: str, w: np.ndarray) -> np.ndarray:
+        """The weight [K, N] as x's codes meet it: rows times x's smoothing, outlier channels' rows zero."""
+        if x in self.smooth:
+            w = w * self.smooth[x][:, None].astype(np.float32)
+        if x in self.outliers:
+            w[self.outliers[x]] = 0.0  # their codes are 0; the rows would only widen the scales
+        return w
 
     def weight_of(self, node: onnx.NodeProto) -> tuple[str, bool, float] | None:
         """(weight initializer, transposed, alpha) when ``node`` multiplies by a constant 2-D weight."""
@@ -368,9 +401,10 @@ class _Rewriter:
                 left = a / s if alpha > 0 else a
                 self.outliers[x] = np.sort(np.argsort(-left, kind="stable")[:self.recipe.outliers])
 
-    def outlier_product(self, x: str, found: tuple[str, bool, float], p: str, partial: str, y: str,
-                        nodes: list[onnx.NodeProto], columns: tuple[int, int] | None) -> None:
-        """y = partial + x's outlier channels (gathered once per x) times their weight rows, in fp32.
+    def outlier_product(self, x: str, matrix: np.ndarray, weight: str, p: str, partial: str,
+                        nodes: list[onnx.NodeProto]) -> str:
+        """partial + x's outlier channels (gathered once per x) times their weight rows ``matrix`` (the
+        fp32 weight's [K, N], stored as ``weight``_outlier_rows), in fp32, as rows: returns the sum's name.
 
         One Gemm with ``partial`` as its C instead of MatMul then Add: the same bits on the AVX-512 SGEMM
         measured (the few channels' dot product is summed in one K block, then added to C once, as Add
@@ -378,19 +412,21 @@ class _Rewriter:
         is still its own, so batch invariance holds on any kernel (the load-time probe checks it). Gemm
         takes rows: x was quantized as rows (:meth:`quantize_tokens`), so ``partial`` is [tokens, N]; the sum
         takes x's leading dimensions back, their shape built once for all outputs over the same tokens and
-        as wide (at batch 1 a Shape and a Reshape per matmul were ~7 % of a 307M forward)."""
+        as wide (at batch 1 a Shape and a Reshape per matmul were ~7 % of a 307M forward: :meth:`tokens_back`)."""
         channels = self.outliers[x]
         if x not in self.gathered:
             idx, g = self._name(f"er_q/{x}/outlier_channels"), self._name(f"er_q/{x}/outliers")
             self.new_inits.append(_const(idx, channels.astype(np.int64)))
             nodes.append(helper.make_node("Gather", [self.rows[x], idx], [g], name=f"{g}/Gather", axis=-1))
             self.gathered[x] = g
-        weights = self._name(f"{found[0]}_outlier_rows")
-        matrix = self.weight_matrix(*found, columns)[channels]
-        self.new_inits.append(_const(weights, matrix))
+        weights = self._name(f"{weight}_outlier_rows")
+        self.new_inits.append(_const(weights, np.ascontiguousarray(matrix[channels])))
         nodes.append(helper.make_node("Gemm", [self.gathered[x], weights, partial], [f"{p}/sum_rows"],
                                       name=f"{p}/OutlierGemm"))
-        n = matrix.shape[1]
+        return f"{p}/sum_rows"
+
+    def tokens_back(self, x: str, n: int, p: str, rows: str, y: str, nodes: list[onnx.NodeProto]) -> None:
+        """y = ``rows`` [tokens, n] with x's leading dimensions back."""
         dims = self.token_dims.get(x)
         shape = self.shared_shapes.get((dims, n)) if dims is not None else None
         if shape is None:
@@ -401,7 +437,7 @@ class _Rewriter:
                                        name=f"{p}/Shape", axis=0)]
             if dims is not None:
                 self.shared_shapes[(dims, n)] = shape
-        nodes.append(helper.make_node("Reshape", [f"{p}/sum_rows", shape], [y], name=f"{p}/Outliers"))
+        nodes.append(helper.make_node("Reshape", [rows, shape], [y], name=f"{p}/Outliers"))
 
     def plan_zero_points(self, model: onnx.ModelProto, names: Sequence[str]) -> None:
         """Group the activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
@@ -452,6 +488,7 @@ class _Rewriter:
         """Replace every constant-weight MatMul/Gemm in place (a pieced one by its pieces and their tails, in
         place of the readers they replace); returns how many were replaced."""
         out: list[onnx.NodeProto] = []
+        siblings = self.siblings() if self.small else {}
         for node in self.graph.node:
             if node.output and node.output[0] in self.piece_plan.replaced:
                 continue  # a piece makes its output, where the matmul was
@@ -460,6 +497,11 @@ class _Rewriter:
                 out.append(node)
                 continue
             self.count += 1
+            group = siblings.get(node.name)
+            if group is not None:
+                if group[0] is node:  # the first of them computes them all; the rest come earlier than before
+                    self.fused_matmuls(group, out)
+                continue
             pieces = self.piece_plan.pieces.get(node.output[0])
             if pieces is None:
                 self.quantized_matmul(node, found, node.output[0], None, out)
@@ -480,25 +522,83 @@ class _Rewriter:
         k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
         q, scale = self.quantize_tokens(x, k, out)
         p = self._name(f"er_q/{node.name or node.output[0]}" + (f"/columns_{columns[0]}" if columns else ""))
-        acc = f"{p}/acc"
-        has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
-        scaled = f"{p}/scaled" if has_bias else y
-        # integer GEMM (int32 accumulation) on x's own shape, with the per-channel weight scale in its
-        # output stage; a_scale must be a scalar, so the per-token scale is a separate Mul. A split
-        # weight's two terms are two GEMMs on the same codes, added in float (each element alone).
-        parts = [acc] if len(terms) == 1 else [f"{p}/acc_{i}" for i in range(len(terms))]
-        out += [helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [part],
-                                 name=f"{p}/MatMulIntegerToFloat{'_' + str(i) if len(terms) > 1 else ''}",
-                                 domain=MS_DOMAIN)
-                for i, ((wq, ws), part) in enumerate(zip(terms, parts))]
-        if len(parts) > 1:
-            out.append(helper.make_node("Add", parts, [acc], name=f"{p}/Terms"))
-        if x in self.outliers:
-            out.append(helper.make_node("Mul", [acc, scale], [f"{p}/int8"], name=f"{p}/TokenScale"))
-            self.outlier_product(x, found, p, f"{p}/int8", scaled, out, columns)
+        scaled = f"{p}/scaled" if _has_bias(node) else y
+        int8 = f"{p}/int8" if x in self.outliers else scaled
+        if len(terms) == 1:
+            self.integer_matmul(q, scale, terms[0], p, int8, out)
         else:
-            out.append(helper.make_node("Mul", [acc, scale], [scaled], name=f"{p}/TokenScale"))
-        if has_bias:
+            # a split weight's two terms: two GEMMs on the same codes, added in float (each element alone),
+            # then the token scale
+            parts = [f"{p}/acc_{i}" for i in range(len(terms))]
+            out += [helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [part],
+                                     name=f"{p}/MatMulIntegerToFloat_{i}", domain=MS_DOMAIN)
+                    for i, ((wq, ws), part) in enumerate(zip(terms, parts))]
+            out += [helper.make_node("Add", parts, [f"{p}/acc"], name=f"{p}/Terms"),
+                    helper.make_node("Mul", [f"{p}/acc", scale], [int8], name=f"{p}/TokenScale")]
+        if x in self.outliers:
+            matrix = self.weight_matrix(*found, columns)
+            rows = self.outlier_product(x, matrix, found[0], p, int8, out)
+            self.tokens_back(x, matrix.shape[1], p, rows, scaled, out)
+        self.bias(node, p, scaled, y, out)
+
+    def siblings(self) -> dict[str, list[onnx.NodeProto]]:
+        """Matmuls to fuse in the body for small forwards: by node name, each group of two or more whose
+        weights (none split, none pieced) read the same activation (a layer's Q, K and V)."""
+        groups: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.graph.node:
+            if self.weight_of(node) is not None and node.output[0] not in self.piece_plan.pieces \
+                    and not any(p.search(node.name) for p in self.split):
+                groups.setdefault(node.input[0], []).append(node)
+        return {n.name: group for group in groups.values() if len(group) > 1 for n in group}
+
+    def fused_matmuls(self, group: Sequence[onnx.NodeProto], out: list[onnx.NodeProto]) -> None:
+        """``group``'s matmuls (same activation) as one integer GEMM over their weights side by side (and
+        one outlier Gemm), split back into each output. Per-channel weight scales and per-element products
+        do not depend on the columns beside them, so each output has the bits it had alone."""
+        x = group[0].input[0]
+        founds = [found for node in group if (found := self.weight_of(node)) is not None]
+        matrices = [self.weight_matrix(*found) for found in founds]
+        widths = [m.shape[1] for m in matrices]
+        matrix = np.concatenate(matrices, axis=1)
+        codes, channel_scale = quantize_weight(self._as_read_by(x, matrix), self.recipe.weight_max)
+        fused = self._name(f"{founds[0][0]}_fused")
+        weight = (self._name(f"{fused}_int8"), self._name(f"{fused}_int8_scale"))
+        self.new_inits += [_const(weight[0], codes), _const(weight[1], channel_scale.astype(np.float32))]
+        q, scale = self.quantize_tokens(x, matrix.shape[0], out)
+        p = self._name(f"er_q/{group[0].name or group[0].output[0]}/fused")
+        self.integer_matmul(q, scale, weight, p, f"{p}/int8", out)
+        whole = self.outlier_product(x, matrix, fused, p, f"{p}/int8", out) if x in self.outliers else f"{p}/int8"
+        prefixes = [self._name(f"er_q/{node.name or node.output[0]}") for node in group]
+        scaled = [f"{pn}/scaled" if _has_bias(node) else node.output[0] for node, pn in zip(group, prefixes)]
+        parts = [f"{pn}/part" for pn in prefixes] if x in self.outliers else scaled
+        out.append(helper.make_node("Split", [whole, self.constant(np.array(widths))], parts, name=f"{p}/Split",
+                                    axis=-1))
+        for node, pn, part, each, n in zip(group, prefixes, parts, scaled, widths):
+            if x in self.outliers:
+                self.tokens_back(x, n, pn, part, each, out)
+            self.bias(node, pn, each, node.output[0], out)
+
+    def integer_matmul(self, q: str, scale: str, weight: tuple[str, str], p: str, y: str,
+                       out: list[onnx.NodeProto]) -> None:
+        """y = the integer GEMM (int32 accumulation) of the codes ``q`` and ``weight`` (codes, channel scale;
+        the channel scale in its output stage) times the per-token ``scale``.
+
+        MatMulIntegerToFloat's fast output stage takes one activation scale; a per-token one it multiplies
+        in after the GEMM on one thread. So the main body multiplies in a Mul (on every thread), and the body
+        for small forwards, where a kernel's launch costs more than that pass, passes it as a_scale: the same
+        two roundings (product times channel scale, then times token scale), the same bits."""
+        wq, ws = weight
+        if self.small:
+            out.append(helper.make_node("MatMulIntegerToFloat", [q, wq, scale, ws, "er_q_zp_u8"], [y],
+                                        name=f"{p}/MatMulIntegerToFloat", domain=MS_DOMAIN))
+            return
+        out += [helper.make_node("MatMulIntegerToFloat", [q, wq, "er_q_one", ws, "er_q_zp_u8"], [f"{p}/acc"],
+                                 name=f"{p}/MatMulIntegerToFloat", domain=MS_DOMAIN),
+                helper.make_node("Mul", [f"{p}/acc", scale], [y], name=f"{p}/TokenScale")]
+
+    def bias(self, node: onnx.NodeProto, p: str, scaled: str, y: str, out: list[onnx.NodeProto]) -> None:
+        """y = scaled + beta * C, for a Gemm ``node`` with a bias (scaled is y otherwise)."""
+        if _has_bias(node):
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             beta = float(attrs.get("beta", 1.0))
             c = numpy_helper.to_array(self.inits[node.input[2]]) if node.input[2] in self.inits else None
@@ -556,20 +656,47 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     becomes one integer matmul per piece (converters.matmul_pieces; bit-identical). Attention MatMuls,
     LayerNorm, softmax, GELU and embeddings stay fp32; with ``recipe.fold_attention`` an encoder's
     attention shape arithmetic is then folded into constants (converters.attention_shapes;
-    FoldingMismatch unless bit-identical to the unfolded graph on ``calibration``). Raises ValueError
+    FoldingMismatch unless bit-identical to the unfolded graph on ``calibration``). With
+    ``recipe.small_forward_tokens`` the graph has a second body, for forwards of at most that many tokens
+    (converters.small_forward; BodiesDiffer unless the same bits on ``calibration``). Raises ValueError
     when the graph has no constant-weight MatMul (nothing to quantize).
     """
     recipe.check()
-    model = onnx.load(str(src))
-    rewriter = _Rewriter(model, recipe)
+    if (recipe.smooth_alpha > 0 or recipe.outliers) and not calibration:
+        raise ValueError("int8 recipe: smoothing and outlier channels need calibration rows")
+    if recipe.small_forward_tokens and not calibration:
+        raise ValueError("int8 recipe: a body for small forwards is proven on calibration rows; none given")
+    exported = onnx.load(str(src))
+    ranges: dict[str, np.ndarray] = {}
+    model = large = _int8_body(src, exported, recipe, calibration, ranges, small=False)
+    if recipe.small_forward_tokens:
+        small = _int8_body(src, exported, recipe, calibration, ranges, small=True)
+        compared = small_forward.check_same_bits(large, small, calibration)
+        log(f"int8 small-forward body (up to {recipe.small_forward_tokens} tokens): the same bits as the large "
+            f"one on {compared} forwards")
+        model = small_forward.join(large, small, recipe.small_forward_tokens)
+    # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
+    dst = Path(dst)
+    save_graph(model, dst)
+    return dst
+
+
+def _int8_body(src: Path, exported: onnx.ModelProto, recipe: Int8Recipe, calibration: Sequence[Row],
+               ranges: dict[str, np.ndarray], small: bool) -> onnx.ModelProto:
+    """One body of ``exported``'s exact int8 graph (the one for small forwards when ``small``), built on a
+    copy; ``ranges`` holds the calibration's channel ranges once measured (both bodies read the same)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(exported)
+    rewriter = _Rewriter(model, recipe, small)
     # before any planning renames a tensor: the shape inference reads the graph as exported
     quantized = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
     rewriter.plan_zero_points(model, quantized)
     if recipe.smooth_alpha > 0 or recipe.outliers:
-        if not calibration:
-            raise ValueError("int8 recipe: smoothing and outlier channels need calibration rows")
-        rewriter.plan_smoothing(activation_ranges(model, quantized, calibration))
-    rewriter.plan_pieces(model)
+        if not ranges:
+            ranges.update(activation_ranges(model, quantized, calibration))
+        rewriter.plan_smoothing(ranges)
+    if not small:
+        rewriter.plan_pieces(model)
     if rewriter.rewrite() == 0:
         raise ValueError(f"{src}: no MatMul or Gemm with a constant weight to quantize")
     rewriter.finish()
@@ -581,11 +708,8 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     use_contrib_ops(model)
     if recipe.fold_attention:
         model, folded = fold_verified(model, calibration)
-        log(f"int8 {folded.summary()}")
-    # shapes of the rewritten outputs are unchanged; stale value_info of removed tensors is harmless
-    dst = Path(dst)
-    save_graph(model, dst)
-    return dst
+        log(f"int8 {'small-forward body ' if small else ''}{folded.summary()}")
+    return model
 
 
 @contextlib.contextmanager
@@ -746,24 +870,29 @@ def variant_entry(variant: str, agreement: dict[str, Any], recipe: Int8Recipe | 
 
 
 def _integer_operands(graph_path: Path, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Every MatMulIntegerToFloat of the graph with its own operands on ``feeds``: the uint8 activation
-    codes it read, its int8 weight, weight scale and activation zero point, and the float it returned."""
-    model = onnx.load(str(graph_path))
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    nodes = [n for n in model.graph.node if n.op_type == "MatMulIntegerToFloat"]
-    names: list[str] = []
-    for n in nodes:
-        for name, kind in ((n.input[0], TensorProto.UINT8), (n.output[0], TensorProto.FLOAT)):
-            if name not in names:
-                names.append(name)
-                model.graph.output.append(helper.make_tensor_value_info(name, kind, None))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2  # the kernels split work across threads as they do in service
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    inputs = {i.name for i in session.get_inputs()}
-    values = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in inputs})))
-    return [{"name": n.name, "q": values[n.input[0]], "w": inits[n.input[1]], "w_scale": inits[n.input[3]],
-             "zp": int(inits[n.input[4]].reshape(-1)[0]), "out": values[n.output[0]]} for n in nodes]
+    """Every MatMulIntegerToFloat of the graph (of each body, converters.small_forward) with its own operands
+    on ``feeds``: the uint8 activation codes it read, its activation scale, int8 weight, weight scale and
+    activation zero point, and the float it returned."""
+    found = []
+    for model in small_forward.bodies(onnx.load(str(graph_path))):
+        inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        nodes = [n for n in model.graph.node if n.op_type == "MatMulIntegerToFloat"]
+        names: list[str] = []
+        for n in nodes:
+            for name, kind in ((n.input[0], TensorProto.UINT8), (n.input[2], TensorProto.FLOAT),
+                               (n.output[0], TensorProto.FLOAT)):
+                if name not in names and name not in inits:
+                    names.append(name)
+                    model.graph.output.append(helper.make_tensor_value_info(name, kind, None))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2  # the kernels split work across threads as they do in service
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        inputs = {i.name for i in session.get_inputs()}
+        values = {**inits, **dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in inputs})))}
+        found += [{"name": n.name, "q": values[n.input[0]], "a_scale": values[n.input[2]], "w": inits[n.input[1]],
+                   "w_scale": inits[n.input[3]], "zp": int(inits[n.input[4]].reshape(-1)[0]),
+                   "out": values[n.output[0]]} for n in nodes]
+    return found
 
 
 def check_integer_products(graph_path: Path, tokenizer_path: Path, recipe: Int8Recipe,
@@ -813,6 +942,8 @@ def check_integer_products_on(graph_path: Path, feeds: dict[str, np.ndarray], re
         if np.abs(exact).max() >= 2**24:  # float32(exact) would no longer be the integer itself
             raise ValueError(f"{name}: integer sums reach 2**24; the float comparison would be inexact")
         want = exact.astype(np.float32) * op["w_scale"].astype(np.float32)
+        a_scale = op["a_scale"].astype(np.float32)  # 1, or each token's scale (the small-forward body)
+        want = want * (a_scale.reshape(-1, 1) if a_scale.size > 1 else a_scale.reshape(()))
         got = op["out"].reshape(want.shape)
         err = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), np.finfo(np.float32).tiny)))
         # one float32 rounding of the scale multiply; a saturated pair sum is off by far more

@@ -34,6 +34,7 @@ import pytest
 from onnx import numpy_helper
 
 from converters.quantize import Int8Recipe, check_integer_products
+from converters.small_forward import bodies
 from edge_runtime.engine import cpu
 from edge_runtime.engine.probe import bitwise_equal
 from edge_runtime.families.registry import read_package
@@ -71,7 +72,7 @@ def test_a_weight_past_the_recipe_bound_is_caught(fixture_package: Callable[...,
     """The check can fail: one int8 weight widened to 127 (a recipe that could saturate) is named."""
     package = read_package(fixture_package("embedding", quantize=True))
     model = onnx.load(str(package.graph("int8")))
-    node = next(n for n in model.graph.node if n.op_type == "MatMulIntegerToFloat")
+    node = next(n for body in bodies(model) for n in body.graph.node if n.op_type == "MatMulIntegerToFloat")
     init = next(t for t in model.graph.initializer if t.name == node.input[1])
     w = numpy_helper.to_array(init).copy()
     w.flat[0] = 127

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
+from converters import small_forward
 from converters.quantize import (
     CALIBRATED_RECIPE,
     DEFAULT_RECIPE,
@@ -54,17 +55,22 @@ def test_exact_int8_variant_is_batch_invariant(kind: str, fixture_package: Calla
     card = read_package(path).card.raw
     entry = card["variants"]["int8"]
     assert (entry["quantization"], entry["numerics"]) == ("per-token", "exact")
-    graph = onnx.load(str(Path(path) / entry["file"]))
-    weights = {t.name for t in graph.graph.initializer if len(t.dims) == 2}
-    ops = [n.op_type for n in graph.graph.node]
-    assert "MatMulIntegerToFloat" in ops and "DynamicQuantizeLinear" not in ops
-    # no float MatMul/Gemm against a constant weight is left behind, but those of the outlier channels
-    dims = {t.name: list(t.dims) for t in graph.graph.initializer}
-    floats = [n for n in graph.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
-    outliers = entry["recipe"].get("fp32_outlier_channels", 0)
-    assert all(n.name.endswith("/OutlierGemm") and dims[n.input[1]][0] == outliers for n in floats)
-    # one quantization per distinct activation: Q, K and V share theirs
-    assert ops.count("ReduceMax") < ops.count("MatMulIntegerToFloat")
+    joined = onnx.load(str(Path(path) / entry["file"]))
+    graphs = small_forward.bodies(joined)
+    assert len(graphs) == (2 if entry["recipe"].get("small_forward_tokens") else 1)
+    for graph in graphs:
+        weights = {t.name for t in graph.graph.initializer if len(t.dims) == 2}
+        ops = [n.op_type for n in graph.graph.node]
+        assert "MatMulIntegerToFloat" in ops and "DynamicQuantizeLinear" not in ops
+        # no float MatMul/Gemm against a constant weight is left behind, but those of the outlier channels
+        dims = {t.name: list(t.dims) for t in graph.graph.initializer}
+        floats = [n for n in graph.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
+        outliers = entry["recipe"].get("fp32_outlier_channels", 0)
+        assert all(n.name.endswith("/OutlierGemm") and dims[n.input[1]][0] == outliers for n in floats)
+        # one quantization per distinct activation: Q, K and V share theirs (in the small-forward body
+        # they are one integer GEMM)
+        quantizations, gemms = ops.count("ReduceMax"), ops.count("MatMulIntegerToFloat")
+        assert quantizations < gemms if graph is graphs[0] else quantizations == gemms
     assert _probe(_served(path, "int8")) == "padded"
 
 
@@ -203,11 +209,12 @@ def test_default_minilm_serves_exact_int8_within_its_floor(minilm_package: Path)
 
 @pytest.mark.minilm
 def test_default_minilm_integer_products_are_exact_and_cannot_saturate(minilm_package: Path) -> None:
-    """The same proof on the real MiniLM: its 36 integer GEMMs on real sentences, exact and bounded."""
+    """The same proof on the real MiniLM: its integer GEMMs on real sentences, exact and bounded: 36 in the
+    body for large forwards, 24 in the one for small forwards (each layer's Q, K and V as one)."""
     package = read_package(minilm_package)
     assert package.card.raw["variants"]["int8"]["recipe"] == CALIBRATED_RECIPE.describe()
     report = check_integer_products(package.graph("int8"), package.file("tokenizer.json"), CALIBRATED_RECIPE)
-    assert report["gemms"] == 36
+    assert report["gemms"] == 36 + 24
 
 
 def test_state_once_int8_branches_equal_each_question_alone(tmp_path: Path) -> None:
@@ -234,7 +241,8 @@ def test_exported_encoder_quantizes_against_one_zero_point(fixture_package: Call
     """On a real BERT export (the embedding fixture) every activation runs over the same tokens, so one
     Shape/Expand builds the zero point for all of them."""
     path = fixture_package("embedding", quantize=True)
-    graph = onnx.load(str(Path(path) / read_package(path).card.raw["variants"]["int8"]["file"])).graph
-    names = [n.name for n in graph.node]
-    assert sum(n.endswith("/ZeroPoints") for n in names) == 1
-    assert sum(n.endswith("/QuantizeLinear") for n in names) > 1
+    joined = onnx.load(str(Path(path) / read_package(path).card.raw["variants"]["int8"]["file"]))
+    for graph in small_forward.bodies(joined):
+        names = [n.name for n in graph.graph.node]
+        assert sum(n.endswith("/ZeroPoints") for n in names) == 1
+        assert sum(n.endswith("/QuantizeLinear") for n in names) > 1
