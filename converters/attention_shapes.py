@@ -356,17 +356,23 @@ def proof_feeds(model: onnx.ModelProto, rows: Sequence[Row], pad_id: int = 0) ->
             + [pad_batch(ordered[i:i + PROOF_BATCH], names, pad_id) for i in range(0, len(ordered), PROOF_BATCH)])
 
 
-def fold_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int = 0) -> tuple[onnx.ModelProto, Folding]:
+def fold(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Folding]:
     """``model`` folded by :func:`fold_attention_shapes` and converters.static_dims (a copy; ``model``
-    itself when nothing changed or it is no encoder graph), proven bit-identical to ``model`` on
-    :func:`proof_feeds` with every PROOF_THREADS count. Raises FoldingMismatch when any output differs in
-    any bit."""
+    itself when nothing changed or it is no encoder graph), not proven: :func:`fold_verified` proves it,
+    or the caller compares it with a graph that was."""
     if not _is_encoder(model.graph):
         return model, Folding(why=NOT_AN_ENCODER)
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
     found = fold_attention_shapes(folded)
     found = Folding(layers=found.layers, why=found.why, static_dims=fold_static_dims(folded))
+    return (folded if found.changed else model), found
+
+
+def fold_verified(model: onnx.ModelProto, rows: Sequence[Row] = (), pad_id: int = 0) -> tuple[onnx.ModelProto, Folding]:
+    """:func:`fold`, proven bit-identical to ``model`` on :func:`proof_feeds` with every PROOF_THREADS count.
+    Raises FoldingMismatch when any output differs in any bit."""
+    folded, found = fold(model)
     if not found.changed:
         return model, found
     feeds = proof_feeds(model, rows, pad_id)

@@ -3,7 +3,8 @@
 A small forward (one sentence: ~20 tokens) spends most of its time launching kernels, not in them; a
 large one (32 sentences) spends it in passes over wide outputs. The two want different graphs:
 fewer, wider kernels (Q, K and V as one GEMM; max|x| from |x|; the token scale inside the integer
-GEMM) are 1.05-1.10x at batch 1 and 0.92-0.94x at batch 32 for MiniLM (docs/benchmarks.md). So the
+GEMM) make MiniLM's int8 forward 1.04-1.06x faster on one sentence (12-22 tokens, one thread) and
+0.92x as fast on 32 (docs/benchmarks.md, session 22). So the
 exact int8 rewriter builds both bodies (converters.quantize ``small``) and this module joins them
 under one If on the forward's token count (rows x length of the first input): a package keeps one
 graph file, the weights both bodies read are stored once, and the server needs nothing new.
@@ -122,24 +123,24 @@ def _renamed(node: onnx.NodeProto, names: dict[str, str], name: str) -> onnx.Nod
 
 
 def check_same_bits(large: onnx.ModelProto, small: onnx.ModelProto, rows: Sequence[Row]) -> int:
-    """Raise BodiesDiffer unless both graphs give the same bits on ``rows``, each alone and the shortest
-    of them as one right-padded batch, at one and two threads; returns how many forwards were compared."""
-    sessions = [ort.InferenceSession(model.SerializeToString(), session_options(threads),
-                                     providers=["CPUExecutionProvider"])
-                for model in (large, small) for threads in (1, 2)]
-    names = [i.name for i in sessions[0].get_inputs()]
-    feeds = [{n: row[n][None, :] for n in names} for row in rows]
+    """Raise BodiesDiffer unless both graphs give the same bits on ``rows``, each alone (one thread) and the
+    shortest of them as one right-padded batch (one and two threads); returns how many forwards were compared."""
+    one, two = ([ort.InferenceSession(model.SerializeToString(), session_options(threads),
+                                      providers=["CPUExecutionProvider"]) for model in (large, small)]
+                for threads in (1, 2))
+    names = [i.name for i in one[0].get_inputs()]
+    forwards = [(one, {n: row[n][None, :] for n in names}) for row in rows]
     # the batch: the shortest rows, as many as fit BATCH_ROWS and BATCH_TOKENS (attention is quadratic)
     shortest = sorted(rows, key=lambda row: len(row[names[0]]))[:BATCH_ROWS]
     while len(shortest) > 1 and len(shortest) * len(shortest[-1][names[0]]) > BATCH_TOKENS:
         shortest.pop()
     if len(shortest) > 1:
         width = len(shortest[-1][names[0]])
-        feeds.append({n: np.stack([np.pad(row[n], (0, width - len(row[n]))) for row in shortest]) for n in names})
-    for feed in feeds:
-        outs = [s.run(None, feed) for s in sessions]
-        for i, out in enumerate(outs[1:], 1):
-            if not all(np.array_equal(a, b) for a, b in zip(outs[0], out)):
-                raise BodiesDiffer(f"the small-forward body differs from the large one on a forward of "
-                                   f"{feed[names[0]].shape} (session {i})")
-    return len(feeds)
+        batch = {n: np.stack([np.pad(row[n], (0, width - len(row[n]))) for row in shortest]) for n in names}
+        forwards += [(one, batch), (two, batch)]
+    for (large_session, small_session), feed in forwards:
+        if not all(np.array_equal(a, b) for a, b in zip(large_session.run(None, feed), small_session.run(None, feed))):
+            raise BodiesDiffer(f"the small-forward body differs from the large one on a forward of "
+                               f"{feed[names[0]].shape} ({large_session.get_session_options().intra_op_num_threads}"
+                               f" thread(s))")
+    return len(forwards)
