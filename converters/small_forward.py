@@ -4,10 +4,10 @@ A small forward (one sentence: ~20 tokens) spends most of its time launching ker
 large one (32 sentences) spends it in passes over wide outputs. The two want different graphs:
 fewer, wider kernels (Q, K and V as one GEMM; max|x| from |x|; the token scale inside the integer
 GEMM) make MiniLM's int8 forward 1.04-1.06x faster on one sentence (12-22 tokens, one thread) and
-0.92x as fast on 32 (docs/benchmarks.md, session 22). So the
-exact int8 rewriter builds both bodies (converters.quantize ``small``) and this module joins them
-under one If on the forward's token count (rows x length of the first input): a package keeps one
-graph file, the weights both bodies read are stored once, and the server needs nothing new.
+0.92x as fast on 32 (docs/benchmarks.md, session 22). So the exact int8 rewriter builds both bodies
+(converters.quantize ``small``) and this module joins them under one If on the forward's token count
+(rows x length of the first input): a package keeps one graph file, the weights both bodies read are
+stored once, and the server needs nothing new.
 
 The bodies compute every element with the same operations in the same order, so their outputs are
 the same bits (:func:`check_same_bits` refuses the join otherwise); a row therefore gets the same
@@ -36,8 +36,6 @@ SWITCH = "er_small/If"
 SMALL_SUFFIX = "/small"
 #: Suffix of the large body's results (its other tensors keep their names).
 LARGE_SUFFIX = "/large"
-
-
 #: The most rows, and tokens, of the padded batch :func:`check_same_bits` compares besides each row alone.
 BATCH_ROWS = 16
 BATCH_TOKENS = 2048
