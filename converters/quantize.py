@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,7 +207,8 @@ class _Rewriter:
     thread); matmuls reading the same activation as one wider GEMM whose output is split; no pieces.
     """
 
-    def __init__(self, model: onnx.ModelProto, recipe: Int8Recipe, small: bool = False) -> None:
+    def __init__(self, model: onnx.ModelProto, recipe: Int8Recipe, small: bool = False,
+                 token_dims: Mapping[str, tuple[str | int, ...]] | None = None) -> None:
         self.recipe = recipe
         self.small = small
         self.keep = [re.compile(p) for p in recipe.fp32]
@@ -230,9 +231,10 @@ class _Rewriter:
         self.rows: dict[str, str] = {}
         #: constant int64 vectors -> their initializer (shape targets, shared)
         self.constants: dict[tuple[int, ...], str] = {}
-        #: activation -> the symbolic leading dims of its tokens, when known: activations with the same
-        #: dims share one per-token zero-point tensor (one Shape and one Expand for the whole graph)
-        self.token_dims: dict[str, tuple[str | int, ...]] = {}
+        #: activation -> the symbolic leading dims of its tokens, when known (:func:`zero_point_groups`):
+        #: activations with the same dims share one per-token zero-point tensor (one Shape and one Expand
+        #: for the whole graph)
+        self.token_dims: dict[str, tuple[str | int, ...]] = dict(token_dims or {})
         self.shared_zero_points: dict[tuple[str | int, ...], str] = {}
         #: (token dims, columns) -> the shape of every matmul output over those tokens that wide
         self.shared_shapes: dict[tuple[tuple[str | int, ...], int], str] = {}
@@ -272,7 +274,7 @@ class _Rewriter:
         reshapes to rows and back, which at batch 1 cost more than the arithmetic. An x with outlier
         channels is viewed as rows [tokens, K] first, once: its products end in a Gemm, which takes rows,
         so its codes, scales and products stay rows until each sum takes its output's shape back.
-        Activations over the same tokens share one zero-point tensor (:meth:`plan_zero_points`).
+        Activations over the same tokens share one zero-point tensor (:func:`zero_point_groups`).
         """
         if x in self.quantized_inputs:
             return self.quantized_inputs[x]
@@ -363,6 +365,10 @@ class _Rewriter:
             w[self.outliers[x]] = 0.0  # their codes are 0; the rows would only widen the scales
         return w
 
+    def quantized_activations(self) -> list[str]:
+        """The activations the rewrite quantizes: each constant-weight matmul's input, once, sorted."""
+        return sorted({n.input[0] for n in self.graph.node if self.weight_of(n) is not None})
+
     def weight_of(self, node: onnx.NodeProto) -> tuple[str, bool, float] | None:
         """(weight initializer, transposed, alpha) when ``node`` multiplies by a constant 2-D weight."""
         if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2 or node.input[1] not in self.inits:
@@ -380,7 +386,7 @@ class _Rewriter:
             return None  # never exported by Optimum; stays fp32
         return node.input[1], bool(attrs.get("transB", 0)), float(attrs.get("alpha", 1.0))
 
-    def plan_smoothing(self, ranges: dict[str, np.ndarray]) -> None:
+    def plan_smoothing(self, ranges: Mapping[str, np.ndarray]) -> None:
         """Smoothing factors of every quantized activation with calibration ranges (max|x| per channel):
         s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), W_j over every weight that reads x (Q, K and V share)."""
         alpha = self.recipe.smooth_alpha
@@ -439,43 +445,6 @@ class _Rewriter:
                 self.shared_shapes[(dims, n)] = shape
         nodes.append(helper.make_node("Reshape", [rows, shape], [y], name=f"{p}/Outliers"))
 
-    def plan_zero_points(self, model: onnx.ModelProto, names: Sequence[str]) -> None:
-        """Group the activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
-        inference), so that each group quantizes against one zero-point tensor.
-
-        Only dims named by the graph's inputs count, each at most once per activation (so a batch merged
-        with a length is never trusted). Leaves the groups empty (a zero point per activation, as
-        before) when inference fails or a dim is anything else. A wrong grouping could not pass
-        silently either: QuantizeLinear refuses a zero point shaped unlike its scale.
-        """
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        # the weights' values play no part in shapes: they enter as typed inputs, not copied
-        listed = {i.name for i in model.graph.input}  # old IR versions list initializers as inputs too
-        big = [t for t in model.graph.initializer if int(np.prod(t.dims)) > 64 and t.name not in listed]
-        small = [t for t in model.graph.initializer if int(np.prod(t.dims)) <= 64]
-        light = helper.make_model(
-            helper.make_graph(model.graph.node, "shapes", [*model.graph.input, *(
-                helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)],
-                model.graph.output, small), opset_imports=model.opset_import)
-        # inside a scratch directory: on a graph it cannot follow, the tool saves it to the working
-        # directory (sym_shape_infer_temp.onnx) before it raises
-        with tempfile.TemporaryDirectory(prefix="er-shapes-") as tmp, _in_dir(Path(tmp)):
-            try:
-                inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
-            except Exception:  # the tool raises bare Exception on any graph it cannot follow
-                return
-        symbols = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
-        infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
-        for x in names:
-            if x not in infos or not infos[x].type.tensor_type.HasField("shape"):
-                continue
-            dims = tuple(d.dim_param or d.dim_value for d in infos[x].type.tensor_type.shape.dim)[:-1]
-            named = [d for d in dims if isinstance(d, str)]
-            if dims and all(d in symbols or (isinstance(d, int) and d > 0) for d in dims) \
-                    and len(set(named)) == len(named):
-                self.token_dims[x] = (len(dims), *dims)
-
     def plan_pieces(self, model: onnx.ModelProto) -> None:
         """Find the quantized MatMuls whose outputs are only read in pieces (converters.matmul_pieces): each
         piece becomes its own integer matmul on the same activation codes (bit-identical)."""
@@ -499,7 +468,7 @@ class _Rewriter:
             self.count += 1
             group = siblings.get(node.name)
             if group is not None:
-                if group[0] is node:  # the first of them computes them all; the rest come earlier than before
+                if group[0][0] is node:  # the first of them computes them all; the rest come earlier than before
                     self.fused_matmuls(group, out)
                 continue
             pieces = self.piece_plan.pieces.get(node.output[0])
@@ -517,8 +486,7 @@ class _Rewriter:
         """Append to ``out`` the int8 nodes computing ``node``'s output (only ``columns`` of it, when given)
         into ``y``."""
         x = node.input[0]
-        split = any(p.search(node.name) for p in self.split)
-        terms = self.quantize_constant_weight(*found, x, split, columns)
+        terms = self.quantize_constant_weight(*found, x, self.is_split(node), columns)
         k = int(self.inits[found[0]].dims[1 if found[1] else 0])  # Gemm transB: stored [N, K]
         q, scale = self.quantize_tokens(x, k, out)
         p = self._name(f"er_q/{node.name or node.output[0]}" + (f"/columns_{columns[0]}" if columns else ""))
@@ -541,22 +509,28 @@ class _Rewriter:
             self.tokens_back(x, matrix.shape[1], p, rows, scaled, out)
         self.bias(node, p, scaled, y, out)
 
-    def siblings(self) -> dict[str, list[onnx.NodeProto]]:
-        """Matmuls to fuse in the body for small forwards: by node name, each group of two or more whose
-        weights (none split, none pieced) read the same activation (a layer's Q, K and V)."""
-        groups: dict[str, list[onnx.NodeProto]] = {}
-        for node in self.graph.node:
-            if self.weight_of(node) is not None and node.output[0] not in self.piece_plan.pieces \
-                    and not any(p.search(node.name) for p in self.split):
-                groups.setdefault(node.input[0], []).append(node)
-        return {n.name: group for group in groups.values() if len(group) > 1 for n in group}
+    def is_split(self, node: onnx.NodeProto) -> bool:
+        """Whether the recipe gives ``node``'s weight two integer terms."""
+        return any(p.search(node.name) for p in self.split)
 
-    def fused_matmuls(self, group: Sequence[onnx.NodeProto], out: list[onnx.NodeProto]) -> None:
-        """``group``'s matmuls (same activation) as one integer GEMM over their weights side by side (and
-        one outlier Gemm), split back into each output. Per-channel weight scales and per-element products
-        do not depend on the columns beside them, so each output has the bits it had alone."""
-        x = group[0].input[0]
-        founds = [found for node in group if (found := self.weight_of(node)) is not None]
+    def siblings(self) -> dict[str, list[tuple[onnx.NodeProto, tuple[str, bool, float]]]]:
+        """Matmuls to fuse in the body for small forwards: by node name, each group of two or more (node,
+        weight) whose weights (none split, none pieced) read the same activation (a layer's Q, K and V)."""
+        groups: dict[str, list[tuple[onnx.NodeProto, tuple[str, bool, float]]]] = {}
+        for node in self.graph.node:
+            found = self.weight_of(node)
+            if found is not None and node.output[0] not in self.piece_plan.pieces and not self.is_split(node):
+                groups.setdefault(node.input[0], []).append((node, found))
+        return {node.name: group for group in groups.values() if len(group) > 1 for node, _ in group}
+
+    def fused_matmuls(self, group: Sequence[tuple[onnx.NodeProto, tuple[str, bool, float]]],
+                      out: list[onnx.NodeProto]) -> None:
+        """``group``'s matmuls (node, weight; same activation) as one integer GEMM over their weights side by
+        side (and one outlier Gemm), split back into each output. Per-channel weight scales and per-element
+        products do not depend on the columns beside them, so each output has the bits it had alone."""
+        nodes = [node for node, _ in group]
+        founds = [found for _, found in group]
+        x = nodes[0].input[0]
         matrices = [self.weight_matrix(*found) for found in founds]
         widths = [m.shape[1] for m in matrices]
         matrix = np.concatenate(matrices, axis=1)
@@ -565,15 +539,15 @@ class _Rewriter:
         weight = (self._name(f"{fused}_int8"), self._name(f"{fused}_int8_scale"))
         self.new_inits += [_const(weight[0], codes), _const(weight[1], channel_scale.astype(np.float32))]
         q, scale = self.quantize_tokens(x, matrix.shape[0], out)
-        p = self._name(f"er_q/{group[0].name or group[0].output[0]}/fused")
+        p = self._name(f"er_q/{nodes[0].name or nodes[0].output[0]}/fused")
         self.integer_matmul(q, scale, weight, p, f"{p}/int8", out)
         whole = self.outlier_product(x, matrix, fused, p, f"{p}/int8", out) if x in self.outliers else f"{p}/int8"
-        prefixes = [self._name(f"er_q/{node.name or node.output[0]}") for node in group]
-        scaled = [f"{pn}/scaled" if _has_bias(node) else node.output[0] for node, pn in zip(group, prefixes)]
+        prefixes = [self._name(f"er_q/{node.name or node.output[0]}") for node in nodes]
+        scaled = [f"{pn}/scaled" if _has_bias(node) else node.output[0] for node, pn in zip(nodes, prefixes)]
         parts = [f"{pn}/part" for pn in prefixes] if x in self.outliers else scaled
         out.append(helper.make_node("Split", [whole, self.constant(np.array(widths))], parts, name=f"{p}/Split",
                                     axis=-1))
-        for node, pn, part, each, n in zip(group, prefixes, parts, scaled, widths):
+        for node, pn, part, each, n in zip(nodes, prefixes, parts, scaled, widths):
             if x in self.outliers:
                 self.tokens_back(x, n, pn, part, each, out)
             self.bias(node, pn, each, node.output[0], out)
@@ -617,6 +591,46 @@ class _Rewriter:
         double the file) and the pieces' former slice bounds."""
         self.graph.initializer.extend(self.new_inits)
         drop_dead_nodes(self.graph)
+
+
+def zero_point_groups(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, tuple[str | int, ...]]:
+    """The activations ``names`` by their tokens' symbolic dims (ONNX Runtime's symbolic shape
+    inference), so that each group quantizes against one zero-point tensor.
+
+    Only dims named by the graph's inputs count, each at most once per activation (so a batch merged
+    with a length is never trusted). Empty groups (a zero point per activation) when inference fails or
+    a dim is anything else. A wrong grouping could not pass silently either: QuantizeLinear refuses a
+    zero point shaped unlike its scale. Read from the graph as exported, before any rewrite.
+    """
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    # the weights' values play no part in shapes: they enter as typed inputs, not copied
+    listed = {i.name for i in model.graph.input}  # old IR versions list initializers as inputs too
+    big = [t for t in model.graph.initializer if int(np.prod(t.dims)) > 64 and t.name not in listed]
+    small = [t for t in model.graph.initializer if int(np.prod(t.dims)) <= 64]
+    light = helper.make_model(
+        helper.make_graph(model.graph.node, "shapes", [*model.graph.input, *(
+            helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)],
+            model.graph.output, small), opset_imports=model.opset_import)
+    # inside a scratch directory: on a graph it cannot follow, the tool saves it to the working
+    # directory (sym_shape_infer_temp.onnx) before it raises
+    with tempfile.TemporaryDirectory(prefix="er-shapes-") as tmp, _in_dir(Path(tmp)):
+        try:
+            inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
+        except Exception:  # the tool raises bare Exception on any graph it cannot follow
+            return {}
+    symbols = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+    infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    groups: dict[str, tuple[str | int, ...]] = {}
+    for x in names:
+        if x not in infos or not infos[x].type.tensor_type.HasField("shape"):
+            continue
+        dims = tuple(d.dim_param or d.dim_value for d in infos[x].type.tensor_type.shape.dim)[:-1]
+        named = [d for d in dims if isinstance(d, str)]
+        if dims and all(d in symbols or (isinstance(d, int) and d > 0) for d in dims) \
+                and len(set(named)) == len(named):
+            groups[x] = (len(dims), *dims)
+    return groups
 
 
 def activation_ranges(model: onnx.ModelProto, names: Sequence[str], rows: Sequence[Row]) -> dict[str, np.ndarray]:
@@ -667,10 +681,14 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
     if recipe.small_forward_tokens and not calibration:
         raise ValueError("int8 recipe: a body for small forwards is proven on calibration rows; none given")
     exported = onnx.load(str(src))
-    ranges: dict[str, np.ndarray] = {}
-    model = large = _int8_body(src, exported, recipe, calibration, ranges, small=False)
+    # read once for both bodies, from the graph as exported (before any rewrite renames a tensor)
+    quantized = _Rewriter(exported, recipe).quantized_activations()
+    groups = zero_point_groups(exported, quantized)
+    smoothing = recipe.smooth_alpha > 0 or recipe.outliers
+    ranges = activation_ranges(exported, quantized, calibration) if smoothing else {}
+    model = large = _int8_body(src, exported, recipe, calibration, groups, ranges, small=False)
     if recipe.small_forward_tokens:
-        small = _int8_body(src, exported, recipe, calibration, ranges, small=True)
+        small = _int8_body(src, exported, recipe, calibration, groups, ranges, small=True)
         compared = small_forward.check_same_bits(large, small, calibration)
         log(f"int8 small-forward body (up to {recipe.small_forward_tokens} tokens): the same bits as the large "
             f"one on {compared} forwards")
@@ -682,18 +700,14 @@ def quantize_int8_exact(src: Path, dst: Path, recipe: Int8Recipe = DEFAULT_RECIP
 
 
 def _int8_body(src: Path, exported: onnx.ModelProto, recipe: Int8Recipe, calibration: Sequence[Row],
-               ranges: dict[str, np.ndarray], small: bool) -> onnx.ModelProto:
+               groups: Mapping[str, tuple[str | int, ...]], ranges: Mapping[str, np.ndarray],
+               small: bool) -> onnx.ModelProto:
     """One body of ``exported``'s exact int8 graph (the one for small forwards when ``small``), built on a
-    copy; ``ranges`` holds the calibration's channel ranges once measured (both bodies read the same)."""
+    copy from the activations' zero-point ``groups`` and calibration ``ranges`` (empty: no smoothing)."""
     model = onnx.ModelProto()
     model.CopyFrom(exported)
-    rewriter = _Rewriter(model, recipe, small)
-    # before any planning renames a tensor: the shape inference reads the graph as exported
-    quantized = sorted({n.input[0] for n in model.graph.node if rewriter.weight_of(n) is not None})
-    rewriter.plan_zero_points(model, quantized)
-    if recipe.smooth_alpha > 0 or recipe.outliers:
-        if not ranges:
-            ranges.update(activation_ranges(model, quantized, calibration))
+    rewriter = _Rewriter(model, recipe, small, groups)
+    if ranges:
         rewriter.plan_smoothing(ranges)
     if not small:
         rewriter.plan_pieces(model)
