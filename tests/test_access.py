@@ -528,6 +528,22 @@ def test_errors_outside_the_routes_carry_a_request_id(server: Server) -> None:
     assert big.status_code == 413 and big.headers["x-request-id"] == "big-1"
 
 
+def test_a_path_no_route_takes_is_checked_stamped_and_logged(keyed: Server) -> None:
+    # Answered by an error handler, not a route: the guard still asks for the key, keeps the id and logs it.
+    refused = keyed.client.get("/v1/nope", headers={"X-Request-Id": "nope-1"})
+    assert_unauthorized(refused, "/v1/nope")
+    assert refused.headers["x-request-id"] == "nope-1"
+    missing = keyed.client.get("/v1/nope", headers={"X-Request-Id": "nope-2", "Authorization": f"Bearer {KEY}"})
+    assert missing.status_code == 404 and missing.headers["x-request-id"] == "nope-2"
+    deadline = time.monotonic() + 30
+    while not {"nope-1", "nope-2"} <= {line["id"] for line in access_lines(keyed)}:
+        assert time.monotonic() < deadline, keyed.log()
+        time.sleep(0.05)
+    by_id = {line["id"]: line for line in access_lines(keyed)}
+    assert (by_id["nope-1"]["status"], by_id["nope-2"]["status"]) == (401, 404)
+    assert by_id["nope-2"]["route"] == "/v1/nope" and by_id["nope-2"]["timings"] == {}
+
+
 def test_spellings_of_a_v1_path_do_not_skip_the_key(keyed: Server) -> None:
     for path in ("/%761/models", "/v1/models/", "//v1/models", "/v1/./models", "/v1%2Fmodels", "/V1/models"):
         r = keyed.client.get(path)  # no key

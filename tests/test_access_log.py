@@ -1,4 +1,5 @@
-"""The access log's writer: lines whole and in order, buffered on the loop for FLUSH_SECONDS at most."""
+"""The access log's writer: lines whole and in order, buffered on the loop for FLUSH_SECONDS at most and
+formatted when written."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import os
 import select
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
 
@@ -13,6 +15,7 @@ import orjson
 import pytest
 
 from edge_runtime.api import access_log
+from edge_runtime.timing import Timing
 
 
 @pytest.fixture()
@@ -28,9 +31,8 @@ def log_file(tmp_path: Path) -> Iterator[Path]:
         os.close(fd)
 
 
-def record(i: int) -> dict[str, object]:
-    return access_log.access_record(f"id-{i}", "POST", "/v1/decisions", "m" * (i % 97), 200, i, 2 * i,
-                                    {"total": 0.5})
+def record(i: int, timing: Timing | None = None) -> access_log.Access:
+    return access_log.Access.now(f"id-{i}", "POST", "/v1/decisions", "m" * (i % 97), 200, i, 2 * i, timing)
 
 
 def lines(path: Path) -> list[dict[str, object]]:
@@ -49,6 +51,29 @@ def test_lines_on_the_loop_are_written_within_the_flush_interval(log_file: Path)
 
     assert asyncio.run(requests()) == (0, 0, 3)
     assert [line["id"] for line in lines(log_file)] == ["id-0", "id-1", "id-2"]
+
+
+def test_a_full_buffer_is_written_at_once(log_file: Path) -> None:
+    async def requests() -> int:
+        for i in range(access_log.PENDING_LINES):
+            access_log.write(record(i))
+        return len(lines(log_file))  # before the loop ran the flush timer
+
+    assert asyncio.run(requests()) == access_log.PENDING_LINES
+
+
+def test_a_line_is_its_request_as_answered(log_file: Path) -> None:
+    timing = Timing()
+    timing.add("forward", 0.0012)
+    timing.finish()
+    access = record(5, timing)
+    access_log.write(access)  # off the loop: formatted and written now
+    line = lines(log_file)[0]
+    assert line["time"] == datetime.fromtimestamp(access.at, UTC).isoformat(timespec="milliseconds")
+    assert str(line["time"]).endswith("+00:00")
+    assert line["timings"] == timing.milliseconds() and timing.milliseconds()["forward"] == 1.2
+    assert {k: line[k] for k in ("id", "method", "route", "status", "bytes_in", "bytes_out")} == {
+        "id": "id-5", "method": "POST", "route": "/v1/decisions", "status": 200, "bytes_in": 5, "bytes_out": 10}
 
 
 def test_off_the_loop_a_line_is_written_at_once(log_file: Path) -> None:

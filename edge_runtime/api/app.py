@@ -1,5 +1,5 @@
-"""The Sanic application: its context, its routes (api/routes.py), its lifecycle (api/lifecycle.py),
-its middleware (api/access.py) and its error handlers. HTTP concerns only."""
+"""The Sanic application: its context, its routes (api/routes.py) behind the access guard
+(api/access.py), its lifecycle (api/lifecycle.py) and its error handlers. HTTP concerns only."""
 
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     app.ctx.config = config
     app.ctx.runtime = runtime
     app.ctx.metrics = metrics
-    # API keys, request ids and the access log (edge_runtime/api/access.py).
+    # API keys, request ids and the access log around every handler (edge_runtime/api/access.py).
     app.ctx.keys = ApiKeys(config.api_key_file)
-    access.install(app, app.ctx.keys, config.systemone_schema, config.metrics_require_key, metrics)
+    guard = access.Guard(app.ctx.keys, config.systemone_schema, config.metrics_require_key, metrics)
     # Model updates (edge_runtime/updates): started once the first versions are loaded.
     app.ctx.updates = Updates(runtime, update_settings(config), metrics)
     metrics.memory_budget.set_function(lambda: float(budget(config.memory_reserve_bytes).bytes))
@@ -52,15 +52,16 @@ def create_app(config: ServeConfig, runtime: Runtime | None = None) -> Sanic:
     # The admin API's own keys (never the serving ones, nor the environment's): off without a file.
     app.ctx.admin_keys = ApiKeys(config.admin_key_file, env={}) if config.admin_key_file is not None else None
     for route in ROUTES:
-        app.add_route(route.handler, route.path, methods=list(route.methods), stream=route.stream)
+        app.add_route(guard.route(route.handler, route.path), route.path, methods=list(route.methods),
+                      stream=route.stream)
     lifecycle.install(app)
 
-    @app.exception(PayloadTooLarge)
     async def too_large(request: Request, exc: Exception) -> HTTPResponse:
         limit = config.max_request_bytes
         return error_response(ApiError("request_too_large", f"the body exceeds {limit} bytes", limit=limit))
 
-    install_error_handlers(app, log)
+    app.exception(PayloadTooLarge)(guard.error(too_large))
+    install_error_handlers(app, log, guard.error)
     return app
 
 

@@ -5,9 +5,9 @@ digits and ``._:-``, so it is safe in a header and a log line); anything else ge
 the client's value is dropped rather than echoed. System One responses also carry the standard's
 ``x-typesafe-request-id``, which the official SDKs expose as ``response.request_id``.
 
-The id lives in a contextvar: Sanic runs a request's middleware and handler in one task, and the
-preparation pool copies the context into its threads, so a log record made anywhere on the
-request's path can name it (:class:`RequestIdFilter`).
+The id lives in a contextvar: the access guard (api/access.py) sets it in the handler's own task,
+and the preparation pool copies the context into its threads, so a log record made anywhere on
+the request's path can name it (:class:`RequestIdFilter`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -48,17 +49,20 @@ def surface_response(
     return HTTPResponse(data, status=status, headers=headers, content_type=JSON)
 
 
-def install_error_handlers(app: Sanic, log: logging.Logger) -> None:
+ErrorHandler = Callable[[Request, Exception], Awaitable[HTTPResponse]]
+
+
+def install_error_handlers(app: Sanic, log: logging.Logger,
+                           guard: Callable[[ErrorHandler], ErrorHandler] = lambda handler: handler) -> None:
     """The contract's error shape for what Sanic raises itself, on any of our listeners: unknown
     routes and methods, request timeouts, Sanic's other 4xx, and the catch-all 500 that logs the
-    exception (its text may hold request data or internals) and never echoes it."""
+    exception (its text may hold request data or internals) and never echoes it. Each handler is
+    registered through ``guard`` (the serving app's :meth:`access.Guard.error`)."""
 
-    @app.exception(NotFound, MethodNotAllowed)
-    async def no_route(request: Request, exc: SanicException) -> HTTPResponse:
+    async def no_route(request: Request, exc: Exception) -> HTTPResponse:
         reason = "method_not_allowed" if isinstance(exc, MethodNotAllowed) else "route_not_found"
         return error_response(ApiError("invalid_request", f"no route {request.method} {request.path}", reason))
 
-    @app.exception(Exception)
     async def internal(request: Request, exc: Exception) -> HTTPResponse:
         if isinstance(exc, RequestTimeout):
             return error_response(ApiError("invalid_request", str(exc), "request_timeout"))
@@ -66,3 +70,6 @@ def install_error_handlers(app: Sanic, log: logging.Logger) -> None:
             return error_response(ApiError("invalid_request", str(exc)))
         log.exception("internal error on %s %s", request.method, request.path, exc_info=exc)
         return error_response(ApiError("internal_error", "internal error; the server log has the details"))
+
+    app.exception(NotFound, MethodNotAllowed)(guard(no_route))
+    app.exception(Exception)(guard(internal))
