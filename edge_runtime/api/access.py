@@ -69,7 +69,8 @@ class Guard:
         @wraps(handler)
         async def guarded(request: Request, *args: Any, **kwargs: Any) -> HTTPResponse:
             refused = self._enter(request, path)
-            return self._answered(request, refused or await handler(request, *args, **kwargs))
+            response = refused if refused is not None else await handler(request, *args, **kwargs)
+            return self._answered(request, response)
 
         return guarded
 
