@@ -7,12 +7,13 @@ in milliseconds. It never holds a header, a body or a key. ``serve --no-access-l
 Lines go to the descriptor with ``os.write`` rather than through ``logging``: the logging module's
 record, caller lookup, lock and flush cost about as much as a whole sparrow-nano readout, on every
 request. On the event loop a request leaves only its :class:`Access` (the fields as taken, the
-Timing unread), and lines are formatted and written together, as nginx's ``access_log ... flush=``
-does: FLUSH_SECONDS after the first of them, at once when PENDING_LINES wait, or at exit. Formatted
-one at a time, each request's line is code that this VM runs cold between requests (3-5x its cost
-in a hot loop); formatted together, a few microseconds each. A hard kill loses at most
-FLUSH_SECONDS of lines. Each write holds whole lines, at most PIPE_BUF bytes, so lines stay whole
-beside the other log lines on stderr.
+Timing unread); lines are formatted and written together, as nginx's ``access_log ... flush=`` does:
+FLUSH_SECONDS after the first of them, at once when PENDING_LINES wait, or at exit. A write per
+request would sit in the next request's path (the loop reads a waiting request before it runs its
+callbacks), and a line formatted per request is code that this VM runs cold between requests,
+several times its cost in a hot loop; formatted together, lines cost a few microseconds each. A hard
+kill loses at most FLUSH_SECONDS of lines. Each write holds whole lines, at most PIPE_BUF bytes, so
+lines stay whole beside the other log lines on stderr.
 """
 
 from __future__ import annotations
