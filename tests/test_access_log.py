@@ -32,7 +32,7 @@ def log_file(tmp_path: Path) -> Iterator[Path]:
 
 
 def record(i: int, timing: Timing | None = None) -> access_log.Access:
-    return access_log.Access.now(f"id-{i}", "POST", "/v1/decisions", "m" * (i % 97), 200, i, 2 * i, timing)
+    return access_log.Access(f"id-{i}", "POST", "/v1/decisions", "m" * (i % 97), 200, i, 2 * i, timing)
 
 
 def lines(path: Path) -> list[dict[str, object]]:

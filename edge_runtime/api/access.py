@@ -118,7 +118,7 @@ class Guard:
         response.headers.update(request_ids.response_headers(request.path, rid))
         if access_log.enabled():
             body = getattr(response, "body", None)
-            access_log.write(access_log.Access.now(
+            access_log.write(access_log.Access(
                 rid, request.method, request.path, getattr(ctx, "model", None), response.status,
                 int(getattr(ctx, "bytes_in", 0)), len(body) if body else 0, getattr(ctx, "timing", None),
             ))

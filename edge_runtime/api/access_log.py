@@ -24,8 +24,9 @@ import contextlib
 import os
 import select
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -49,7 +50,8 @@ def enabled() -> bool:
     return _fd is not None
 
 
-class Access(NamedTuple):
+@dataclass(slots=True)
+class Access:
     """What one request's access line says, as taken when it was answered."""
 
     rid: str
@@ -60,13 +62,7 @@ class Access(NamedTuple):
     bytes_in: int
     bytes_out: int
     timing: Timing | None  # the surfaces' Server-Timing phases, read when the line is formatted
-    at: float  # time.time() at the answer
-
-    @classmethod
-    def now(cls, rid: str, method: str, route: str, model: str | None, status: int, bytes_in: int,
-            bytes_out: int, timing: Timing | None) -> Access:
-        """The request answered now."""
-        return cls(rid, method, route, model, status, bytes_in, bytes_out, timing, time.time())
+    at: float = field(default_factory=time.time)  # when it was answered
 
     def fields(self) -> dict[str, Any]:
         """The line's fields: time in UTC ISO 8601 (ms), timings in ms ({} for routes without phases)."""

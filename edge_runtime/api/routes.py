@@ -45,7 +45,7 @@ class Route:
     """One route of a listener: its path, methods, handler, and whether the body is streamed to it."""
 
     path: str
-    handler: Callable[..., Coroutine[Any, Any, HTTPResponse]]  # the request, then the path's parameters
+    handler: access.RouteFunction
     methods: tuple[str, ...] = ("GET",)
     stream: bool = False
 
